@@ -1,0 +1,457 @@
+"""Profiles and patches: TOML files in, validated frozen dataclasses out.
+
+A profile (``manifests/*.toml``) pins the software stack of one training job, the
+environment each device needs and the patches it applies. A patch (``patches/*.toml``)
+is declarative data: which files of which package, which transform with which
+parameters, and why. Nothing in either file is ever evaluated as code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ascendfix import resources
+from ascendfix.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on the container's Python 3.10
+    import tomli as tomllib
+
+DEVICES = ("npu", "cuda")
+COMPONENT_KINDS = ("python", "pypi", "git", "system")
+ENV_CHECKS = ("interface",)
+PATCH_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Component:
+    """One pinned piece of the stack and how to recognise it on a machine."""
+
+    name: str
+    kind: str
+    why: str
+    version: str | None = None
+    distribution: str | None = None
+    repo: str | None = None
+    commit: str | None = None
+    tag: str | None = None
+    editable: bool = False
+    source: str | None = None
+    devices: tuple[str, ...] = DEVICES
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """A variable the job needs; ``value`` None means the site must choose it."""
+
+    name: str
+    why: str
+    value: str | None = None
+    check: str | None = None
+
+
+@dataclass(frozen=True)
+class Device:
+    """What one kind of accelerator needs: environment, limits, and the patches it takes."""
+
+    name: str
+    description: str
+    env: tuple[EnvVar, ...]
+    patches: tuple[str, ...]
+    ulimit_nofile: int | None = None
+
+
+@dataclass(frozen=True)
+class AcceptedConflict:
+    """A requirement that the installed stack knowingly violates."""
+
+    requirer: str
+    requirement: str
+    why: str
+
+
+@dataclass(frozen=True)
+class PatchFile:
+    """One file a patch edits, relative to the directory that holds the package."""
+
+    path: str
+    sites: int = 1
+    only_in_checkout: bool = False
+    preimages: tuple[tuple[str, str], ...] = ()  # (sha256, label) of known originals
+
+    def preimage_label(self, sha256: str) -> str | None:
+        """The label of a known original with this hash, or None."""
+        return next((label for digest, label in self.preimages if digest == sha256), None)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A declarative edit of upstream code, with its rationale."""
+
+    id: str
+    package: str
+    devices: tuple[str, ...]
+    files: tuple[PatchFile, ...]
+    transform: str
+    params: tuple[tuple[str, Any], ...]
+    why: str
+    references: tuple[str, ...]
+    drop_when: str
+    source: Path
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A validated manifest with its patches resolved."""
+
+    name: str
+    description: str
+    source: Path
+    components: tuple[Component, ...]
+    devices: dict[str, Device]
+    accepted_conflicts: tuple[AcceptedConflict, ...]
+    patches: dict[str, Patch]
+
+    def component(self, name: str) -> Component | None:
+        """The component called ``name``, if the profile pins one."""
+        return next((c for c in self.components if c.name == name), None)
+
+    def patches_for(self, device: str) -> tuple[Patch, ...]:
+        """The patches the profile applies on ``device``, in manifest order."""
+        return tuple(self.patches[pid] for pid in self.devices[device].patches)
+
+
+class _Table:
+    """A TOML table being validated: typed getters that name file and field on error."""
+
+    def __init__(self, path: Path, data: Any, where: str):
+        self.path, self.where = path, where
+        if not isinstance(data, dict):
+            self.fail(where or "(top level)", f"expected a table, got {_type(data)}")
+        self.data = data
+        self.seen: set[str] = set()
+
+    def fail(self, field: str, reason: str) -> None:
+        raise UsageError(f"{self.path}: {field}: {reason}")
+
+    def field(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def get(self, key: str, kind: type | tuple[type, ...], required: bool = True, default: Any = None) -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            if required:
+                self.fail(self.field(key), "missing required field")
+            return default
+        value = self.data[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+            self.fail(self.field(key), f"expected {names}, got {_type(value)}")
+        return value
+
+    def text(self, key: str, required: bool = True) -> str | None:
+        value = self.get(key, str, required)
+        if value is not None and not value.strip():
+            self.fail(self.field(key), "must not be empty")
+        return value
+
+    def strings(self, key: str, required: bool = True, choices: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        values = self.get(key, list, required, default=[])
+        for i, value in enumerate(values):
+            if not isinstance(value, str):
+                self.fail(f"{self.field(key)}[{i}]", f"expected a string, got {_type(value)}")
+            if choices and value not in choices:
+                self.fail(f"{self.field(key)}[{i}]", f"unknown value {value!r} (expected one of {', '.join(choices)})")
+        return tuple(values)
+
+    def table(self, key: str, required: bool = True) -> _Table | None:
+        value = self.get(key, dict, required)
+        return None if value is None else _Table(self.path, value, self.field(key))
+
+    def tables(self, key: str, required: bool = True) -> list[_Table]:
+        values = self.get(key, list, required, default=[])
+        return [_Table(self.path, v, f"{self.field(key)}[{i}]") for i, v in enumerate(values)]
+
+    def children(self) -> list[tuple[str, _Table]]:
+        """Each key of this table whose value is itself a table."""
+        return [(key, _Table(self.path, value, self.field(key))) for key, value in self.data.items()]
+
+    def done(self) -> None:
+        """Reject keys nobody asked for: a typo must not pass silently."""
+        unknown = sorted(set(self.data) - self.seen)
+        if unknown:
+            allowed = ", ".join(sorted(self.seen))
+            self.fail(self.field(unknown[0]), f"unknown key (allowed here: {allowed})")
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "an array", dict: "a table"}
+
+
+def _type(value: Any) -> str:
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file, turning every failure into a one-line UsageError."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory, expected a .toml file") from None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: not valid TOML: {e}") from None
+
+
+def check_relative_path(table: _Table, field: str, value: str) -> str:
+    """A package-relative path: no absolute paths, no '..', forward slashes."""
+    pure = PurePosixPath(value)
+    if not value or pure.is_absolute() or "\\" in value or ".." in pure.parts or value.startswith("~"):
+        table.fail(field, f"path {value!r} must stay inside its package root (relative, no '..')")
+    return str(pure)
+
+
+def load_patch(path: Path) -> Patch:
+    """Read and validate one patch file."""
+    from ascendfix.transforms import registry
+
+    top = _Table(path, read_toml(path), "")
+    pid = top.text("id")
+    if not PATCH_ID.match(pid):
+        top.fail("id", f"{pid!r} is not a patch id (lowercase letters, digits and '-')")
+    if path.stem != pid:
+        top.fail("id", f"{pid!r} does not match the file name {path.name!r}; name the file {pid}.toml")
+    package = top.text("package")
+    devices = top.strings("devices", choices=DEVICES)
+    files = []
+    for ftable in top.tables("files"):
+        rel = check_relative_path(ftable, ftable.field("path"), ftable.text("path"))
+        sites = ftable.get("sites", int, required=False, default=1)
+        if sites < 1:
+            ftable.fail(ftable.field("sites"), "must be at least 1")
+        preimages = []
+        for ptable in ftable.tables("preimages", required=False):
+            digest = ptable.text("sha256").lower()
+            if not SHA256.match(digest):
+                ptable.fail(ptable.field("sha256"), "expected 64 hex digits")
+            preimages.append((digest, ptable.text("label")))
+            ptable.done()
+        files.append(
+            PatchFile(rel, sites, ftable.get("only_in_checkout", bool, False, False), tuple(preimages))
+        )
+        ftable.done()
+    if not files:
+        top.fail("files", "a patch must name at least one file")
+    if len({f.path for f in files}) != len(files):
+        top.fail("files", "the same path is listed twice")
+    ttable = top.table("transform")
+    name = ttable.text("name")
+    params = {k: v for k, v in ttable.data.items() if k != "name"}
+    ttable.seen.update(params)
+    transform = registry.get(name)
+    if transform is None:
+        ttable.fail(ttable.field("name"), f"unknown transform {name!r} (known: {', '.join(registry.names())})")
+    problem = registry.check_params(transform, params)
+    if problem:
+        ttable.fail(ttable.field(problem[0]) if problem[0] else "transform", problem[1])
+    ttable.done()
+    patch = Patch(
+        id=pid,
+        package=package,
+        devices=devices,
+        files=tuple(files),
+        transform=name,
+        params=tuple(sorted(params.items())),
+        why=top.text("why"),
+        references=top.strings("references", required=False),
+        drop_when=top.text("drop_when"),
+        source=path,
+    )
+    top.done()
+    return patch
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge tables; any other value in ``override`` replaces the base's."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _resolve_extends(path: Path, data: dict[str, Any], chain: tuple[Path, ...]) -> tuple[dict, tuple[Path, ...]]:
+    """Follow ``extends`` to the root; return the merged data and each manifest's folder, child first."""
+    parent_ref = data.get("extends")
+    if parent_ref is None:
+        return data, (path.parent,)
+    if not isinstance(parent_ref, str):
+        raise UsageError(f"{path}: extends: expected a profile name or a path, got {_type(parent_ref)}")
+    parent_path = find_manifest(parent_ref, relative_to=path.parent)
+    if parent_path.resolve() in chain:
+        raise UsageError(f"{path}: extends: {parent_ref!r} leads back to itself")
+    parent_data, dirs = _resolve_extends(parent_path, read_toml(parent_path), chain + (parent_path.resolve(),))
+    child = {k: v for k, v in data.items() if k != "extends"}
+    return _merge({k: v for k, v in parent_data.items() if k != "name"}, child), (path.parent,) + dirs
+
+
+def bundled_profiles() -> list[str]:
+    """Names of the profiles that ship with ascendfix."""
+    return sorted(p.stem for p in resources.data_dir("manifests").glob("*.toml"))
+
+
+def find_manifest(ref: str, relative_to: Path | None = None) -> Path:
+    """A manifest path from a bundled profile name or a file path."""
+    candidate = Path(ref).expanduser()
+    if relative_to is not None and not candidate.is_absolute():
+        candidate = relative_to / candidate
+    if ref.endswith(".toml") or "/" in ref or candidate.is_file():
+        if not candidate.is_file():
+            raise UsageError(f"{ref}: no such manifest file")
+        return candidate
+    bundled = resources.data_dir("manifests") / f"{ref}.toml"
+    if bundled.is_file():
+        return bundled
+    raise UsageError(
+        f"unknown profile {ref!r}: bundled profiles are {', '.join(bundled_profiles())}; "
+        "or pass the path of a manifest file"
+    )
+
+
+def _find_patch(pid: str, manifest_dirs: tuple[Path, ...]) -> Path | None:
+    for folder in manifest_dirs:
+        candidate = folder / "patches" / f"{pid}.toml"
+        if candidate.is_file():
+            return candidate
+    bundled = resources.data_dir("patches") / f"{pid}.toml"
+    return bundled if bundled.is_file() else None
+
+
+def _component(name: str, t: _Table) -> Component:
+    kind = t.text("kind")
+    if kind not in COMPONENT_KINDS:
+        t.fail(t.field("kind"), f"unknown kind {kind!r} (expected one of {', '.join(COMPONENT_KINDS)})")
+    c = Component(
+        name=name,
+        kind=kind,
+        why=t.text("why"),
+        version=t.text("version", required=kind in ("python", "pypi", "system")),
+        distribution=t.text("distribution", required=kind in ("pypi", "git")),
+        repo=t.text("repo", required=kind == "git"),
+        commit=t.text("commit", required=False),
+        tag=t.text("tag", required=False),
+        editable=t.get("editable", bool, False, False),
+        source=t.text("source", required=False),
+        devices=t.strings("devices", required=False) or DEVICES,
+    )
+    for i, d in enumerate(c.devices):
+        if d not in DEVICES:
+            t.fail(f"{t.field('devices')}[{i}]", f"unknown device {d!r} (expected one of {', '.join(DEVICES)})")
+    if kind == "git":
+        if (c.commit is None) == (c.tag is None):
+            t.fail(t.field("commit"), "a git component needs exactly one of 'commit' or 'tag'")
+        if c.commit is not None and not COMMIT.match(c.commit):
+            t.fail(t.field("commit"), f"{c.commit!r} is not a git commit (7 to 40 lowercase hex digits)")
+    t.done()
+    return c
+
+
+def _device(name: str, t: _Table, path: Path) -> Device:
+    env = []
+    env_table = t.table("env", required=False)
+    for var, vt in env_table.children() if env_table else []:
+        check = vt.text("check", required=False)
+        if check is not None and check not in ENV_CHECKS:
+            vt.fail(vt.field("check"), f"unknown check {check!r} (expected one of {', '.join(ENV_CHECKS)})")
+        env.append(EnvVar(var, vt.text("why"), vt.text("value", required=False), check))
+        vt.done()
+    if env_table:
+        env_table.seen.update(env_table.data)
+    ulimit = t.get("ulimit_nofile", int, required=False)
+    if ulimit is not None and ulimit < 1:
+        t.fail(t.field("ulimit_nofile"), "must be a positive integer")
+    device = Device(name, t.text("description"), tuple(env), t.strings("patches", required=False), ulimit)
+    t.done()
+    return device
+
+
+def load_profile(ref: str) -> Profile:
+    """Load a bundled profile by name, or a manifest file by path, fully validated."""
+    path = find_manifest(ref)
+    data, dirs = _resolve_extends(path, read_toml(path), (path.resolve(),))
+    top = _Table(path, data, "")
+    schema = top.get("schema", int)
+    if schema != 1:
+        top.fail("schema", f"unsupported schema {schema} (this ascendfix reads schema 1)")
+    name = top.text("name")
+    description = top.text("description")
+    components_table = top.table("components")
+    components = tuple(_component(n, ct) for n, ct in components_table.children())
+    components_table.seen.update(components_table.data)
+    devices_table = top.table("devices")
+    devices = {}
+    for dname, dt in devices_table.children():
+        if dname not in DEVICES:
+            top.fail(f"devices.{dname}", f"unknown device (expected one of {', '.join(DEVICES)})")
+        devices[dname] = _device(dname, dt, path)
+    devices_table.seen.update(devices_table.data)
+    conflicts = []
+    for ct in top.tables("accepted_conflicts", required=False):
+        conflicts.append(AcceptedConflict(ct.text("requirer"), ct.text("requirement"), ct.text("why")))
+        ct.done()
+    patches: dict[str, Patch] = {}
+    for dname, device in devices.items():
+        for pid in device.patches:
+            if pid in patches:
+                patch = patches[pid]
+            else:
+                patch_path = _find_patch(pid, dirs)
+                if patch_path is None:
+                    top.fail(f"devices.{dname}.patches", f"no patch file for {pid!r} (looked in patches/ folders)")
+                patch = patches[pid] = load_patch(patch_path)
+            if dname not in patch.devices:
+                top.fail(
+                    f"devices.{dname}.patches",
+                    f"{pid!r} must not be applied on {dname} (its patch file allows {', '.join(patch.devices)})",
+                )
+    seen_files: dict[tuple[str, str], str] = {}
+    for patch in patches.values():
+        for f in patch.files:
+            other = seen_files.setdefault((patch.package, f.path), patch.id)
+            if other != patch.id:
+                top.fail("devices", f"patches {other!r} and {patch.id!r} both edit {f.path}; one patch per file")
+    top.seen.add("extends")
+    top.done()
+    return Profile(name, description, path, components, devices, tuple(conflicts), patches)
+
+
+def patch_params(patch: Patch) -> dict[str, Any]:
+    """The transform parameters of a patch as a plain dict."""
+    return dict(patch.params)
+
+
+def as_dict(obj: Any) -> Any:
+    """A dataclass tree as plain JSON-ready data."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: as_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [as_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: as_dict(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj

@@ -1,0 +1,1 @@
+"""libcst transforms: one small class per module, each a frozen dataclass of its parameters."""

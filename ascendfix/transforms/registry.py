@@ -1,0 +1,53 @@
+"""Transform names as patch files spell them, and parameter checking."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+from ascendfix.transforms.return_early import ReturnEarly
+from ascendfix.transforms.set_assignment import SetAssignment
+from ascendfix.transforms.set_keyword import SetKeyword
+
+TRANSFORMS: dict[str, type] = {
+    "set-assignment": SetAssignment,
+    "return-early": ReturnEarly,
+    "set-keyword": SetKeyword,
+}
+
+
+def names() -> list[str]:
+    """Every transform name a patch file may use."""
+    return sorted(TRANSFORMS)
+
+
+def get(name: str) -> type | None:
+    """The transform class called ``name``, or None."""
+    return TRANSFORMS.get(name)
+
+
+def check_params(cls: type, params: dict[str, Any]) -> tuple[str, str] | None:
+    """``(parameter, problem)`` for the first parameter that does not fit ``cls``, else None."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in params:
+        if key not in fields:
+            return key, f"unknown parameter (expected: {', '.join(fields)})"
+    for key, field in fields.items():
+        if key not in params:
+            if field.default is dataclasses.MISSING:
+                return key, "missing required parameter"
+            continue
+        value, hint = params[key], hints[key]
+        if typing.get_origin(hint) is list:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or not value:
+                return key, "expected a non-empty array of strings"
+        elif not isinstance(value, hint) or isinstance(value, bool) and hint is not bool:
+            return key, f"expected {hint.__name__}"
+    return None
+
+
+def build(name: str, params: dict[str, Any]):
+    """An instance of the transform ``name`` with ``params`` (already checked)."""
+    return TRANSFORMS[name](**params)
