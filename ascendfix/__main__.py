@@ -1,0 +1,5 @@
+"""``python -m ascendfix``: the same as the ``ascendfix`` console script."""
+
+from ascendfix.cli import main
+
+main()

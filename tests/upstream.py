@@ -1,0 +1,82 @@
+"""Real upstream files, downloaded from PyPI at test time into a cache outside the repo.
+
+Nothing here is committed upstream code: wheels are fetched with ``pip download`` into
+``$ASCENDFIX_TEST_CACHE`` (default ``~/.cache/ascendfix-tests``) and only the members a
+test needs are extracted. Tests that need them are marked ``upstream`` and skip with the
+reason when PyPI cannot be reached.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+VERL_VERSIONS = ["0.4.0", "0.4.1", "0.5.0", "0.6.0", "0.6.1", "0.7.0", "0.7.1", "0.8.0", "0.9.0", "0.9.1"]
+TORCH_WHEELS = {
+    # version: (platform, python version) -- the A2's own wheel, and one with the >= 2.12 forms
+    "2.7.1": ("manylinux_2_28_aarch64", "3.10"),
+    "2.14.1": ("macosx_14_0_arm64", "3.11"),
+}
+SHARD_INTERNALS = "torch/distributed/_shard/sharding_spec/_internals.py"
+DEFAULT_PLANNER = "torch/distributed/checkpoint/default_planner.py"
+
+
+def cache_dir() -> Path:
+    """The cache folder outside the repo."""
+    path = Path(os.environ.get("ASCENDFIX_TEST_CACHE", Path.home() / ".cache" / "ascendfix-tests"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _download(spec: str, extra: list[str]) -> Path:
+    wheels = cache_dir() / "wheels"
+    wheels.mkdir(exist_ok=True)
+    name, version = spec.split("==")
+    pattern = f"{name}-{version}-*.whl"
+    with open(cache_dir() / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test processes share the cache
+        found = sorted(wheels.glob(pattern))
+        if not found:
+            cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
+            result = subprocess.run(
+                [*cmd, *extra, "-d", str(wheels), spec], capture_output=True, text=True, timeout=900
+            )
+            found = sorted(wheels.glob(pattern))
+            if result.returncode != 0 or not found:
+                pytest.skip(f"cannot download {spec} from PyPI: {result.stderr.strip()[-300:]}")
+    return found[0]
+
+
+def extract(wheel: Path, members: list[str] | None, dest_name: str) -> Path:
+    """Unzip ``members`` (all .py files when None) of ``wheel`` once into the cache; return the folder."""
+    dest = cache_dir() / "trees" / dest_name
+    with open(cache_dir() / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (dest / ".complete").exists():
+            shutil.rmtree(dest, ignore_errors=True)
+            with zipfile.ZipFile(wheel) as zf:
+                names = members if members is not None else [n for n in zf.namelist() if n.endswith(".py")]
+                for name in names:
+                    zf.extract(name, dest)
+            (dest / ".complete").touch()
+    return dest
+
+
+def verl_tree(version: str) -> Path:
+    """A folder holding ``verl/`` exactly as the PyPI wheel of ``version`` installs it (.py files)."""
+    wheel = _download(f"verl=={version}", [])
+    return extract(wheel, None, f"verl-{version}")
+
+
+def torch_tree(version: str) -> Path:
+    """A folder holding the two checkpoint-validation files of the torch ``version`` wheel."""
+    platform, python = TORCH_WHEELS[version]
+    wheel = _download(f"torch=={version}", ["--platform", platform, "--python-version", python])
+    return extract(wheel, [SHARD_INTERNALS, DEFAULT_PLANNER], f"torch-{version}")
