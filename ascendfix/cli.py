@@ -81,7 +81,9 @@ def show(profile: str, as_json: bool) -> None:
         table.add_row(c.name, pin, ", ".join(c.devices), c.why)
     out.print(table)
     for conflict in prof.accepted_conflicts:
-        out.print(f"\n[yellow]accepted conflict[/]: {conflict.requirer} requires {conflict.requirement} — {conflict.why}")
+        out.print(
+            f"\n[yellow]accepted conflict[/]: {conflict.requirer} requires {conflict.requirement} — {conflict.why}"
+        )
     for device in prof.devices.values():
         out.print(f"\n[bold]{device.name}[/]: {device.description}")
         for var in device.env:

@@ -248,9 +248,7 @@ def load_patch(path: Path) -> Patch:
                 ptable.fail(ptable.field("sha256"), "expected 64 hex digits")
             preimages.append((digest, ptable.text("label")))
             ptable.done()
-        files.append(
-            PatchFile(rel, sites, ftable.get("only_in_checkout", bool, False, False), tuple(preimages))
-        )
+        files.append(PatchFile(rel, sites, ftable.get("only_in_checkout", bool, False, False), tuple(preimages)))
         ftable.done()
     if not files:
         top.fail("files", "a patch must name at least one file")
