@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ascendfix import engine, manifest
+from ascendfix import export as exporting
 from ascendfix.device import require_device
 from ascendfix.errors import AscendfixError
 from ascendfix.locate import parse_roots
@@ -218,6 +219,42 @@ def diff(profile, device, python, roots, only) -> None:
         style = "bold" if line.startswith(("---", "+++")) else ""
         style = style or {"+": "green", "-": "red", "@": "cyan"}.get(line[:1], "")
         out.print(f"[{style}]{escape(line)}[/]" if style else escape(line))
+
+
+# --- build inputs: export dockerfile / constraints ------------------------------------------------
+
+
+@main.group()
+def export() -> None:
+    """Generate build inputs from a profile: the image's Dockerfile, a pip constraints file."""
+
+
+@export.command("dockerfile")
+@click.option("--profile", default="verl-796871d", show_default=True, help="Profile name or manifest path.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def export_dockerfile(profile: str, as_json: bool) -> None:
+    """Print the Dockerfile of the profile's NPU image (stack stage, then the ascendfix build step)."""
+    prof = manifest.load_profile(profile)
+    text = exporting.dockerfile(prof)
+    if as_json:
+        image, origin = exporting.base_image(prof)
+        emit_json({"profile": prof.name, "base_image": image, "origin": origin, "dockerfile": text})
+    else:
+        click.echo(text, nl=False)
+
+
+@export.command("constraints")
+@click.option("--profile", default="verl-796871d", show_default=True, help="Profile name or manifest path.")
+@click.option("--device", type=DEVICE_CHOICE, default="npu", show_default=True, help="Whose components to pin.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def export_constraints(profile: str, device: str, as_json: bool) -> None:
+    """Print a pip constraints file: name==version and name @ git+URL@commit lines."""
+    prof = manifest.load_profile(profile)
+    text = exporting.constraints(prof, device)
+    if as_json:
+        emit_json({"profile": prof.name, "device": device, "constraints": text})
+    else:
+        click.echo(text, nl=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

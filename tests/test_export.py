@@ -1,0 +1,168 @@
+"""The Dockerfile and constraints generated from the manifest, and the committed docker/Dockerfile."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ascendfix import export, manifest
+from ascendfix.cli import main
+from click.testing import CliRunner
+from dockerfile_parse import DockerfileParser
+
+REPO = Path(__file__).resolve().parent.parent
+COMMITTED = REPO / "docker" / "Dockerfile"
+PROFILE = "verl-796871d"
+# The build step, word for word as the issue states it.
+APPLY = "ascendfix apply --profile verl-796871d --device npu --strict"
+DOCTOR = (
+    "ascendfix doctor --profile verl-796871d --device npu "
+    "--only python,packages,commits,integrity,patches,conflicts --strict"
+)
+
+
+def stages(path: Path) -> dict[str, dict]:
+    """Each stage of a Dockerfile: its FROM, its ARG defaults (global ones too), its RUN lines with ARGs expanded."""
+    parser = DockerfileParser(path=str(path))
+    global_args: dict[str, str] = {}
+    result: dict[str, dict] = {}
+    current = None
+    for item in parser.structure:
+        instruction, value = item["instruction"], item["value"]
+        if instruction == "FROM":
+            image, _, name = value.partition(" AS ")
+            current = result[name.strip()] = {"from": _expand(image.strip(), global_args), "args": {}, "run": []}
+        elif instruction == "ARG":
+            key, _, default = value.partition("=")
+            (current["args"] if current else global_args)[key] = default
+        elif instruction == "RUN" and current is not None:
+            current["run"].append(_expand(value, current["args"]))
+    return result
+
+
+def _expand(text: str, args: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args.get(m.group(1) or m.group(2), m.group(0)), text)
+
+
+def test_committed_dockerfile_is_what_the_manifest_generates():
+    generated = export.dockerfile(manifest.load_profile(PROFILE))
+    assert COMMITTED.read_text() == generated, "docker/Dockerfile is stale: run ascendfix export dockerfile > it"
+
+
+def test_cli_prints_the_same_dockerfile(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "ascendfix", "export", "dockerfile", "--profile", PROFILE],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == COMMITTED.read_text()
+
+
+def test_every_pinned_component_appears_with_its_exact_ref():
+    profile = manifest.load_profile(PROFILE)
+    stack = stages(COMMITTED)["stack"]
+    runs = "\n".join(stack["run"])
+    for c in profile.components:
+        if "npu" not in c.devices:
+            continue
+        if c.kind == "pypi":
+            assert f'"{c.distribution}=={c.version}"' in runs, c.name
+        elif c.kind == "git" and c.editable:
+            folder = f"/src/{c.name}"
+            ref = c.commit or f"tags/{c.tag}"
+            assert f'git clone --filter=blob:none --no-checkout "{c.repo}" {folder}' in runs, c.name
+            assert f'git -C {folder} checkout --detach "{ref}"' in runs, c.name
+            assert f"pip install -e {folder}" in runs, c.name
+        elif c.kind == "git":
+            assert f'"{c.distribution} @ git+{c.repo}@{c.commit or c.tag}"' in runs, c.name
+    assert 'assert v == "3.10"' in runs
+    image, _ = export.base_image(profile)
+    assert stack["from"] == image == "quay.io/ascend/manylinux:8.3.rc1-910b-manylinux_2_28-py3.10"
+
+
+def test_refs_are_pinned_never_branches():
+    profile = manifest.load_profile(PROFILE)
+    tags = {c.tag for c in profile.components if c.tag}
+    stack = stages(COMMITTED)["stack"]
+    for key, value in stack["args"].items():
+        if key.endswith("_COMMIT"):
+            assert re.fullmatch(r"[0-9a-f]{7,40}", value), key
+        elif key.endswith("_TAG"):
+            assert value in tags, key
+    assert not re.search(r"@(main|master)\b|--branch", "\n".join(stack["run"]))
+
+
+def test_verl_is_an_editable_checkout_and_tensordict_goes_last_without_deps():
+    runs = stages(COMMITTED)["stack"]["run"]
+    assert any("pip install -e /src/verl" in r for r in runs)
+    assert runs[-1] == 'python3 -m pip install --no-deps "tensordict==0.10.0"'
+    constraints_step = next(r for r in runs if "/etc/ascendfix/constraints.txt" in r)
+    assert "tensordict" not in constraints_step  # verl's own cap would make its install unresolvable
+    assert "vllm @ git+" in next(r for r in runs if r.startswith("VLLM_TARGET_DEVICE=empty "))
+
+
+def test_build_step_is_its_own_stage_on_stack_image():
+    parsed = stages(COMMITTED)
+    assert list(parsed) == ["stack", "patched"]
+    patched = parsed["patched"]
+    assert patched["from"] == "stack"  # STACK_IMAGE's default: the stage above
+    assert "ARG STACK_IMAGE=stack" in COMMITTED.read_text()
+    assert patched["run"] == ["python3 -m pip install /opt/ascendfix", APPLY, DOCTOR]
+
+
+def test_dockerfile_follows_the_manifest(tmp_path):
+    text = (REPO / "manifests" / f"{PROFILE}.toml").read_text()
+    moved = text.replace('version = "0.10.0"', 'version = "0.10.1"').replace(
+        "796871d7d092f7cbc6a64e7f4a3796f7a2217f5e", "0123456789abcdef0123456789abcdef01234567"
+    )
+    (tmp_path / "moved.toml").write_text(moved)
+    result = CliRunner().invoke(main, ["export", "dockerfile", "--profile", str(tmp_path / "moved.toml")])
+    assert result.exit_code == 0, result.output
+    assert "ARG TENSORDICT_VERSION=0.10.1" in result.output
+    assert "ARG VERL_COMMIT=0123456789abcdef0123456789abcdef01234567" in result.output
+    assert result.output != COMMITTED.read_text()
+
+
+def test_unknown_cann_python_pair_is_one_clear_error(tmp_path):
+    text = (REPO / "manifests" / f"{PROFILE}.toml").read_text().replace('version = "8.3.RC1"', 'version = "8.2.RC1"')
+    (tmp_path / "old.toml").write_text(text)
+    result = CliRunner().invoke(main, ["export", "dockerfile", "--profile", str(tmp_path / "old.toml")])
+    assert result.exit_code == 2
+    assert "no known base image for CANN 8.2.RC1 with Python 3.10" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_constraints_pin_every_component_of_the_device():
+    result = CliRunner().invoke(main, ["export", "constraints", "--profile", PROFILE])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line and not line.startswith("#")]
+    assert lines == [
+        "torch==2.7.1",
+        "torch-npu==2.7.1",
+        "vllm @ git+https://github.com/vllm-project/vllm.git@38217877aa70041c0115ee367b75197af9cbc5ad",
+        "vllm-ascend @ git+https://github.com/vllm-project/vllm-ascend.git@1de16ead8eecfec8903ec1b330b27a4fa2593c35",
+        "transformers @ git+https://github.com/huggingface/transformers.git@8365f70e925",
+        "mindspeed @ git+https://gitee.com/ascend/MindSpeed.git@1cdd0abd75e40936ad31721c092f57c695dd72c4",
+        "megatron-core @ git+https://github.com/NVIDIA/Megatron-LM.git@core_v0.12.1",
+        "verl @ git+https://github.com/volcengine/verl.git@796871d7d092f7cbc6a64e7f4a3796f7a2217f5e",
+        "mindspeed_rl @ git+https://gitee.com/ascend/MindSpeed-RL.git@v2.2.0",
+        "tensordict==0.10.0",
+    ]
+    assert "# accepted conflict: verl requires tensordict>=0.8.0,<=0.9.1,!=0.9.0" in result.output
+
+
+def test_cuda_constraints_leave_out_npu_only_components():
+    result = CliRunner().invoke(main, ["export", "constraints", "--profile", PROFILE, "--device", "cuda", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "torch==2.7.1" in result.output and "vllm-ascend" not in result.output and "torch-npu" not in result.output
+
+
+@pytest.mark.parametrize("command", [["export", "dockerfile"], ["export", "constraints"]])
+def test_unknown_profile_is_a_usage_error(command):
+    result = CliRunner().invoke(main, [*command, "--profile", "no-such-profile"])
+    assert result.exit_code == 2 and "unknown profile 'no-such-profile'" in result.output
