@@ -7,6 +7,7 @@ status (2 for bad input, 1 for a refusal or a failed check), never as a tracebac
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from typing import Any
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ascendfix import engine, manifest
+from ascendfix import cluster, engine, manifest
 from ascendfix import export as exporting
 from ascendfix.device import require_device
 from ascendfix.errors import AscendfixError
@@ -40,7 +41,7 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except AscendfixError as e:
-            err.print(f"[bold red]error:[/] {e}", markup=True)
+            err.print(f"[bold red]error:[/] {escape(str(e))}", markup=True)
             sys.exit(e.exit_code)
 
 
@@ -102,6 +103,87 @@ def show(profile: str, as_json: bool) -> None:
         out.print(f"  [dim]drop when:[/] {' '.join(patch.drop_when.split())}")
 
 
+# --- the whole Ray cluster: --ray [ADDRESS] on status / apply / doctor ------------------------------
+
+
+def on_ray_cluster(command):
+    """Add ``--ray [ADDRESS]`` and ``--ray-timeout``: run the command on every node of a Ray cluster instead."""
+
+    @functools.wraps(command)
+    def run(*args, ray_address=None, ray_timeout=60.0, **kwargs):
+        if ray_address is None:
+            return command(*args, **kwargs)
+        argv = _local_argv(click.get_current_context())
+        report = cluster.table(argv, cluster.run(argv, None if ray_address == "auto" else ray_address, ray_timeout))
+        if kwargs.get("as_json"):
+            emit_json(report.as_json())
+        else:
+            _render_cluster(report)
+        if not report.ok:
+            sys.exit(1)
+
+    run = click.option(
+        "--ray-timeout", type=float, default=60.0, show_default=True, metavar="SECONDS", help="Per-node answer limit."
+    )(run)
+    return click.option(
+        "--ray",
+        "ray_address",
+        is_flag=False,
+        flag_value="auto",
+        default=None,
+        metavar="[ADDRESS]",
+        help="Run on every alive node of this Ray cluster (default: the local one's) and compare.",
+    )(run)
+
+
+def _local_argv(ctx: click.Context) -> list[str]:
+    """The command line each node runs: this command's own options, minus --ray, plus --json."""
+    argv = [ctx.command.name]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if param.name in ("ray_address", "ray_timeout", "as_json") or value is None or value is False:
+            continue
+        if isinstance(param, click.Argument):
+            argv += [str(v) for v in value] if param.multiple else [str(value)]
+        elif param.is_flag:
+            argv.append(param.opts[0])
+        else:
+            for v in value if param.multiple else [value]:
+                argv += [param.opts[0], str(v)]
+    return [*argv, "--json"]
+
+
+def _render_cluster(report: cluster.Table) -> None:
+    table = Table("node", "host", *report.items, "exit", box=None, title=f"ascendfix {' '.join(report.argv[:-1])}")
+    for node in report.nodes:
+        row = report.cells.get(node.label, {})
+        values = [
+            f"[bold red]{escape(value)}[/]" if item in report.differing else escape(value)
+            for item in report.items
+            for value in [row.get(item, ("(absent)", ""))[0]]
+        ]
+        if node.error:
+            values = [f"[bold red]{escape(node.error)}[/]", *[""] * (len(values) - 1)] if values else []
+        code = "-" if node.returncode is None else str(node.returncode)
+        table.add_row(escape(node.label), escape(node.hostname), *values, f"[red]{code}[/]" if node.failed else code)
+    (out if out.is_terminal else Console(width=240, highlight=False)).print(table)  # a log keeps every column
+    for node in report.nodes:
+        if node.error and not report.items:
+            out.print(f"[bold red]{escape(node.label)}:[/] {escape(node.error)}")
+    if report.differing:
+        out.print(f"[bold red]nodes disagree on:[/] {', '.join(report.differing)}")
+        for item in report.differing:
+            for node in report.nodes:
+                value, detail = report.cells.get(node.label, {}).get(item, ("(absent)", ""))
+                if node.label in report.cells:
+                    out.print(f"  {item}  [bold]{escape(node.label)}[/]: {escape(value)}  [dim]{escape(detail)}[/]")
+    failed = [n.label for n in report.nodes if n.failed]
+    if failed:
+        out.print(f"[bold red]failed on:[/] {', '.join(failed)}")
+    if report.ok:
+        out.print(f"[green]all {len(report.nodes)} node(s) agree[/]")
+
+
 # --- patch engine: apply / revert / status / diff -------------------------------------------------
 
 STATE_STYLE = {
@@ -149,6 +231,7 @@ def _json_report(selection: engine.Selection, statuses: list[engine.PatchStatus]
 
 
 @main.command()
+@on_ray_cluster
 @click.option("--profile", default="verl-796871d", show_default=True, help="Profile name or manifest path.")
 @click.option("--device", type=DEVICE_CHOICE, help="npu or cuda (default: detected).")
 @target_options
@@ -187,6 +270,7 @@ def revert(profile, python, roots, only, as_json) -> None:
 
 
 @main.command()
+@on_ray_cluster
 @click.option("--profile", default="verl-796871d", show_default=True, help="Profile name or manifest path.")
 @click.option("--device", type=DEVICE_CHOICE, help="npu or cuda (default: detected).")
 @target_options

@@ -80,3 +80,8 @@ def torch_tree(version: str) -> Path:
     platform, python = TORCH_WHEELS[version]
     wheel = _download(f"torch=={version}", ["--platform", platform, "--python-version", python])
     return extract(wheel, [SHARD_INTERNALS, DEFAULT_PLANNER], f"torch-{version}")
+
+
+def verl_wheel(version: str) -> Path:
+    """The verl ``version`` wheel itself, as PyPI serves it."""
+    return _download(f"verl=={version}", [])

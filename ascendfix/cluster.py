@@ -1,0 +1,193 @@
+"""One command on every node of a Ray cluster, and one table of what the nodes said.
+
+``run`` starts one Ray task per alive node, pinned to it (hard node affinity), that runs
+``python -m ascendfix <argv> --json`` there and returns its exit status and output. A
+node that does not answer within the timeout becomes a row saying so. ``table`` turns
+the answers into nodes x items (patches, checks, or any JSON's scalar fields) and names
+every item whose value is not the same on all nodes. Ray is imported only here, only
+when asked for: it is the optional extra ``ascendfix[ray]``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from ascendfix.errors import UsageError
+
+INSTALL_HINT = "ray is not installed: pip install 'ascendfix[ray]'"
+
+
+@dataclass(frozen=True)
+class NodeAnswer:
+    """What one node answered: its exit status and parsed JSON, or why there is none."""
+
+    node_id: str
+    address: str
+    hostname: str = ""
+    returncode: int | None = None
+    data: object = None
+    error: str = ""
+
+    @property
+    def label(self) -> str:
+        """How a row names the node: its address and the start of its Ray node id."""
+        return f"{self.address} {self.node_id[:8]}"
+
+    @property
+    def failed(self) -> bool:
+        """No answer, no JSON, or a non-zero exit status."""
+        return bool(self.error) or self.returncode != 0
+
+
+@dataclass(frozen=True)
+class Table:
+    """Nodes x items: each cell a value, plus a detail (file hashes, messages) shown where nodes differ."""
+
+    argv: tuple[str, ...]
+    nodes: tuple[NodeAnswer, ...]
+    items: tuple[str, ...]
+    cells: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)  # node label -> item -> cell
+    differing: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Every node answered, succeeded, and agrees with the others."""
+        return not self.differing and not any(n.failed for n in self.nodes)
+
+    def as_json(self) -> dict:
+        """Plain data: the command, each node's answer and cells, and the items that differ."""
+        return {
+            "command": list(self.argv),
+            "ok": self.ok,
+            "differing": list(self.differing),
+            "nodes": [
+                {
+                    "node": n.label,
+                    "node_id": n.node_id,
+                    "address": n.address,
+                    "hostname": n.hostname,
+                    "returncode": n.returncode,
+                    "error": n.error,
+                    "cells": {item: {"value": v, "detail": d} for item, (v, d) in self.cells.get(n.label, {}).items()},
+                }
+                for n in self.nodes
+            ],
+        }
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(INSTALL_HINT) from None
+    return ray
+
+
+def run_local(argv: list[str], timeout: float) -> dict:
+    """Run ``python -m ascendfix ARGV`` here (inside the Ray task); return status, output and host."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ascendfix", *argv], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"hostname": socket.gethostname(), "error": f"ascendfix did not finish within {timeout:g} s"}
+    return {
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "returncode": done.returncode,
+        "stdout": done.stdout,
+        "stderr": done.stderr,
+    }
+
+
+def run(argv: list[str], address: str | None = None, timeout: float = 60.0) -> list[NodeAnswer]:
+    """Run the command on every alive node of the cluster at ``address`` ("auto": the local one's)."""
+    ray = _ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    try:
+        ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False, configure_logging=False)
+    except (ConnectionError, ValueError, RuntimeError) as e:
+        raise UsageError(f"--ray {address or 'auto'}: cannot connect to a Ray cluster: {e}") from None
+    try:
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        task = ray.remote(num_cpus=0, max_retries=0)(run_local)
+        refs = {
+            task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                argv, timeout
+            ): n
+            for n in nodes
+        }
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout + 10)
+        answers = []
+        for ref, node in refs.items():
+            base = NodeAnswer(node["NodeID"], node.get("NodeManagerAddress", "?"))
+            if ref not in ready:
+                ray.cancel(ref, force=True)
+                answers.append(_with(base, error=f"no answer within {timeout:g} s"))
+                continue
+            try:
+                answers.append(_answer(base, ray.get(ref)))
+            except Exception as e:  # a task that died on its node is that node's row, not our crash
+                answers.append(_with(base, error=f"the task failed on this node: {type(e).__name__}: {e}"))
+        return answers
+    finally:
+        ray.shutdown()
+
+
+def _with(base: NodeAnswer, **changes) -> NodeAnswer:
+    return NodeAnswer(**{**base.__dict__, **changes})
+
+
+def _answer(base: NodeAnswer, result: dict) -> NodeAnswer:
+    if "error" in result:
+        return _with(base, hostname=result["hostname"], error=result["error"])
+    try:
+        data = json.loads(result["stdout"])
+    except json.JSONDecodeError:
+        last = (result["stderr"].strip().splitlines() or ["no output"])[-1]
+        return _with(base, hostname=result["hostname"], returncode=result["returncode"], error=last)
+    return _with(base, hostname=result["hostname"], returncode=result["returncode"], data=data)
+
+
+def cells(data: object) -> dict[str, tuple[str, str]]:
+    """One node's JSON as item -> (value, detail): patch states, check statuses, or scalar fields."""
+    if isinstance(data, dict) and isinstance(data.get("patches"), list):
+        return {
+            p["id"]: (p["state"], " ".join(f"{f['path']}={(f.get('sha256') or '-')[:12]}" for f in p.get("files", [])))
+            for p in data["patches"]
+        }
+    if isinstance(data, dict) and isinstance(data.get("checks"), list):
+        return {c["id"]: (c["status"], "; ".join(c.get("messages") or [])) for c in data["checks"]}
+    flat: dict[str, tuple[str, str]] = {}
+    _flatten(data, "", flat)
+    return flat
+
+
+def _flatten(data: object, prefix: str, into: dict[str, tuple[str, str]]) -> None:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            _flatten(value, f"{prefix}.{key}" if prefix else str(key), into)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            _flatten(value, f"{prefix}[{i}]", into)
+    else:
+        into[prefix] = ("" if data is None else str(data), "")
+
+
+def table(argv: list[str], answers: list[NodeAnswer]) -> Table:
+    """Nodes x items, with the items whose value or detail is not the same on every answering node."""
+    by_node = {a.label: cells(a.data) for a in answers if a.data is not None}
+    items: dict[str, None] = {}
+    for node_cells in by_node.values():
+        items.update(dict.fromkeys(node_cells))
+    differing = tuple(
+        item for item in items if len({node_cells.get(item, ("(absent)", "")) for node_cells in by_node.values()}) > 1
+    )
+    return Table(tuple(argv), tuple(answers), tuple(items), by_node, differing)
