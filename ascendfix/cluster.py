@@ -11,6 +11,10 @@ when asked for: it is the optional extra ``ascendfix[ray]``.
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 from ascendfix.errors import UsageError
@@ -86,11 +90,6 @@ def _ray():
 
 def run_local(argv: list[str], timeout: float) -> dict:
     """Run ``python -m ascendfix ARGV`` here (inside the Ray task); return status, output and host."""
-    import os
-    import socket
-    import subprocess
-    import sys
-
     try:
         done = subprocess.run(
             [sys.executable, "-m", "ascendfix", *argv], capture_output=True, text=True, timeout=timeout
@@ -111,10 +110,14 @@ def run(argv: list[str], address: str | None = None, timeout: float = 60.0) -> l
     ray = _ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    if address:
+        _reachable(address)
     try:
         ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False, configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as e:
-        raise UsageError(f"--ray {address or 'auto'}: cannot connect to a Ray cluster: {e}") from None
+        if not address:
+            raise UsageError("--ray: no Ray cluster runs on this machine (start one, or pass --ray ADDRESS)") from None
+        raise UsageError(f"--ray {address}: cannot connect to a Ray cluster: {str(e).splitlines()[0]}") from None
     try:
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         task = ray.remote(num_cpus=0, max_retries=0)(run_local)
@@ -139,6 +142,17 @@ def run(argv: list[str], address: str | None = None, timeout: float = 60.0) -> l
         return answers
     finally:
         ray.shutdown()
+
+
+def _reachable(address: str, seconds: float = 5.0) -> None:
+    """Fail fast on an address nothing listens on (Ray itself would retry for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--ray {address}: expected HOST:PORT of the cluster's head (e.g. 10.0.0.1:6379)")
+    try:
+        socket.create_connection((host, int(port)), timeout=seconds).close()
+    except OSError as e:
+        raise UsageError(f"--ray {address}: nothing answers there ({e.strerror or e})") from None
 
 
 def _with(base: NodeAnswer, **changes) -> NodeAnswer:

@@ -118,7 +118,6 @@ def build_patched(stack_image: str, context: Path) -> subprocess.CompletedProces
         "bud",
         "--isolation",
         "chroot",
-        "--force-rm",
         "--target",
         "patched",
         "--build-arg",
