@@ -102,3 +102,14 @@ def test_python_target_interpreter_without_the_package(stack):
     data = json.loads(result.stdout)
     assert result.returncode == 1
     assert all("not installed in" in p["reason"] for p in data["patches"] if p["state"] == "drifted")
+
+
+def test_demo_runs_the_whole_job_and_leaves_the_workspace_as_it_found_it(tmp_path):
+    result = run("demo", "--dir", str(tmp_path / "demo"))
+    assert result.returncode == 0, result.stderr
+    assert "interleave=False  # ascendfix: verl-grpo-no-interleave" in result.stdout
+    assert result.stdout.count("(reverted)") == 5
+    fresh = make_stack(tmp_path / "fresh")
+    again = make_stack(tmp_path / "compare")
+    demo_stack = type(fresh)(tmp_path / "demo" / "verl-checkout", tmp_path / "demo" / "site-packages")
+    assert demo_stack.snapshot() == again.snapshot()
