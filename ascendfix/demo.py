@@ -59,13 +59,21 @@ def _validate_global_plan(global_plan, metadata) -> bool:
     return all_good
 """
 
+PYPROJECT = b"""[project]
+name = "verl"
+version = "0.5.0.dev0"
+
+[tool.setuptools]
+packages = ["verl"]
+"""
+
 FILES = {
     "verl": {
         "verl/__init__.py": b"",
         "verl/utils/device.py": DEVICE,
         "verl/trainer/ppo/ray_trainer.py": TRAINER,
         "recipe/dapo/dapo_ray_trainer.py": DAPO,
-        "pyproject.toml": b"[project]\nname = 'verl'\n",
+        "pyproject.toml": PYPROJECT,
     },
     "torch": {
         "torch/__init__.py": b"",
