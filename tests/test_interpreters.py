@@ -11,7 +11,6 @@ import venv
 from pathlib import Path
 
 import pytest
-
 from ascendfix import demo
 
 REPO = Path(__file__).resolve().parent.parent
