@@ -29,6 +29,7 @@ ENV_CHECKS = ("interface",)
 PATCH_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+HINT_OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)+(=\S.*)?$")
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,14 @@ class AcceptedConflict:
 
 
 @dataclass(frozen=True)
+class Hint:
+    """A Hydra override the profile recommends (``key=value``, or a bare ``key`` that should be set)."""
+
+    override: str
+    why: str
+
+
+@dataclass(frozen=True)
 class PatchFile:
     """One file a patch edits, relative to the directory that holds the package."""
 
@@ -119,6 +128,7 @@ class Profile:
     devices: dict[str, Device]
     accepted_conflicts: tuple[AcceptedConflict, ...]
     patches: dict[str, Patch]
+    hints: tuple[Hint, ...] = ()
 
     def component(self, name: str) -> Component | None:
         """The component called ``name``, if the profile pins one."""
@@ -411,6 +421,7 @@ def load_profile(ref: str) -> Profile:
     for ct in top.tables("accepted_conflicts", required=False):
         conflicts.append(AcceptedConflict(ct.text("requirer"), ct.text("requirement"), ct.text("why")))
         ct.done()
+    hints = tuple(_hint(ht) for ht in top.tables("hints", required=False))
     patches: dict[str, Patch] = {}
     for dname, device in devices.items():
         for pid in device.patches:
@@ -434,7 +445,16 @@ def load_profile(ref: str) -> Profile:
                 top.fail("devices", f"patches {other!r} and {patch.id!r} both edit {f.path}; one patch per file")
     top.seen.add("extends")
     top.done()
-    return Profile(name, description, path, components, devices, tuple(conflicts), patches)
+    return Profile(name, description, path, components, devices, tuple(conflicts), patches, hints)
+
+
+def _hint(t: _Table) -> Hint:
+    override = t.text("override")
+    if not HINT_OVERRIDE.match(override):
+        t.fail(t.field("override"), f"{override!r} is not a Hydra override (key.sub=value, or key.sub)")
+    hint = Hint(override, t.text("why"))
+    t.done()
+    return hint
 
 
 def patch_params(patch: Patch) -> dict[str, Any]:
