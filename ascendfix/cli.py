@@ -164,8 +164,10 @@ def _report_table(console: Console, data: dict[str, Any], sparks: dict[str, str]
     table.add_row("steps seen", f"{data['steps_seen']}{span}, {data['steady_steps']} steady")
     table.add_row(
         "parsed",
-        f"{p['files']} file(s), {p['step_lines']} step lines, {p['duplicates']} duplicates, {p['skipped']} skipped",
+        (f"{p['files']} file(s), " if p["files"] else "")
+        + f"{p['step_lines']} step lines, {p['duplicates']} duplicates, {p['skipped']} skipped",
     )
+
     r = data["reward_mean"]
     table.add_row("reward mean", f"{_num(r['first'])} → {_num(r['last'])}  {sparks.get('reward', '')}")
     for key in ("response_length", "prompt_length"):
