@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ascendfix import manifest
@@ -38,7 +39,7 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except AscendfixError as e:
-            err.print(f"[bold red]error:[/] {e}", markup=True)
+            err.print(f"[bold red]error:[/] {escape(str(e))}", markup=True)
             sys.exit(e.exit_code)
 
 
@@ -155,7 +156,7 @@ class _RichStatus:
 
 
 def _report_table(console: Console, data: dict[str, Any], sparks: dict[str, str]) -> None:
-    table = Table(box=None, show_header=False, title=f"[bold]{data['run']}[/]", title_justify="left")
+    table = Table(box=None, show_header=False, title=f"[bold]{escape(data['run'])}[/]", title_justify="left")
     table.add_column(style="dim")
     table.add_column()
     p = data["parse"]
@@ -187,7 +188,7 @@ def _report_table(console: Console, data: dict[str, Any], sparks: dict[str, str]
         f"  {sparks.get('e2e_tps', '')}",
     )
     for key, value in data["metrics"].items():
-        table.add_row(key, f"{_num(value)}  {sparks.get(key, '')}")
+        table.add_row(escape(key), f"{_num(value)}  {sparks.get(key, '')}")
     console.print(table)
     console.print("[dim]figures are medians over steady steps (not step 1, not validating or saving)[/]")
 
@@ -233,15 +234,16 @@ def run(
     if not no_preflight:
         pre = preflight.run_preflight(profile, device, argv, os.environ, preflight.default_seams())
         for finding in pre.hints:
-            err.print(f"[yellow]hint[/] ({finding.source}): {finding.message}")
+            err.print(f"[yellow]hint[/] ({finding.source}): {escape(finding.message)}")
     for s in settings:
         if s.source == "user" and s.profile_value is not None and s.value != s.profile_value:
-            err.print(f"[dim]env[/] {s.name}={s.value} (yours) wins over the profile's {s.profile_value}")
+            mine, theirs = escape(s.value or ""), escape(s.profile_value)
+            err.print(f"[dim]env[/] {s.name}={mine} (yours) wins over the profile's {theirs}")
         elif s.source == "missing":
-            err.print(f"[yellow]hint[/] (env): {s.name} must be set per site: {s.why}")
+            err.print(f"[yellow]hint[/] (env): {s.name} must be set per site: {escape(s.why)}")
     if pre is not None and pre.problems:
         for finding in pre.problems:
-            err.print(f"[red]problem[/] ({finding.source}): {finding.message}")
+            err.print(f"[red]problem[/] ({finding.source}): {escape(finding.message)}")
         raise RefusedError(f"preflight found {len(pre.problems)} problem(s); fix them or pass --no-preflight")
     log_dir = log_dir or Path("ascendfix-runs") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     try:
@@ -277,7 +279,7 @@ def run(
             write_metrics(step)
 
     parser = metrics.StepParser(on_step=on_step)
-    err.print(f"[dim]ascendfix: {' '.join(record['command'])} → {log_dir}/train.log[/]")
+    err.print(f"[dim]ascendfix: {escape(' '.join(record['command']))} → {escape(str(log_dir))}/train.log[/]")
     result = launch.launch(argv, env, log_dir, parser, status)
     if status is not None:
         status.clear()
@@ -289,7 +291,7 @@ def run(
     else:
         err.print("[dim]ascendfix: no verl step lines seen[/]")
     how = f" after {result.forwarded}" + (" and SIGKILL" if result.killed else "") if result.forwarded else ""
-    err.print(f"[dim]ascendfix: exit status {result.exit_status}{how}; log {log_dir}/train.log[/]")
+    err.print(f"[dim]ascendfix: exit status {result.exit_status}{how}; log {escape(str(log_dir))}/train.log[/]")
     sys.exit(result.exit_status)
 
 
@@ -348,7 +350,7 @@ def report_command(paths: tuple[Path, ...], as_json: bool, plot: Path | None, ex
     for run in runs:
         _report_table(out, report.report_data(run, keys), _sparks(run, keys))
     if plot is not None:
-        out.print(f"plot written to {plot}")
+        out.print(f"plot written to {escape(str(plot))}")
 
 
 @main.command("compare")
@@ -363,7 +365,7 @@ def compare_command(a: Path, b: Path, as_json: bool) -> None:
     if as_json:
         emit_json(data)
         return
-    table = Table("metric", "A", "B", "B/A", box=None, caption=f"A = {a}\nB = {b}", caption_justify="left")
+    table = Table("metric", "A", "B", "B/A", box=None, caption=escape(f"A = {a}\nB = {b}"), caption_justify="left")
     for row in data["rows"]:
         table.add_row(row["metric"], _num(row["a"]), _num(row["b"]), _num(row["ratio"], 2))
     out.print(table)
