@@ -13,7 +13,6 @@ import os
 import re
 import resource
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -43,15 +42,6 @@ class EnvSetting:
     why: str
     source: str  # profile | user | ascendfix | missing
     profile_value: str | None = None
-
-
-def detect_device() -> str:
-    """npu when the Ascend driver or npu-smi is present, cuda when nvidia-smi is, else a UsageError."""
-    if Path("/usr/local/Ascend/driver").is_dir() or shutil.which("npu-smi"):
-        return "npu"
-    if shutil.which("nvidia-smi"):
-        return "cuda"
-    raise UsageError("cannot tell the device (no Ascend driver, npu-smi or nvidia-smi): pass --device npu|cuda")
 
 
 def resolve_env(profile: Profile, device: str, environ: Mapping[str, str]) -> list[EnvSetting]:
