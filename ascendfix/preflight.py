@@ -50,12 +50,12 @@ class Seams:
 
     ``doctor_failures(profile, device)`` returns the messages of doctor's fail-level checks
     (None when doctor cannot run);
-    ``patch_states(profile, device)`` returns ``{patch id: state}`` with the engine's states
-    (applied, not-applied, not-applicable, drifted, partial), or None when it cannot tell.
+    ``patch_states(profile, device)`` returns ``{patch id: (state, reason)}`` with the engine's
+    states (applied, not-applied, not-applicable, drifted, partial), or None when it cannot tell.
     """
 
     doctor_failures: Callable[[Profile, str], list[str] | None]
-    patch_states: Callable[[Profile, str], dict[str, str] | None]
+    patch_states: Callable[[Profile, str], dict[str, tuple[str, str]] | None]
 
 
 def _expand(value: str, variables: Mapping[str, str]) -> str:
@@ -139,16 +139,20 @@ def run_preflight(
         result.problems.append(Finding("doctor", message))
     states = seams.patch_states(profile, device)
     wanted = profile.devices[device].patches
+    filter_groups = _truthy(overrides.get(FILTER_GROUPS))
     if states is None:
         result.hints.append(Finding("patches", "patch status unknown: run `ascendfix status` before a long job"))
     else:
         for pid in wanted:
-            state = states.get(pid)
+            state, reason = states.get(pid, ("", ""))
+            because = f" ({reason})" if reason else ""
             if state in ("drifted", "partial"):
-                result.problems.append(Finding("patches", f"patch {pid} is {state}: run `ascendfix status` / `apply`"))
+                result.problems.append(Finding("patches", f"patch {pid} is {state}{because}: see `ascendfix status`"))
+            elif state == "not-applied" and pid == DAPO_PATCH and filter_groups:
+                result.hints.append(Finding("patches", f"{DAPO_PATCH} is not applied, as {FILTER_GROUPS} requires"))
             elif state == "not-applied":
                 result.problems.append(Finding("patches", f"patch {pid} is not applied: run `ascendfix apply`"))
-        if states.get(DAPO_PATCH) == "applied" and _truthy(overrides.get(FILTER_GROUPS)):
+        if states.get(DAPO_PATCH, ("", ""))[0] == "applied" and filter_groups:
             result.problems.append(
                 Finding(
                     "patches",
@@ -189,9 +193,15 @@ def batch_size_hints(overrides: Mapping[str, str]) -> list[str]:
     return found
 
 
+def _engine_states(profile: Profile, device: str) -> dict[str, tuple[str, str]]:
+    from ascendfix import engine
+
+    return {s.id: (s.state, s.reason) for s in engine.status(engine.select(profile, device))}
+
+
 def default_seams() -> Seams:
-    """Seams that know nothing yet: preflight then says it cannot tell, and refuses nothing on their account."""
-    return Seams(doctor_failures=lambda profile, device: None, patch_states=lambda profile, device: None)
+    """The patch engine's status in this interpreter; doctor is not wired yet (None: preflight says so)."""
+    return Seams(doctor_failures=lambda profile, device: None, patch_states=_engine_states)
 
 
 def total_steps(overrides: Mapping[str, str]) -> int | None:

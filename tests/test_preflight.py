@@ -11,7 +11,7 @@ from ascendfix.preflight import Seams, run_preflight, scan_overrides
 from click.testing import CliRunner
 
 PROFILE = manifest.load_profile("verl-796871d")
-ALL_APPLIED = Seams(lambda p, d: [], lambda p, d: {pid: "applied" for pid in p.devices[d].patches})
+ALL_APPLIED = Seams(lambda p, d: [], lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches})
 
 
 def write_script(tmp_path, body: str):
@@ -94,24 +94,25 @@ def test_dapo_patch_with_filter_groups_is_refused_naming_both(value):
 
 
 def test_filter_groups_without_the_dapo_patch_is_fine():
-    states = {pid: "applied" for pid in PROFILE.devices["npu"].patches} | {"verl-dapo-no-interleave": "not-applicable"}
+    states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
+    states["verl-dapo-no-interleave"] = ("not-applicable", "recipe/ ships only in a checkout")
     seams = Seams(lambda p, d: [], lambda p, d: states)
     argv = ["python3", "x.py", "algorithm.filter_groups.enable=True"]
     assert run_preflight(PROFILE, "npu", argv, {}, seams).problems == []
 
 
 def test_doctor_failures_and_bad_patch_states_are_problems():
-    states = {pid: "applied" for pid in PROFILE.devices["npu"].patches}
-    states.update({"verl-cuda-probe-off": "not-applied", "torch-shard-overlap-check": "drifted"})
+    states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
+    states.update({"verl-cuda-probe-off": ("not-applied", ""), "torch-shard-overlap-check": ("drifted", "x.py gone")})
     seams = Seams(lambda p, d: ["CANN 8.1.RC1 found, profile pins 8.3.RC1"], lambda p, d: states)
     problems = run_preflight(PROFILE, "npu", ["true"], {}, seams).problems
     assert [p.source for p in problems] == ["doctor", "patches", "patches"]
     assert "verl-cuda-probe-off is not applied" in problems[1].message
-    assert "torch-shard-overlap-check is drifted" in problems[2].message
+    assert "torch-shard-overlap-check is drifted (x.py gone)" in problems[2].message
 
 
 def test_unknown_seams_are_hints_not_problems():
-    result = run_preflight(PROFILE, "npu", ["true"], {}, preflight.default_seams())
+    result = run_preflight(PROFILE, "npu", ["true"], {}, Seams(lambda p, d: None, lambda p, d: None))
     assert result.problems == []
     assert {h.source for h in result.hints} >= {"doctor", "patches"}
 
@@ -149,3 +150,29 @@ def test_manifest_hints_are_validated_strictly(tmp_path):
 
 def test_bundled_profile_carries_the_guides_hints():
     assert "trainer.val_before_train=False" in [h.override for h in PROFILE.hints]
+
+
+def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypatch):
+    from ascendfix import engine
+
+    from tests.stack import make_stack
+
+    stack = make_stack(tmp_path / "stack")
+    select = engine.select
+    monkeypatch.setattr(engine, "select", lambda profile, device: select(profile, device, roots=stack.roots()))
+    engine.apply(engine.select(PROFILE, "npu"))
+    script = write_script(tmp_path, "echo launched\necho python3 x.py algorithm.filter_groups.enable=${FILTER}\n")
+    args = ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)]
+    refused = CliRunner().invoke(cli.main, args, env={"FILTER": "True"})
+    assert refused.exit_code == 1 and "verl-dapo-no-interleave is applied" in refused.output
+    engine.revert(select(PROFILE, "npu", ("verl-dapo-no-interleave",), roots=stack.roots()))
+    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {"FILTER": "True"}, preflight.default_seams())
+    assert result.problems == []  # the DAPO patch reverted, as filter_groups needs: nothing to refuse
+    assert "verl-dapo-no-interleave is not applied, as algorithm.filter_groups.enable requires" in str(result.hints)
+    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {"FILTER": "False"}, preflight.default_seams())
+    assert [p.message for p in result.problems] == [
+        "patch verl-dapo-no-interleave is not applied: run `ascendfix apply`"
+    ]
+    launched = CliRunner().invoke(cli.main, ["run", "--no-preflight", *args[1:]], env={"FILTER": "False"})
+    assert launched.exit_code == 0, launched.output
+    assert (tmp_path / "logs" / "train.log").read_text().startswith("launched")

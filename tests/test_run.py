@@ -225,7 +225,7 @@ def test_preflight_refuses_dapo_patch_with_filter_groups(job, monkeypatch):
     profile = manifest.load_profile("verl-796871d")
     seams = preflight.Seams(
         doctor_failures=lambda p, d: [],
-        patch_states=lambda p, d: {pid: "applied" for pid in p.devices[d].patches},
+        patch_states=lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches},
     )
     argv = ["bash", str(job / "train.sh")]
     ok = preflight.run_preflight(profile, "npu", argv, {}, seams)
