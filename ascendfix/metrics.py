@@ -210,17 +210,18 @@ def _candidate_lines(path: Path) -> Iterator[bytes]:
 
 
 def _lines_with(buf: bytes) -> Iterator[bytes]:
-    for needle in (b"step:", b"Total training steps"):
-        pos = buf.find(needle)
-        last_end = -1
-        while pos != -1:
-            start = buf.rfind(b"\n", 0, pos) + 1
-            end = buf.find(b"\n", pos)
+    """Lines holding ``step:<digit>`` or the total-steps banner; one ``find`` for both keeps it one pass."""
+    find, rfind = buf.find, buf.rfind
+    pos = find(b"step")
+    while pos != -1:
+        after = buf[pos + 4 : pos + 6]
+        if (after[:1] == b":" and after[1:].isdigit()) or buf.startswith(b"Total training ", pos - 15):
+            end = find(b"\n", pos)
             end = len(buf) if end == -1 else end
-            if start > last_end:
-                yield buf[start:end]
-            last_end = end
-            pos = buf.find(needle, end)
+            yield buf[rfind(b"\n", 0, pos) + 1 : end]
+            pos = find(b"step", end)
+        else:
+            pos = find(b"step", pos + 4)
 
 
 def log_files(path: Path) -> list[Path]:
