@@ -17,6 +17,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ascendfix import engine, manifest
 from ascendfix.device import require_device
@@ -236,38 +237,45 @@ def _num(value: float | None, digits: int = 3) -> str:
 
 
 class _RichStatus:
-    """The live line under the job's output on a terminal's stderr: cleared before each chunk, redrawn after."""
+    """The live line under the job's output on a terminal's stderr: cleared before each chunk, redrawn
+    after it at most ten times a second, and on idle ticks (so the elapsed time moves)."""
 
     def __init__(self, total: int | None):
-        self.total, self.text, self.drawn = total, "waiting for the first step", False
-        self.started = time.monotonic()
+        self.total, self.text, self.shown = total, "waiting for the first step", None
+        self.started = self.last_draw = time.monotonic()
 
     def update(self, step: Any, parser: Any) -> None:
         from ascendfix import metrics
 
         total = parser.stats.total_steps or self.total
-        tps = metrics.throughput(step)["e2e_tps"]
         reward = step.get(metrics.REWARD)
-        if reward is None:
-            reward = step.get(metrics.SCORE)
-        parts = [f"step {step.step}" + (f"/{total}" if total else "")]
-        parts += [
-            f"reward {_num(reward)}",
-            f"step {_num(step.get(metrics.STEP_TIME), 1)} s",
-            f"{_num(tps, 2)} tok/s/dev",
+        parts = [
+            f"step {step.step}" + (f"/{total}" if total else ""),
+            f"reward {_num(reward if reward is not None else step.get(metrics.SCORE))}",
+            f"{_num(step.get(metrics.STEP_TIME), 1)} s/step",
+            f"{_num(metrics.throughput(step)['e2e_tps'], 2)} tok/s/dev",
         ]
         self.text = " · ".join(parts)
 
     def clear(self) -> None:
-        if self.drawn:
+        if self.shown is not None:
             err.file.write("\r\x1b[2K")
-            self.drawn = False
+            self.shown = None
 
     def draw(self) -> None:
-        elapsed = int(time.monotonic() - self.started)
-        err.print(f"[bold cyan]ascendfix[/] {self.text} · {elapsed // 3600}h{elapsed // 60 % 60:02d}m", end="")
+        now = time.monotonic()
+        if self.shown is None and now - self.last_draw < 0.1:
+            return
+        elapsed = int(now - self.started)
+        line = Text.from_markup(f"[bold cyan]ascendfix[/] {escape(self.text)}")
+        line.append(f" · {elapsed // 3600}h{elapsed // 60 % 60:02d}m")
+        line.truncate(max(err.width - 1, 10))
+        if line.plain == self.shown:
+            return
+        self.clear()
+        err.print(line, end="")
         err.file.flush()
-        self.drawn = True
+        self.shown, self.last_draw = line.plain, now
 
 
 def _report_table(console: Console, data: dict[str, Any], sparks: dict[str, str]) -> None:
@@ -400,7 +408,7 @@ def run(
         status.clear()
     record.update(ended=launch.now(), **result.as_dict(), steps=len(parser.steps))
     launch.write_run_json(log_dir, record)
-    run_data = report.Run("this run", parser)
+    run_data = report.Run(str(log_dir), parser)
     if run_data.series.steps:
         _report_table(err, report.report_data(run_data), _sparks(run_data, ()))
     else:

@@ -135,7 +135,8 @@ def metrics_writer(path: Path) -> Callable[[Step], None]:
 
 
 class StatusLine(Protocol):
-    """A live status line drawn around the child's output (by the CLI)."""
+    """A live status line drawn around the child's output (by the CLI): ``clear`` before each chunk,
+    ``draw`` after a chunk that ended a line and on idle ticks; ``draw`` decides how often to paint."""
 
     def clear(self) -> None: ...
 
@@ -230,7 +231,10 @@ def _pump(
             exited_at = time.monotonic()
         if exited_at is not None and time.monotonic() - exited_at > 2.0:
             break  # the job is gone; only a daemon it left behind still holds the pipes
-        for key, _ in sel.select(timeout=0.2):
+        ready = sel.select(timeout=0.2)
+        if not ready and status is not None and not any(partial.values()):
+            status.draw()
+        for key, _ in ready:
             fd = key.fd
             chunk = os.read(fd, 1 << 16)
             if not chunk:
