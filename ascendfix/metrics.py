@@ -156,6 +156,11 @@ class StepParser:
             return None
         return self._add(parse_line(raw))
 
+    def feed_lines(self, buf: bytes) -> None:
+        """Parse a block of complete lines; only the lines that can matter are looked at."""
+        for line in _lines_with(buf):
+            self.feed(line)
+
     def feed_json(self, line: bytes | str) -> Step | None:
         """Parse one line of verl's ``file`` logger JSONL."""
         return self._add(parse_json_record(line))
@@ -189,24 +194,17 @@ class StepParser:
                 for line in f:
                     self.feed_json(line)
             return
-        for line in _candidate_lines(path):
-            self.feed(line)
-
-
-def _candidate_lines(path: Path) -> Iterator[bytes]:
-    """The lines of a file that can matter (``step:`` or the total-steps banner), read in big chunks."""
-    with open(path, "rb") as f:
-        tail = b""
-        while True:
-            chunk = f.read(_CHUNK)
-            if not chunk:
-                break
-            buf = tail + chunk
-            cut = buf.rfind(b"\n") + 1
-            buf, tail = buf[:cut], buf[cut:]
-            yield from _lines_with(buf)
-        if tail:
-            yield from _lines_with(tail)
+        with open(path, "rb") as f:
+            tail = b""
+            while True:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    break
+                buf = tail + chunk
+                cut = buf.rfind(b"\n") + 1
+                self.feed_lines(buf[:cut])
+                tail = buf[cut:]
+            self.feed_lines(tail)
 
 
 def _lines_with(buf: bytes) -> Iterator[bytes]:
