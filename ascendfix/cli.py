@@ -223,6 +223,39 @@ def diff(profile, device, python, roots, only) -> None:
         out.print(f"[{style}]{escape(line)}[/]" if style else escape(line))
 
 
+# --- demo --------------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path), help="Keep the demo here.")
+def demo(folder: Path | None) -> None:
+    """Run the main job end to end on a built-in demo workspace (no Ascend hardware needed)."""
+    import tempfile
+
+    from ascendfix import demo as demo_workspace
+
+    base = folder or Path(tempfile.mkdtemp(prefix="ascendfix-demo-"))
+    workspace = demo_workspace.build(base)
+    prof = manifest.load_profile("verl-796871d")
+    selection = engine.select(prof, "npu", roots=workspace.roots())
+    out.print(f"[bold]ascendfix demo[/] — profile {prof.name}, device npu, workspace {base}\n")
+    out.print("[bold]1. status before[/]  (ascendfix status --profile verl-796871d --device npu --root ...)")
+    _render_patches(engine.status(selection))
+    out.print("\n[bold]2. diff[/]  (what apply will change)")
+    for line in engine.diff(engine.apply(selection, dry_run=True)).splitlines():
+        if line.startswith(("+", "-")) and not line.startswith(("+++", "---")):
+            out.print(f"  [{'green' if line[0] == '+' else 'red'}]{escape(line)}[/]")
+    out.print("\n[bold]3. apply[/]  (atomic, journaled; the demo files are not known upstream originals)")
+    _render_patches(engine.apply(selection))
+    out.print("\n[bold]4. apply again[/]  (idempotent: nothing to do)")
+    _render_patches(engine.apply(selection))
+    out.print("\n[bold]5. revert[/]  (byte for byte)")
+    _render_patches(engine.revert(engine.select(prof, None, roots=workspace.roots())))
+    out.print(
+        f"\nDone. Try it on your own trees: ascendfix apply --profile {prof.name} --root verl=DIR --root torch=DIR"
+    )
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
 

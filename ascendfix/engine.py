@@ -228,20 +228,23 @@ def apply(selection: Selection, strict: bool = False, dry_run: bool = False) -> 
         recover(selection)
     roots = [t.root for t in selection.targets.values() if t.root is not None]
     with locked(roots) if not dry_run else contextlib.nullcontext():
-        statuses = _plan(evaluate(selection), strict)
+        statuses = _plan(selection, evaluate(selection), strict)
         if dry_run:
             return [replace(s, action="would-apply" if s.state == NOT_APPLIED else "") for s in statuses]
         _write(selection, statuses)
     return [_applied(s) for s in statuses]
 
 
-def _plan(statuses: list[PatchStatus], strict: bool) -> list[PatchStatus]:
+def _plan(selection: Selection, statuses: list[PatchStatus], strict: bool) -> list[PatchStatus]:
     """Refuse the whole run if any applicable patch cannot be applied cleanly; add warnings."""
     problems = [f"{s.id}: {s.state}: {s.reason}" for s in statuses if s.state in (DRIFTED, PARTIAL)]
     planned = []
     for s in statuses:
         unknown = [f.path for f in s.files if f.state == NOT_APPLIED and f.preimage is None]
         warnings = tuple(f"{path}: not a known original of {s.id}; its sites matched exactly" for path in unknown)
+        caveat = selection.profile.patches[s.id].caveat
+        if caveat and s.state == NOT_APPLIED:
+            warnings += (" ".join(caveat.split()),)
         if strict and unknown:
             problems.append(f"{s.id}: {unknown[0]} is not a known original (sha256 differs) and --strict is set")
         for f in s.files:
