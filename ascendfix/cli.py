@@ -256,10 +256,6 @@ def demo(folder: Path | None) -> None:
     )
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
-
-
 # --- run, env, report, compare -----------------------------------------------------------------
 
 DEFAULT_PROFILE = "verl-796871d"
@@ -353,7 +349,7 @@ def _sparks(run: Any, extra: tuple[str, ...]) -> dict[str, str]:
     from ascendfix import report
 
     keys = ("reward", "response_length", "prompt_length", "step_time_s", "e2e_tps", *extra)
-    curves = {k: report.curve(run, "prompt_length/mean" if k == "prompt_length" else k) for k in keys}
+    curves = {k: report.curve(run, k) for k in keys}
     return {k: report.sparkline([v for _, v in c]) for k, c in curves.items() if len(c) > 1}
 
 
@@ -407,25 +403,13 @@ def run(
     except OSError as e:
         raise UsageError(f"{log_dir}: cannot create the log directory: {e.strerror}") from None
     env = launch.job_environment(settings, os.environ)
-    record: dict[str, Any] = {
-        "command": launch.redact_argv(argv),
-        "cwd": os.getcwd(),
-        "profile": profile.name,
-        "device": device,
-        "log_dir": str(log_dir),
-        "started": launch.now(),
-        "env": [
-            {**manifest.as_dict(s), "value": launch.redact_env({s.name: s.value or ""})[s.name] if s.value else None}
-            for s in settings
-        ],
-        "ulimit_nofile": launch.raise_nofile(profile.devices[device].ulimit_nofile),
-        "overrides": overrides,
-        "preflight": None if pre is None else {"problems": [], "hints": [manifest.as_dict(h) for h in pre.hints]},
-        "environment": launch.redact_env(env),
-    }
+    ulimit = launch.raise_nofile(profile.devices[device].ulimit_nofile)
+    record = launch.run_record(profile.name, device, argv, settings, env, log_dir)
+    record.update(ulimit_nofile=ulimit, overrides=overrides)
+    record["preflight_hints"] = None if pre is None else [manifest.as_dict(h) for h in pre.hints]
     launch.write_run_json(log_dir, record)
     total = preflight.total_steps(overrides)
-    status = _RichStatus(total) if err.is_terminal else None
+    status = _RichStatus(total) if err.is_terminal and out.is_terminal else None
     write_metrics = launch.metrics_writer(json_metrics) if json_metrics else None
 
     def on_step(step: metrics.Step) -> None:
@@ -528,3 +512,7 @@ def compare_command(a: Path, b: Path, as_json: bool) -> None:
     gap = data["reward_difference"]
     out.print(f"reward B − A over {gap['common_steps']} common steps: ", end="")
     out.print(f"mean {_num(gap['mean'])}, max |Δ| {_num(gap['max_abs'])}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

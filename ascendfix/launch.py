@@ -101,6 +101,28 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def run_record(
+    profile: str,
+    device: str,
+    argv: Sequence[str],
+    settings: Sequence[EnvSetting],
+    env: Mapping[str, str],
+    log_dir: Path,
+) -> dict[str, Any]:
+    """What run.json records before the launch: command, profile, the env decisions, the whole env (redacted)."""
+    secret = {s.name for s in settings if SECRET_NAME.search(s.name)}
+    return {
+        "command": redact_argv(argv),
+        "cwd": os.getcwd(),
+        "profile": profile,
+        "device": device,
+        "log_dir": str(log_dir),
+        "started": now(),
+        "env": [{**asdict(s), "value": REDACTED if s.name in secret else s.value} for s in settings],
+        "environment": redact_env(env),
+    }
+
+
 def command_for(argv: Sequence[str]) -> list[str]:
     """The argv to execute: a non-executable ``*.sh`` script runs under bash."""
     if not argv:

@@ -16,6 +16,7 @@ SPARK = "▁▂▃▄▅▆▇█"
 CURVES = {
     "reward": metrics.REWARD,
     "response_length": metrics.RESPONSE_LENGTH,
+    "prompt_length": metrics.PROMPT_LENGTH,
     "step_time_s": metrics.STEP_TIME,
     "e2e_tps": metrics.E2E,
 }

@@ -137,7 +137,7 @@ def test_run_streams_output_writes_logs_and_returns_the_exit_status(job):
     assert env["HCCL_CONNECT_TIMEOUT"]["source"] == "user" and env["TASK_QUEUE_ENABLE"]["source"] == "profile"
     assert env["HCCL_SOCKET_IFNAME"]["source"] == "missing"
     assert record["overrides"]["actor_rollout_ref.rollout.n"] == "16"
-    assert state["nofile"] >= min(32768, record["ulimit_nofile"]["after"])
+    assert record["ulimit_nofile"]["wanted"] == 32768 and state["nofile"] == record["ulimit_nofile"]["after"]
     metrics_lines = [json.loads(line) for line in (job / "m.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics_lines] == [1, 2, 3, 4, 5, 6]
     # summary: steady steps are 2, 3, 4, 6 (1 is warm-up, 5 validated); see tests/verl_lines.run_steps
@@ -252,3 +252,28 @@ def test_env_prints_exports_that_bash_can_eval(tmp_path):
     assert as_json["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and "HCCL_CONNECT_TIMEOUT" not in as_json["env"]
     assert {v["name"] for v in as_json["site_specific"]} == {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}
     assert as_json["ulimit_nofile"] == 32768
+
+
+def test_secrets_are_redacted_in_the_command_and_environment():
+    argv = ["train.sh", "WANDB_API_KEY=abc", "trainer.project_name=x", "HF_TOKEN=t"]
+    assert launch.redact_argv(argv) == [
+        "train.sh",
+        "WANDB_API_KEY=<redacted>",
+        "trainer.project_name=x",
+        "HF_TOKEN=<redacted>",
+    ]
+    env = launch.redact_env({"AWS_SECRET_ACCESS_KEY": "k", "MY_PASSWORD": "p", "HCCL_EXEC_TIMEOUT": "3600"})
+    assert env == {"AWS_SECRET_ACCESS_KEY": "<redacted>", "HCCL_EXEC_TIMEOUT": "3600", "MY_PASSWORD": "<redacted>"}
+
+
+def test_env_resolution_sources():
+    profile = manifest.load_profile("verl-796871d")
+    settings = {
+        s.name: s for s in launch.resolve_env(profile, "npu", {"HCCL_SOCKET_IFNAME": "eth0", "TASK_QUEUE_ENABLE": "2"})
+    }
+    assert settings["HCCL_SOCKET_IFNAME"].source == "user" and settings["HCCL_SOCKET_IFNAME"].value == "eth0"
+    assert settings["TASK_QUEUE_ENABLE"].source == "user"  # set explicitly, even to the same value
+    assert settings["GLOO_SOCKET_IFNAME"].source == "missing" and settings["GLOO_SOCKET_IFNAME"].value is None
+    assert settings["PYTHONUNBUFFERED"].source == "ascendfix"
+    env = launch.job_environment(settings.values(), {"PATH": "/bin"})
+    assert "GLOO_SOCKET_IFNAME" not in env and env["HCCL_EXEC_TIMEOUT"] == "3600" and env["PATH"] == "/bin"
