@@ -359,7 +359,7 @@ def _sparks(run: Any, extra: tuple[str, ...]) -> dict[str, str]:
 @click.option("--no-preflight", is_flag=True, help="Launch even if doctor or the patch status say no.")
 @click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), help="Where train.log and run.json go.")
 @click.option("--json-metrics", type=click.Path(dir_okay=False, path_type=Path), help="Write each step as JSONL.")
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def run(
     profile_ref: str,
     device: str | None,
