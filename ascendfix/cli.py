@@ -343,7 +343,7 @@ def _report_table(console: Console, data: dict[str, Any], sparks: dict[str, str]
             f"{_num(v['first'], 1)} → {_num(v['last'], 1)} (median {_num(v['median'], 1)})  {sparks.get(key, '')}",
         )
     shares = " · ".join(f"{name} {'-' if s is None else f'{s * 100:.1f}%'}" for name, s in data["timing_share"].items())
-    table.add_row("step time", f"{_num(data['step_time_s'], 2)} s  {sparks.get('step_time_s', '')}")
+    table.add_row("step time", f"{_num(data['timing_s/step'], 2)} s  {sparks.get('timing_s/step', '')}")
     table.add_row("time share", shares)
     t = data["throughput"]
     world = "-" if t["world_size"] is None else f"{t['world_size']:.0f}"
@@ -361,7 +361,7 @@ def _report_table(console: Console, data: dict[str, Any], sparks: dict[str, str]
 def _sparks(run: Any, extra: tuple[str, ...]) -> dict[str, str]:
     from ascendfix import report
 
-    keys = ("reward", "response_length", "prompt_length", "step_time_s", "e2e_tps", *extra)
+    keys = ("reward", "response_length", "prompt_length", "timing_s/step", "e2e_tps", *extra)
     curves = {k: report.curve(run, k) for k in keys}
     return {k: report.sparkline([v for _, v in c]) for k, c in curves.items() if len(c) > 1}
 

@@ -17,10 +17,10 @@ CURVES = {
     "reward": metrics.REWARD,
     "response_length": metrics.RESPONSE_LENGTH,
     "prompt_length": metrics.PROMPT_LENGTH,
-    "step_time_s": metrics.STEP_TIME,
+    "timing_s/step": metrics.STEP_TIME,
     "e2e_tps": metrics.E2E,
 }
-COMPARED = ("step_time_s", "e2e_tps", "update_tps", "vllm_tps", "reward")
+COMPARED = ("timing_s/step", "e2e_tps", "update_tps", "vllm_tps", "reward")
 
 
 @dataclass
@@ -93,7 +93,7 @@ def report_data(run: Run, extra: Sequence[str] = ()) -> dict[str, Any]:
             **_first_last(steps, metrics.PROMPT_LENGTH),
             "median": series.steady_median(metrics.PROMPT_LENGTH),
         },
-        "step_time_s": series.steady_median(metrics.STEP_TIME),
+        "timing_s/step": series.steady_median(metrics.STEP_TIME),
         "timing_share": {name: _share(basis, name) for name in metrics.BREAKDOWN},
         "throughput": series.steady_throughput(),
         "metrics": {key: series.steady_median(key) for key in extra},
@@ -132,7 +132,7 @@ def compare_data(a: Run, b: Run) -> dict[str, Any]:
 
     def figures(r: dict[str, Any], run: Run) -> dict[str, float | None]:
         reward = run.series.steady_median(r["reward_key"])
-        return {"step_time_s": r["step_time_s"], **{k: r["throughput"][k] for k in COMPARED[1:4]}, "reward": reward}
+        return {"timing_s/step": r["timing_s/step"], **{k: r["throughput"][k] for k in COMPARED[1:4]}, "reward": reward}
 
     fa, fb = figures(ra, a), figures(rb, b)
     rows = [{"metric": k, "a": fa[k], "b": fb[k], "ratio": _ratio(fa[k], fb[k])} for k in COMPARED]
@@ -165,7 +165,7 @@ def plot(runs: Sequence[Run], file: Path) -> Path:
     titles = {
         "reward": "reward mean",
         "response_length": "response length (tokens)",
-        "step_time_s": "step time (s)",
+        "timing_s/step": "step time (s)",
         "e2e_tps": "e2e tokens/s per device",
     }
     fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)

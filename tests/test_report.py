@@ -103,7 +103,7 @@ def test_compare_gives_ratios_b_over_a_and_the_reward_gap(tmp_path):
     rows = {r["metric"]: r for r in data["rows"]}
     # steady steps: A 2..6, B 2..8; B's step times double, e2e halves, vllm quarters, update unchanged
     # A's steady step times 2620 2605 2610 2625 2600 → 2610; B's (doubled) 2..8 → 2 × 2615 = 5230
-    assert rows["step_time_s"]["ratio"] == pytest.approx(5230 / 2610)
+    assert rows["timing_s/step"]["ratio"] == pytest.approx(5230 / 2610)
     assert rows["update_tps"]["ratio"] == pytest.approx(
         report.report_data(report.load_run(b))["throughput"]["update_tps"]
         / report.report_data(report.load_run(a))["throughput"]["update_tps"]
