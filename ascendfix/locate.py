@@ -67,12 +67,9 @@ def _is_checkout(root: Path) -> bool:
 
 
 def _same_interpreter(python: str | None) -> bool:
-    if python is None:
-        return True
-    try:
-        return Path(python).resolve() == Path(sys.executable).resolve()
-    except OSError:
-        return False
+    """Whether ``python`` is the running interpreter. A venv's python links to its base
+    interpreter, so the paths are compared as given, not resolved."""
+    return python is None or os.path.abspath(python) == os.path.abspath(sys.executable)
 
 
 def probe(python: str | None, packages: list[str], distributions: list[str] = ()) -> dict:
