@@ -11,11 +11,10 @@ when asked for: it is the optional extra ``ascendfix[ray]``.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ascendfix.errors import UsageError
 
@@ -60,7 +59,7 @@ class Table:
         return not self.differing and not any(n.failed for n in self.nodes)
 
     def as_json(self) -> dict:
-        """Plain data: the command, each node's answer and cells, and the items that differ."""
+        """Plain data: the command, each node's answer (its own JSON under ``result``), cells, what differs."""
         return {
             "command": list(self.argv),
             "ok": self.ok,
@@ -74,6 +73,7 @@ class Table:
                     "returncode": n.returncode,
                     "error": n.error,
                     "cells": {item: {"value": v, "detail": d} for item, (v, d) in self.cells.get(n.label, {}).items()},
+                    "result": n.data,
                 }
                 for n in self.nodes
             ],
@@ -98,7 +98,6 @@ def run_local(argv: list[str], timeout: float) -> dict:
         return {"hostname": socket.gethostname(), "error": f"ascendfix did not finish within {timeout:g} s"}
     return {
         "hostname": socket.gethostname(),
-        "pid": os.getpid(),
         "returncode": done.returncode,
         "stdout": done.stdout,
         "stderr": done.stderr,
@@ -133,12 +132,12 @@ def run(argv: list[str], address: str | None = None, timeout: float = 60.0) -> l
             base = NodeAnswer(node["NodeID"], node.get("NodeManagerAddress", "?"))
             if ref not in ready:
                 ray.cancel(ref, force=True)
-                answers.append(_with(base, error=f"no answer within {timeout:g} s"))
+                answers.append(replace(base, error=f"no answer within {timeout:g} s"))
                 continue
             try:
                 answers.append(_answer(base, ray.get(ref)))
             except Exception as e:  # a task that died on its node is that node's row, not our crash
-                answers.append(_with(base, error=f"the task failed on this node: {type(e).__name__}: {e}"))
+                answers.append(replace(base, error=f"the task failed on this node: {type(e).__name__}: {e}"))
         return answers
     finally:
         ray.shutdown()
@@ -155,19 +154,15 @@ def _reachable(address: str, seconds: float = 5.0) -> None:
         raise UsageError(f"--ray {address}: nothing answers there ({e.strerror or e})") from None
 
 
-def _with(base: NodeAnswer, **changes) -> NodeAnswer:
-    return NodeAnswer(**{**base.__dict__, **changes})
-
-
 def _answer(base: NodeAnswer, result: dict) -> NodeAnswer:
     if "error" in result:
-        return _with(base, hostname=result["hostname"], error=result["error"])
+        return replace(base, hostname=result["hostname"], error=result["error"])
     try:
         data = json.loads(result["stdout"])
     except json.JSONDecodeError:
         last = (result["stderr"].strip().splitlines() or ["no output"])[-1]
-        return _with(base, hostname=result["hostname"], returncode=result["returncode"], error=last)
-    return _with(base, hostname=result["hostname"], returncode=result["returncode"], data=data)
+        return replace(base, hostname=result["hostname"], returncode=result["returncode"], error=last)
+    return replace(base, hostname=result["hostname"], returncode=result["returncode"], data=data)
 
 
 def cells(data: object) -> dict[str, tuple[str, str]]:
