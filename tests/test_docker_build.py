@@ -11,8 +11,10 @@ files are not known originals fails the build.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -31,6 +33,7 @@ SITE = "usr/local/lib/python3.11/dist-packages"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 GRPO = "verl-grpo-no-interleave"
 RAY_TRAINER = "verl/trainer/ppo/ray_trainer.py"
+APPLY = "ascendfix apply --profile verl-796871d --device npu --strict"
 DOCTOR = (
     "ascendfix doctor --profile verl-796871d --device npu "
     "--only python,packages,commits,integrity,patches,conflicts --strict"
@@ -115,26 +118,41 @@ def standin_stack(tmp_path_factory):
     buildah("rmi", "-f", image, check=False)
 
 
-def build_patched(stack_image: str, context: Path) -> subprocess.CompletedProcess:
-    """docker/Dockerfile's ``patched`` stage on ``stack_image``; the image is removed again."""
-    image = f"localhost/ascendfix-patched:{uuid.uuid4().hex[:12]}"
-    result = buildah(
-        "bud",
-        "--isolation",
-        "chroot",
-        "--target",
-        "patched",
-        "--build-arg",
-        f"STACK_IMAGE={stack_image}",
-        "-f",
-        str(DOCKERFILE),
-        "-t",
-        image,
-        str(context),
-        check=False,
-    )
-    buildah("rmi", "-f", image, check=False)
-    return result
+def _image_ids() -> set[str]:
+    return {image["id"] for image in json.loads(buildah("images", "-a", "--json").stdout or "[]")}
+
+
+@contextlib.contextmanager
+def build_patched(stack_image: str, context: Path):
+    """docker/Dockerfile's ``patched`` stage on ``stack_image``: the result, and each step's image by command.
+
+    ``--layers`` keeps every finished step as an image, so a build that stops at a later step still
+    shows what the earlier ones left; all of them are removed afterwards.
+    """
+    before = _image_ids()
+    args = ["--isolation", "chroot", "--layers", "--target", "patched", "--build-arg", f"STACK_IMAGE={stack_image}"]
+    result = buildah("bud", *args, "-f", str(DOCKERFILE), str(context), check=False)
+    new = _image_ids() - before
+    steps = {}
+    for image in new:
+        history = buildah(
+            "inspect", "--type", "image", "--format", "{{range .Docker.History}}{{.CreatedBy}}\n{{end}}", image
+        )
+        steps[history.stdout.strip().splitlines()[-1].removeprefix("/bin/sh -c ")] = image
+    try:
+        yield result, steps
+    finally:
+        if new:
+            buildah("rmi", "-f", *new, check=False)
+
+
+def run_in(image: str, *command: str) -> subprocess.CompletedProcess:
+    """Run a command in a container of ``image``; the container is removed afterwards."""
+    container = buildah("from", "--pull=never", image).stdout.strip()
+    try:
+        return buildah("run", "--isolation", "chroot", container, "--", *command, check=False)
+    finally:
+        buildah("rm", container, check=False)
 
 
 def repo_context(dest: Path) -> Path:
@@ -155,12 +173,24 @@ def test_build_step_patches_the_stack(standin_stack, tmp_path):
     digest = hashlib.sha256((upstream.verl_tree("0.5.0") / RAY_TRAINER).read_bytes()).hexdigest()
     with open(context / "patches" / f"{GRPO}.toml", "a") as f:
         f.write(f'\n[[files.preimages]]\nsha256 = "{digest}"\nlabel = "verl 0.5.0 wheel (stand-in stack)"\n')
-    result = build_patched(standin_stack, context)
-    log = result.stdout + result.stderr
-    for pid in ("verl-cuda-probe-off", "torch-shard-overlap-check", "torch-global-plan-check", GRPO):
-        assert f"applied         {pid} (applied)" in log, log[-3000:]
-    assert "not-applicable  verl-dapo-no-interleave" in log  # a wheel has no recipe/
-    assert "4 patch(es) applied" in log
+    with build_patched(standin_stack, context) as (result, steps):
+        log = result.stdout + result.stderr
+        for pid in ("verl-cuda-probe-off", "torch-shard-overlap-check", "torch-global-plan-check", GRPO):
+            assert f"applied         {pid} (applied)" in log, log[-3000:]
+        assert "4 patch(es) applied" in log
+        # What the apply step left in the image: every NPU patch applied, the DAPO recipe absent from a wheel.
+        status = run_in(steps[APPLY], "ascendfix", "status", "--profile", "verl-796871d", "--device", "npu", "--json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        states = {p["id"]: p["state"] for p in json.loads(status.stdout)["patches"]}
+        assert states == {
+            "verl-cuda-probe-off": "applied",
+            "torch-shard-overlap-check": "applied",
+            "torch-global-plan-check": "applied",
+            GRPO: "applied",
+            "verl-dapo-no-interleave": "not-applicable",
+        }
+        device_py = run_in(steps[APPLY], "cat", f"/{SITE}/verl/utils/device.py").stdout
+        assert "# ascendfix: verl-cuda-probe-off" in device_py
     # The stand-in carries only what the patches edit, so the stage stops at its doctor step, right after
     # apply: until doctor lands on this branch because the command is missing, then because vllm, torch-npu,
     # transformers... are not installed in the stand-in (doctor --strict failing on them is the point).
@@ -170,10 +200,11 @@ def test_build_step_patches_the_stack(standin_stack, tmp_path):
 
 
 def test_a_drifted_stack_fails_the_build(standin_stack, tmp_path):
-    result = build_patched(standin_stack, repo_context(tmp_path / "context"))
-    log = result.stdout + result.stderr
+    with build_patched(standin_stack, repo_context(tmp_path / "context")) as (result, steps):
+        log = result.stdout + result.stderr
+        assert APPLY not in steps  # the apply step left no image
     assert result.returncode != 0
     assert "error: refused, nothing was changed" in log
     assert f"{GRPO}: {RAY_TRAINER} is not a known original (sha256 differs) and --strict is set" in log
     assert "patch(es) applied" not in log
-    assert 'building at STEP "RUN ascendfix apply --profile verl-796871d --device npu --strict"' in log
+    assert f'building at STEP "RUN {APPLY}"' in log
