@@ -364,9 +364,11 @@ def export_constraints(profile: str, device: str, as_json: bool) -> None:
 @click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path), help="Keep the demo here.")
 def demo(folder: Path | None) -> None:
     """Run the main job end to end on a built-in demo workspace (no Ascend hardware needed)."""
+    import subprocess
     import tempfile
 
     from ascendfix import demo as demo_workspace
+    from ascendfix import metrics, report
 
     base = folder or Path(tempfile.mkdtemp(prefix="ascendfix-demo-"))
     workspace = demo_workspace.build(base)
@@ -383,7 +385,17 @@ def demo(folder: Path | None) -> None:
     _render_patches(engine.apply(selection))
     out.print("\n[bold]4. apply again[/]  (idempotent: nothing to do)")
     _render_patches(engine.apply(selection))
-    out.print("\n[bold]5. revert[/]  (byte for byte)")
+    out.print("\n[bold]5. run the job[/]  (ascendfix run --no-preflight --device npu train.sh)")
+    out.print("[dim]   preflight is skipped: this machine has no Ascend stack for doctor to pass[/]")
+    sys.stdout.flush()
+    job = [sys.executable, "-m", "ascendfix", "run", "--no-preflight", "--device", "npu"]
+    subprocess.run([*job, "--log-dir", str(base / "run"), str(workspace.train_sh)], cwd=base, check=False)
+    run_data = report.load_run(base / "run" / "train.log")
+    first = metrics.throughput(run_data.series.steps[0])
+    out.print(f"\n[bold]6. report[/]  (ascendfix report {base / 'run'})")
+    out.print(f"   step 1, as the guide computes it: e2e {first['e2e_tps']:.3f} tokens/s per device")
+    out.print(f"   (world {first['world_size']}, update {first['update_tps']:.3f}, vllm {first['vllm_tps']:.3f})")
+    out.print("\n[bold]7. revert[/]  (byte for byte)")
     _render_patches(engine.revert(engine.select(prof, None, roots=workspace.roots())))
     out.print(
         f"\nDone. Try it on your own trees: ascendfix apply --profile {prof.name} --root verl=DIR --root torch=DIR"
