@@ -56,7 +56,8 @@ def main_() -> None:
             results[nodes] = timed(argv, c.address, args.repeat, nodes)
     finally:
         c.shutdown()
-    print(f"ascendfix {' '.join(argv[:-1])} --ray, median of {args.repeat}, {os.cpu_count()} CPU(s) on this machine")
+    print(f"ascendfix {' '.join(argv[:-1])} --ray, median of {args.repeat}")
+    print(f"(all nodes share this machine's {os.cpu_count()} CPU(s); real nodes each bring their own)")
     print(f"{'nodes':>5}  {'seconds':>8}  {'ratio to 1 node':>15}  {'linear would be':>15}")
     for nodes, seconds in results.items():
         print(f"{nodes:>5}  {seconds:8.2f}  {seconds / results[1]:15.2f}  {nodes:15.2f}")
