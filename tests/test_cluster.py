@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from ascendfix import cluster
+from ascendfix.cli import main
 from ascendfix.cluster import NodeAnswer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -110,6 +111,19 @@ def test_apply_and_status_on_every_node_name_the_drifted_one(ray_cluster):
 
 @pytest.mark.slow
 @pytest.mark.upstream
+@pytest.mark.skipif("doctor" not in main.commands, reason="ascendfix doctor has not landed on this branch")
+def test_doctor_on_every_node_names_the_drifted_one(ray_cluster):
+    c, ids = ray_cluster  # after the test above: head and w0 applied, w1's torch file drifted
+    result = ascendfix("doctor", "--ray", c.address, "--device", "npu", "--only", "patches", "--json", timeout=300)
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert "patches" in report["differing"]
+    assert _row(report, ids[DRIFTED_NODE])["cells"]["patches"]["value"] == "fail"
+    assert {_row(report, ids[n])["cells"]["patches"]["value"] for n in ("head", "w0")} <= {"ok", "warn"}
+
+
+@pytest.mark.slow
+@pytest.mark.upstream
 def test_a_node_that_does_not_answer_is_a_row_not_a_hang(ray_cluster):
     c, ids = ray_cluster
     worker = next(n for n in c.worker_nodes if n.node_id == ids["w0"])
@@ -149,7 +163,6 @@ def test_forwarded_command_line_keeps_options_and_drops_ray(monkeypatch):
         return [NodeAnswer("a" * 32, "10.0.0.1", "n1", 0, {"patches": []})]
 
     monkeypatch.setattr(cluster, "run", fake_run)
-    from ascendfix.cli import main
     from click.testing import CliRunner
 
     args = ["apply", "--ray", "--device", "npu", "--root", "verl=/src/verl", "--only", "x", "--strict"]
