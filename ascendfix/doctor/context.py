@@ -8,6 +8,7 @@ interpreter ascendfix runs in, one subprocess for ``--python``. Nothing imports 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import threading
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from ascendfix import device, locate
+from ascendfix import device, locate, resources
 from ascendfix.manifest import Component, Profile
 
 DEFAULT_ASCEND_HOME = Path("/usr/local/Ascend")
@@ -89,6 +90,21 @@ class Context:
     def which(self, command: str) -> str | None:
         """``command`` on the job's PATH."""
         return shutil.which(command, path=self.environ.get("PATH", ""))
+
+    @property
+    def profile_ref(self) -> str:
+        """How commands name this profile: its bundled name, else its manifest's path."""
+        bundled = resources.data_dir("manifests") / f"{self.profile.name}.toml"
+        return self.profile.name if self.profile.source == bundled else str(self.profile.source)
+
+    def command(self, verb: str) -> str:
+        """The ascendfix command ``verb`` for this profile, device, interpreter and roots."""
+        words = ["ascendfix", verb, "--profile", self.profile_ref, "--device", self.device]
+        if self.python:
+            words += ["--python", self.python]
+        for package, folder in self.roots.items():
+            words += ["--root", f"{package}={folder}"]
+        return shlex.join(words)
 
     @property
     def interpreter(self) -> str:

@@ -18,12 +18,12 @@ def check_patches(ctx: Context) -> Finding:
         where = ", ".join(map(str, interrupted))
         return fail(
             f"an ascendfix run was interrupted in {where}",
-            fix=f"ascendfix status --profile {ctx.profile.name} --device {ctx.device}  # finishes or rolls it back",
+            fix=ctx.command("status") + "  # finishes or rolls it back",
         )
     statuses = engine.evaluate(engine.Selection(ctx.profile, ctx.device, chosen, targets))
     lines = [f"{s.id}: {s.state}" + (f" ({s.reason})" if s.reason else "") for s in statuses]
     states = {s.state for s in statuses}
-    apply = f"ascendfix apply --profile {ctx.profile.name} --device {ctx.device}"
+    apply = ctx.command("apply")
     if states <= {engine.APPLIED}:
         return ok(f"all {len(statuses)} patches applied", *lines)
     if engine.NOT_APPLIED in states or engine.PARTIAL in states or engine.DRIFTED in states:

@@ -277,7 +277,7 @@ def check_integrity(ctx: Context) -> Finding:
             fixes.append(_pip(ctx, "--force-reinstall", "--no-deps", f"{c.distribution}=={info['version']}"))
     if bad:
         if ctx.profile.devices[ctx.device].patches:  # a reinstall drops them
-            fixes.append(f"ascendfix apply --profile {ctx.profile.name} --device {ctx.device}")
+            fixes.append(ctx.command("apply"))
         return fail(*bad, *good, fix="\n".join(fixes))
     if not checked:
         return skip("no pinned distribution installed from a wheel (nothing to compare against a RECORD)")
