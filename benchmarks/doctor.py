@@ -2,6 +2,9 @@
 
 Usage: python benchmarks/doctor.py [--profile NAME] [--repeat N] [--python PATH]
 
+With ``--python`` (e.g. a venv holding ``pip install torch==2.13.0``), doctor also runs
+against that interpreter, and collect_env and pip check run in it too.
+
 Each tool runs N times in this one run; the table shows the median wall time and the
 ratio to doctor's. Target: the whole doctor (no --python) in < 0.5 s on a 2-core CI
 machine. ``collect_env`` needs torch in the interpreter: where it is missing the row
@@ -70,20 +73,25 @@ def main() -> None:
     rows.append(("ascendfix doctor (CLI, whole process)", t_cli, f"exit {result.returncode}"))
     if args.python:
         t_py, report_py = timed(lambda: in_process(args.python), args.repeat)
-        rows.append((f"doctor --python {args.python} (in-process)", t_py, f"{report_py.summary}"))
+        rows.append(("doctor --python (in-process, one probe subprocess)", t_py, f"{report_py.summary}"))
+        cmd = [sys.executable, "-m", "ascendfix", "doctor", "--profile", args.profile, "--python", args.python]
+        t_pycli, result = timed(subprocess_run(cmd), args.repeat)
+        rows.append(("ascendfix doctor --python (CLI, whole process)", t_pycli, f"exit {result.returncode}"))
     t_start, _ = timed(subprocess_run([sys.executable, "-c", "pass"]), args.repeat)
     rows.append(("python -c pass (interpreter start, for scale)", t_start, ""))
-    t_env, result = timed(subprocess_run([sys.executable, "-m", "torch.utils.collect_env"]), args.repeat)
+    target = args.python or sys.executable
+    t_env, result = timed(subprocess_run([target, "-m", "torch.utils.collect_env"]), args.repeat)
     note = "ok" if result.returncode == 0 else f"FAILED here: {(result.stderr.strip().splitlines() or ['?'])[-1][:60]}"
     rows.append(("python -m torch.utils.collect_env", t_env, note))
-    t_pip, result = timed(subprocess_run([sys.executable, "-m", "pip", "check"]), args.repeat)
+    t_pip, result = timed(subprocess_run([sys.executable, "-m", "pip", "--python", target, "check"]), args.repeat)
     rows.append(("python -m pip check", t_pip, f"exit {result.returncode}"))
 
     print(f"{os.cpu_count()} CPU(s), Python {sys.version.split()[0]}, profile {args.profile}, device {device}")
+    print(f"collect_env and pip check run in {args.python or sys.executable}")
     print(f"median of {args.repeat} runs each\n")
-    print(f"{'tool':48} {'median s':>9} {'x doctor CLI':>13}  note")
+    print(f"{'tool':52} {'median s':>9} {'x doctor CLI':>13}  note")
     for name, seconds, note in rows:
-        print(f"{name:48} {seconds:9.3f} {seconds / t_cli:13.2f}  {note}")
+        print(f"{name:52} {seconds:9.3f} {seconds / t_cli:13.2f}  {note}")
     print("\nslowest checks alone (probe already done):")
     for seconds, cid in sorted(slowest, reverse=True)[:4]:
         print(f"  {cid:10} {seconds * 1000:7.1f} ms")

@@ -127,6 +127,22 @@ def test_hazards_verl_platform_and_mindspeed_ckpt_acceleration(profile, wrong):
     assert on_cuda.status == "ok" and "has ckpt_acceleration" in on_cuda.messages[0]  # no cuda-probe patch there
 
 
+def test_strict_makes_warnings_fatal(wrong):
+    assert doctor("--python", str(wrong), "--only", "hazards").returncode == 0
+    strict = doctor("--python", str(wrong), "--only", "hazards", "--strict")
+    assert strict.returncode == 1 and "  ! Known hazards — verl 0.9.0 selects" in strict.stdout
+
+
+def test_an_interpreter_that_cannot_run_the_probe_fails_the_checks_that_need_it(profile):
+    python2 = Path(sys.base_prefix).parent / "2.7.18" / "bin" / "python2.7"
+    if not python2.exists():
+        pytest.skip("no Python 2.7 here")
+    results = run_checks(profile, python2, "python", "packages")
+    assert results["python"].status == results["packages"].status == "fail"
+    assert results["python"].messages[0].startswith(f"--python {python2}: the interpreter failed to run the probe")
+    assert results["python"].messages == results["packages"].messages  # probed once, the same answer
+
+
 def test_python_version_of_the_target(profile, wrong):
     result = run_checks(profile, wrong, "python")["python"]
     version = ".".join(map(str, sys.version_info[:3]))

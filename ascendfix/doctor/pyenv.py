@@ -170,9 +170,9 @@ def check_commits(ctx: Context) -> Finding:
         if not c.commit:
             continue
         info = ctx.installed(c.distribution)
-        root = ctx.roots.get(c.name) or ctx.roots.get(c.distribution)
-        folder = root or (editable_dir(info) if info else None)
-        if info is None and root is None:
+        target = ctx.targets().get(c.name)
+        folder = target.root if target and target.is_checkout else editable_dir(info) if info else None
+        if info is None and folder is None:
             missing.append(f"{c.distribution}: not installed, cannot tell its commit (see packages)")
             continue
         if folder is not None:

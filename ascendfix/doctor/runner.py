@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, Report, Result
 from ascendfix.doctor.registry import CHECKS, Check
-from ascendfix.errors import UsageError
+from ascendfix.errors import AscendfixError, UsageError
 
 
 def select(only: Iterable[str] = ()) -> list[Check]:
@@ -25,6 +25,8 @@ def _isolated(check: Check, ctx: Context) -> Finding:
     """The check's finding; any exception becomes a failed finding carrying the error."""
     try:
         finding = check.function(ctx)
+    except AscendfixError as e:  # e.g. --python names an interpreter that cannot run the probe
+        return Finding("fail", (str(e),))
     except Exception as e:  # a check must never crash doctor
         return Finding("fail", (f"the check crashed: {type(e).__name__}: {e}",))
     return finding
