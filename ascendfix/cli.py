@@ -123,17 +123,28 @@ def target_options(func):
     return func
 
 
-def _selection(profile: str, device: str | None, roots, python, only=(), need_device=True) -> engine.Selection:
+def _selection(
+    profile: str, device: str | None, roots, python, only=(), need_device=True, variants=()
+) -> engine.Selection:
     prof = manifest.load_profile(profile)
     chosen = require_device(device) if need_device else device
-    return engine.select(prof, chosen, tuple(only), python, parse_roots(roots))
+    overrides = manifest.parse_variants(prof, variants)
+    return engine.select(prof, chosen, tuple(only), python, parse_roots(roots), overrides)
+
+
+def variant_option(func):
+    """``--variant PATCH_ID=NAME``: override the profile's choice of variant."""
+    return click.option(
+        "--variant", "variants", multiple=True, metavar="PATCH_ID=NAME", help="Use this variant of a patch."
+    )(func)
 
 
 def _render_patches(statuses: list[engine.PatchStatus], verb: str | None = None) -> None:
     for s in statuses:
         style = STATE_STYLE.get(s.state, "")
         action = f" ({s.action})" if s.action and s.action not in ("unchanged", "skipped") else ""
-        out.print(f"[{style}]{s.state:15}[/] {s.id}{action}")
+        variant = f" [{s.variant}]" if s.variant and s.variant != manifest.DEFAULT_VARIANT else ""
+        out.print(f"[{style}]{s.state:15}[/] {s.id}{escape(variant)}{action}")
         if s.reason:
             out.print(f"                [dim]{s.reason}[/]")
         for w in s.warnings:
@@ -154,18 +165,19 @@ def _json_report(selection: engine.Selection, statuses: list[engine.PatchStatus]
 @click.option("--device", type=DEVICE_CHOICE, help="npu or cuda (default: detected).")
 @target_options
 @click.option("--only", multiple=True, metavar="ID", help="Apply only this patch (repeatable).")
+@variant_option
 @click.option("--dry-run", is_flag=True, help="Plan and verify, write nothing.")
 @click.option("--strict", is_flag=True, help="Refuse files that are not a known original.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def apply(profile, device, python, roots, only, dry_run, strict, as_json) -> None:
+def apply(profile, device, python, roots, only, variants, dry_run, strict, as_json) -> None:
     """Apply the profile's patches for this device: all or nothing, idempotent."""
-    selection = _selection(profile, device, roots, python, only)
+    selection = _selection(profile, device, roots, python, only, variants=variants)
     statuses = engine.apply(selection, strict=strict, dry_run=dry_run)
     if as_json:
         emit_json(_json_report(selection, statuses, dry_run=dry_run))
     else:
         _render_patches(statuses)
-        wrote = sum(s.action == "applied" for s in statuses)
+        wrote = sum(s.action in ("applied", "switched") for s in statuses)
         planned = sum(s.action == "would-apply" for s in statuses)
         out.print(f"\n{planned} patch(es) would be applied (dry run)" if dry_run else f"\n{wrote} patch(es) applied")
 
@@ -209,9 +221,10 @@ def status(profile, device, python, roots, as_json) -> None:
 @click.option("--device", type=DEVICE_CHOICE, help="npu or cuda (default: detected).")
 @target_options
 @click.option("--only", multiple=True, metavar="ID", help="Only this patch (repeatable).")
-def diff(profile, device, python, roots, only) -> None:
+@variant_option
+def diff(profile, device, python, roots, only, variants) -> None:
     """Show the unified diff of what apply would change (coloured on a terminal)."""
-    selection = _selection(profile, device, roots, python, only)
+    selection = _selection(profile, device, roots, python, only, variants=variants)
     text = engine.diff(engine.apply(selection, dry_run=True))
     if not out.is_terminal:
         click.echo(text, nl=False)
@@ -292,6 +305,39 @@ def doctor(profile, device, python, roots, ascend_home, only, list_checks, stric
     else:
         _render_doctor(report, why, verbose)
     sys.exit(report.exit_code(strict))
+
+
+# --- demo --------------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path), help="Keep the demo here.")
+def demo(folder: Path | None) -> None:
+    """Run the main job end to end on a built-in demo workspace (no Ascend hardware needed)."""
+    import tempfile
+
+    from ascendfix import demo as demo_workspace
+
+    base = folder or Path(tempfile.mkdtemp(prefix="ascendfix-demo-"))
+    workspace = demo_workspace.build(base)
+    prof = manifest.load_profile("verl-796871d")
+    selection = engine.select(prof, "npu", roots=workspace.roots())
+    out.print(f"[bold]ascendfix demo[/] — profile {prof.name}, device npu, workspace {base}\n")
+    out.print("[bold]1. status before[/]  (ascendfix status --profile verl-796871d --device npu --root ...)")
+    _render_patches(engine.status(selection))
+    out.print("\n[bold]2. diff[/]  (what apply will change)")
+    for line in engine.diff(engine.apply(selection, dry_run=True)).splitlines():
+        if line.startswith(("+", "-")) and not line.startswith(("+++", "---")):
+            out.print(f"  [{'green' if line[0] == '+' else 'red'}]{escape(line)}[/]")
+    out.print("\n[bold]3. apply[/]  (atomic, journaled; the demo files are not known upstream originals)")
+    _render_patches(engine.apply(selection))
+    out.print("\n[bold]4. apply again[/]  (idempotent: nothing to do)")
+    _render_patches(engine.apply(selection))
+    out.print("\n[bold]5. revert[/]  (byte for byte)")
+    _render_patches(engine.revert(engine.select(prof, None, roots=workspace.roots())))
+    out.print(
+        f"\nDone. Try it on your own trees: ascendfix apply --profile {prof.name} --root verl=DIR --root torch=DIR"
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover
