@@ -49,6 +49,12 @@ def _interfaces() -> set[str]:
         return set()
 
 
+def _suggested_interface(interfaces: set[str]) -> str:
+    """The interface a fix should name: an Ethernet/InfiniBand one when there is one, never lo."""
+    ranked = sorted(interfaces - {"lo"}, key=lambda name: (not name.startswith(("eth", "en", "ib")), name))
+    return ranked[0] if ranked else "IFACE"
+
+
 def _names_interface(value: str, interfaces: set[str]) -> bool:
     """Whether an ``*_SOCKET_IFNAME`` value selects an interface here (``eth0``, ``eth``, ``=eth0``, ``a,b``)."""
     for item in filter(None, (v.strip() for v in value.split(","))):
@@ -66,6 +72,7 @@ def check_env(ctx: Context) -> Finding:
     """The profile's environment variables, ``ulimit -n``, and free space for checkpoints."""
     device = ctx.profile.devices[ctx.device]
     interfaces = _interfaces()
+    nic = _suggested_interface(interfaces)
     bad, good, exports = [], [], []
     for var in device.env:
         value = ctx.environ.get(var.name)
@@ -75,11 +82,11 @@ def check_env(ctx: Context) -> Finding:
             exports.append(f"export {var.name}={var.value}")
         elif var.value is None and not value:
             bad.append(f"{var.name} is unset; it is site-specific: {var.why}")
-            hint = next(iter(sorted(interfaces - {"lo"})), "IFACE") if var.check == "interface" else "VALUE"
+            hint = nic if var.check == "interface" else "VALUE"
             exports.append(f"export {var.name}={hint}")
         elif var.check == "interface" and not _names_interface(value, interfaces):
             bad.append(f"{var.name}={value} names no interface of this host (it has: {', '.join(sorted(interfaces))})")
-            exports.append(f"export {var.name}={next(iter(sorted(interfaces - {'lo'})), 'IFACE')}")
+            exports.append(f"export {var.name}={nic}")
         else:
             good.append(f"{var.name}={value}")
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)

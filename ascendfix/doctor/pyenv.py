@@ -346,11 +346,11 @@ def check_conflicts(ctx: Context) -> Finding:
                 continue
             conflict = _accepted(ctx, name, req)
             if conflict is not None:
-                accepted.append(f"accepted: {who}, {dep['version']} is installed — {conflict.why}")
+                accepted.append(f"accepted: {who}; {dep['version']} is installed — {conflict.why}")
             else:
                 problems.append(f"{who}, but {dep['version']} is installed")
                 fixes.append(_pip(ctx, f"{req.name}{req.specifier}"))
     if problems:
         return fail(*problems, *accepted, fix="\n".join(dict.fromkeys(fixes)))
     head = f"no conflicts among {len(installed)} installed distributions"
-    return ok(head + (f" but {len(accepted)} the profile accepts" if accepted else ""), *accepted)
+    return ok(head + (f" ({len(accepted)} accepted by the profile)" if accepted else ""), *accepted)
