@@ -116,6 +116,14 @@ def test_commits_from_version_and_unknown_origin(profile, wrong):
     assert "git clone https://github.com/volcengine/verl.git verl" in result.fix
 
 
+def test_a_checkout_given_by_root_that_is_not_a_git_tree(profile, wrong, tmp_path):
+    (tmp_path / "verl").mkdir()
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'verl'\n")
+    result = run_checks(profile, wrong, "commits", roots={"verl": tmp_path})["commits"]
+    assert result.status == "warn"
+    assert f"verl: {tmp_path} is not a readable git checkout (InvalidGitRepositoryError)" in result.messages
+
+
 def test_hazards_verl_platform_and_mindspeed_ckpt_acceleration(profile, wrong):
     result = run_checks(profile, wrong, "hazards")["hazards"]
     assert result.status == "warn"

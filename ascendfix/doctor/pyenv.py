@@ -23,7 +23,7 @@ from ascendfix.doctor.ours import without_patches
 from ascendfix.manifest import Component
 
 PAIRED = {"torch-npu": "torch"}  # torch_npu X.Y.Z is built for torch X.Y.Z only
-LOCAL_COMMIT = re.compile(r"\+g([0-9a-f]{7,40})\b|[+.]g([0-9a-f]{7,40})\b")
+LOCAL_COMMIT = re.compile(r"[+.]g([0-9a-f]{7,40})\b")  # setuptools-scm: 0.9.2.dev1+g38217877a
 
 
 def _matches(version: str, pin: str) -> bool:
@@ -47,9 +47,7 @@ def _install(ctx: Context, c: Component) -> str:
     ref = c.commit or c.tag
     if c.editable:
         folder = c.distribution
-        return f"git clone {c.repo} {folder} && git -C {folder} checkout {ref} && " + _pip(
-            ctx, "--no-deps", "-e", folder
-        )
+        return f"git clone {c.repo} {folder} && git -C {folder} checkout {ref} && " + _pip(ctx, "-e", folder)
     prefix = "VLLM_TARGET_DEVICE=empty " if c.distribution == "vllm" and ctx.device == "npu" else ""
     return prefix + _pip(ctx, f"{c.distribution} @ git+{c.repo}@{ref}")
 
@@ -117,7 +115,7 @@ def _commit_of(info: dict) -> tuple[str | None, str]:
         return vcs["commit_id"], "direct_url.json"
     match = LOCAL_COMMIT.search(info["version"])
     if match:
-        return match.group(1) or match.group(2), f"its version {info['version']}"
+        return match.group(1), f"its version {info['version']}"
     return None, ""
 
 
@@ -126,14 +124,22 @@ def _same_commit(a: str, b: str) -> bool:
     return n >= 7 and a[:n].lower() == b[:n].lower()
 
 
+class Unreadable(Exception):
+    """A folder that should be a git checkout cannot be read as one."""
+
+
 def _checkout_state(ctx: Context, c: Component, folder: Path) -> tuple[str, list[str], list[str]]:
     """HEAD of the checkout holding ``folder``, files changed only by ascendfix, files changed otherwise."""
     import git  # gitpython: imported here, only checks of checkouts pay for it
 
-    repo = git.Repo(folder, search_parent_directories=True)
+    try:
+        repo = git.Repo(folder, search_parent_directories=True)
+        head = repo.head.commit
+        fields = repo.git.status("--porcelain", "-z", "--untracked-files=no").split("\0")
+    except (git.exc.GitError, OSError, ValueError) as e:
+        raise Unreadable(f"{folder} is not a readable git checkout ({type(e).__name__})") from None
     top = Path(repo.working_tree_dir)
     package_dir = ctx.package_root(c.name) or folder
-    fields = repo.git.status("--porcelain", "-z", "--untracked-files=no").split("\0")
     ours, foreign, i = [], [], 0
     while i < len(fields):
         entry = fields[i]
@@ -151,7 +157,7 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> tuple[str, list
         except ValueError:
             pkg_rel = rel
         try:
-            original = (repo.head.commit.tree / rel).data_stream.read()
+            original = (head.tree / rel).data_stream.read()
             restored, patches = without_patches(ctx.profile, pkg_rel, path.read_bytes())
         except (KeyError, OSError):
             foreign.append(rel)
@@ -160,7 +166,7 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> tuple[str, list
             ours.append(f"{rel} ({', '.join(patches)})")
         else:
             foreign.append(rel)
-    return repo.head.commit.hexsha, ours, foreign
+    return head.hexsha, ours, foreign
 
 
 def check_commits(ctx: Context) -> Finding:
@@ -178,8 +184,8 @@ def check_commits(ctx: Context) -> Finding:
         if folder is not None:
             try:
                 head, ours, foreign = _checkout_state(ctx, c, folder)
-            except Exception as e:  # not a git checkout, or git itself missing
-                cannot.append(f"{c.distribution}: {folder} is not a readable git checkout ({type(e).__name__})")
+            except Unreadable as e:
+                cannot.append(f"{c.distribution}: {e}")
                 fixes.append(_install(ctx, c))
                 continue
             where = f"checkout {folder} at {head[:12]}"
