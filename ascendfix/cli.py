@@ -297,7 +297,7 @@ def doctor(profile, device, python, roots, ascend_home, only, list_checks, stric
     if python is not None and not (Path(python).is_file() and os.access(python, os.X_OK)):
         raise UsageError(f"--python {python}: no such executable")
     home = ascend_home or context.DEFAULT_ASCEND_HOME
-    chosen, why = (device, "--device") if device else context.choose_device(prof, home)
+    chosen, why = (device, f"--device {device} given") if device else context.choose_device(prof, home)
     ctx = context.Context(prof, chosen, why, python, parse_roots(roots), home)
     report = runner.run(ctx, only)
     if as_json:

@@ -24,7 +24,7 @@ def check_cuda(ctx: Context) -> Finding:
     smi = ctx.which("nvidia-smi")
     if smi is None:
         return fail(
-            f"nvidia-smi is not on PATH: no NVIDIA driver found ({ctx.device_reason})",
+            "nvidia-smi is not on PATH: no NVIDIA driver found",
             fix="install the NVIDIA driver (nvidia-smi comes with it)",
         )
     query = ["--query-gpu=index,name,driver_version,memory.total,memory.used", "--format=csv,noheader,nounits"]
