@@ -117,7 +117,10 @@ def a2(tmp_path_factory) -> Machine:
     verl_files[".gitignore"] = "build/\n*.egg-info/\n"
     commits["verl"] = machine.git_project(verl, "verl", verl_files, (VERL_TENSORDICT,), version="0.5.0.dev0")
     python = machine.make_venv(root / "venv", PY310)
-    machine.pip_install(python, "flit_core")
+    try:
+        machine.pip_install(python, "flit_core")  # the build backend of the git fixtures: from the index
+    except AssertionError as e:
+        pytest.skip(f"cannot install flit_core from the package index: {str(e)[-300:]}")
     machine.pip_install(python, "--no-build-isolation", *map(str, built), *sources, "-e", str(verl))
     (verl / "build" / "lib").mkdir(parents=True)  # untracked build leftovers are not "dirty"
     (verl / "verl.egg-info").mkdir()
