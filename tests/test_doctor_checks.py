@@ -171,6 +171,14 @@ def test_python_310_interpreter_passes_python_check(profile):
     assert result.status == "ok" and result.messages[0].startswith("Python 3.10.")
 
 
+def test_an_interrupted_ascendfix_run_fails_patches(profile, tmp_path):
+    (tmp_path / ".ascendfix").mkdir()
+    (tmp_path / ".ascendfix" / "journal.json").write_text("{}")
+    result = run_checks(profile, None, "patches", roots={"torch": tmp_path, "verl": tmp_path})["patches"]
+    assert result.status == "fail" and result.messages == [f"an ascendfix run was interrupted in {tmp_path}"]
+    assert result.fix.startswith("ascendfix status --profile verl-796871d --device npu --root")
+
+
 # --- Ascend stack ----------------------------------------------------------------------------------
 
 

@@ -13,7 +13,8 @@ def check_patches(ctx: Context) -> Finding:
     if not chosen:
         return skip(f"the profile applies no patch on {ctx.device}")
     targets = ctx.targets()
-    interrupted = [t.root for t in targets.values() if t.root and (t.root / ".ascendfix" / "journal.json").exists()]
+    roots = dict.fromkeys(t.root for t in targets.values() if t.root is not None)
+    interrupted = [root for root in roots if (root / ".ascendfix" / "journal.json").exists()]
     if interrupted:
         where = ", ".join(map(str, interrupted))
         return fail(

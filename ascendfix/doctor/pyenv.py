@@ -64,7 +64,7 @@ def check_python(ctx: Context) -> Finding:
         return ok(f"Python {version} ({where})")
     return fail(
         f"{where} is Python {version}; the profile needs {pin}: {pinned[0].why}",
-        fix=f"run the job (and doctor: --python PATH) with a Python {pin} interpreter",
+        fix=f"run the job with Python {pin}, and check it: ascendfix doctor --python $(command -v python{pin})",
     )
 
 
