@@ -27,7 +27,8 @@ def check_patches(ctx: Context) -> Finding:
     apply = ctx.command("apply")
     if states <= {engine.APPLIED}:
         return ok(f"all {len(statuses)} patches applied", *lines)
-    if engine.NOT_APPLIED in states or engine.PARTIAL in states or engine.DRIFTED in states:
-        todo = sum(1 for s in statuses if s.state != engine.APPLIED)
+    blocking = (engine.NOT_APPLIED, engine.PARTIAL, engine.DRIFTED)
+    if states & set(blocking):
+        todo = sum(1 for s in statuses if s.state in blocking)
         return fail(f"{todo} of {len(statuses)} patches not applied", *lines, fix=apply)
     return warn("some patches cannot be applied here", *lines, fix=apply)
