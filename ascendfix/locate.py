@@ -102,22 +102,10 @@ def _is_checkout(root: Path) -> bool:
     return any((root / marker).exists() for marker in (".git", "pyproject.toml", "setup.py"))
 
 
-def _venv_of(python: Path) -> Path | None:
-    """The virtualenv ``python`` belongs to (the folder with pyvenv.cfg), or None."""
-    root = python.parent.parent
-    return root if (root / "pyvenv.cfg").is_file() else None
-
-
 def _same_interpreter(python: str | None) -> bool:
-    """Whether ``python`` is the environment we run in: a venv's python links to its base
-    interpreter, so the same binary is not enough, the virtualenv must be the same too."""
-    if python is None:
-        return True
-    given, ours = Path(python).absolute(), Path(sys.executable).absolute()
-    try:
-        return given.resolve() == ours.resolve() and _venv_of(given) == _venv_of(ours)
-    except OSError:
-        return False
+    """Whether ``python`` is the running interpreter. A venv's python links to its base
+    interpreter, so the paths are compared as given, not resolved."""
+    return python is None or os.path.abspath(python) == os.path.abspath(sys.executable)
 
 
 def probe(python: str | None, packages: list[str], distributions: list[str] = (), everything: bool = False) -> dict:

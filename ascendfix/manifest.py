@@ -29,6 +29,7 @@ ENV_CHECKS = ("interface",)
 PATCH_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+HINT_OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)+(=\S.*)?$")
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,14 @@ class AcceptedConflict:
 
     requirer: str
     requirement: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A Hydra override the profile recommends (``key=value``, or a bare ``key`` that should be set)."""
+
+    override: str
     why: str
 
 
@@ -143,6 +152,7 @@ class Profile:
     accepted_conflicts: tuple[AcceptedConflict, ...]
     patches: dict[str, Patch]
     variants: dict[str, str] = dataclasses.field(default_factory=dict)
+    hints: tuple[Hint, ...] = ()
 
     def variant(self, pid: str, override: dict[str, str] | None = None) -> Variant:
         """The variant of patch ``pid`` to apply: ``override``, else the profile's choice, else the first."""
@@ -460,6 +470,7 @@ def load_profile(ref: str) -> Profile:
     for ct in top.tables("accepted_conflicts", required=False):
         conflicts.append(AcceptedConflict(ct.text("requirer"), ct.text("requirement"), ct.text("why")))
         ct.done()
+    hints = tuple(_hint(ht) for ht in top.tables("hints", required=False))
     patches: dict[str, Patch] = {}
     for dname, device in devices.items():
         for pid in device.patches:
@@ -494,7 +505,16 @@ def load_profile(ref: str) -> Profile:
         vtable.seen.update(vtable.data)
     top.seen.add("extends")
     top.done()
-    return Profile(name, description, path, components, devices, tuple(conflicts), patches, variants)
+    return Profile(name, description, path, components, devices, tuple(conflicts), patches, variants, hints)
+
+
+def _hint(t: _Table) -> Hint:
+    override = t.text("override")
+    if not HINT_OVERRIDE.match(override):
+        t.fail(t.field("override"), f"{override!r} is not a Hydra override (key.sub=value, or key.sub)")
+    hint = Hint(override, t.text("why"))
+    t.done()
+    return hint
 
 
 def parse_variants(profile: Profile, values: tuple[str, ...] | list[str]) -> dict[str, str]:
