@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+import shlex
 import shutil
 import socket
 import subprocess
@@ -79,7 +80,7 @@ def check_env(ctx: Context) -> Finding:
         if var.value is not None and value != var.value:
             now = "unset" if value is None else f"{value!r}"
             bad.append(f"{var.name} is {now}; the profile sets {var.value!r}: {var.why}")
-            exports.append(f"export {var.name}={var.value}")
+            exports.append(f"export {var.name}={shlex.quote(var.value)}")
         elif var.value is None and not value:
             bad.append(f"{var.name} is unset; it is site-specific: {var.why}")
             hint = nic if var.check == "interface" else "VALUE"
@@ -98,16 +99,17 @@ def check_env(ctx: Context) -> Finding:
         good.append(f"ulimit -n {'unlimited' if soft == resource.RLIM_INFINITY else soft}")
     free_gb = shutil.disk_usage(ctx.cwd).free / 1e9
     space = f"{free_gb:.0f} GB free in {ctx.cwd} (verl writes checkpoints/ under the working directory)"
-    warned = []
+    warned, disk = [], []
     if free_gb < CHECKPOINT_FREE_GB:
         warned.append(f"only {space}; one bf16 copy of the weights needs ~470 GB")
+        disk.append(f"run the job with trainer.default_local_dir=DIR on a disk with {CHECKPOINT_FREE_GB} GB free")
     else:
         good.append(space)
-    fix = "\n".join(exports + limits)
+    fix = "\n".join(exports + limits + disk)
     if bad:
-        return fail(*bad, *warned, *good, fix=fix)
+        return fail(f"{len(bad)} problem(s) with the environment the job inherits", *bad, *warned, *good, fix=fix)
     if warned:
-        return warn(*warned, *good, fix="set trainer.default_local_dir to a disk with more free space")
+        return warn(*warned, *good, fix=fix)
     return ok(f"{len(device.env)} variables set as the profile needs", *good)
 
 
