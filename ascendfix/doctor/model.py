@@ -36,13 +36,6 @@ def skip(*messages: str) -> Finding:
     return Finding("skip", messages)
 
 
-def worst(findings: list[Finding]) -> str:
-    """The most severe status among ``findings`` (ok when there are none)."""
-    order = ("fail", "warn", "ok", "skip")
-    statuses = {f.status for f in findings}
-    return next((s for s in order if s in statuses), "ok")
-
-
 @dataclass(frozen=True)
 class Result:
     """One check's outcome, as ``--json`` prints it."""
