@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -124,7 +125,7 @@ def a2(tmp_path_factory) -> Machine:
     machine.pip_install(python, "--no-build-isolation", *map(str, built), *sources, "-e", str(verl))
     (verl / "build" / "lib").mkdir(parents=True)  # untracked build leftovers are not "dirty"
     (verl / "verl.egg-info").mkdir()
-    nofile = min(32768, __import__("resource").getrlimit(__import__("resource").RLIMIT_NOFILE)[0])
+    nofile = min(32768, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     profile = write_profile(root / "a2-profile.toml", commits, nofile)
     home = root / "Ascend"
     iface = _interface()
