@@ -84,7 +84,8 @@ def _stack_present(ctx: Context) -> bool:
 
 
 def _no_stack(ctx: Context) -> str:
-    return f"{NO_STACK} (no driver/ or toolkit under {ctx.ascend_home}, no npu-smi on PATH; {ctx.device_reason})"
+    why = f"no driver/ or toolkit under {ctx.ascend_home}, no npu-smi on PATH"
+    return f"{NO_STACK} ({why}; {ctx.device_reason})" if ctx.device_reason else f"{NO_STACK} ({why})"
 
 
 def _set_env_script(ctx: Context, toolkit: Toolkit) -> Path:
