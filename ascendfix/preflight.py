@@ -199,9 +199,23 @@ def _engine_states(profile: Profile, device: str) -> dict[str, tuple[str, str]]:
     return {s.id: (s.state, s.reason) for s in engine.status(engine.select(profile, device))}
 
 
+# run sets the profile's environment itself, and preflight reads the patch states directly.
+PREFLIGHT_SKIPS = ("patches", "env")
+
+
+def _doctor_failures(profile: Profile, device: str) -> list[str]:
+    """Doctor's fail-level findings for this interpreter, one line per failed check."""
+    from ascendfix.doctor import registry, runner
+    from ascendfix.doctor.context import Context
+
+    checks = [cid for cid in registry.CHECKS if cid not in PREFLIGHT_SKIPS]
+    report = runner.run(Context(profile, device), checks)
+    return [f"{r.title}: {r.messages[0] if r.messages else 'failed'}" for r in report.checks if r.status == "fail"]
+
+
 def default_seams() -> Seams:
-    """The patch engine's status in this interpreter; doctor is not wired yet (None: preflight says so)."""
-    return Seams(doctor_failures=lambda profile, device: None, patch_states=_engine_states)
+    """Doctor's fail-level checks and the patch engine's status, in this interpreter."""
+    return Seams(doctor_failures=_doctor_failures, patch_states=_engine_states)
 
 
 def total_steps(overrides: Mapping[str, str]) -> int | None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
+from pathlib import Path
 
 import pytest
 from ascendfix import cli, manifest, preflight
@@ -166,13 +168,24 @@ def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypat
     refused = CliRunner().invoke(cli.main, args, env={"FILTER": "True"})
     assert refused.exit_code == 1 and "verl-dapo-no-interleave is applied" in refused.output
     engine.revert(select(PROFILE, "npu", ("verl-dapo-no-interleave",), roots=stack.roots()))
-    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {"FILTER": "True"}, preflight.default_seams())
+    engine_only = dataclasses.replace(preflight.default_seams(), doctor_failures=lambda profile, device: [])
+    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {"FILTER": "True"}, engine_only)
     assert result.problems == []  # the DAPO patch reverted, as filter_groups needs: nothing to refuse
     assert "verl-dapo-no-interleave is not applied, as algorithm.filter_groups.enable requires" in str(result.hints)
-    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {"FILTER": "False"}, preflight.default_seams())
+    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {"FILTER": "False"}, engine_only)
     assert [p.message for p in result.problems] == [
         "patch verl-dapo-no-interleave is not applied: run `ascendfix apply`"
     ]
     launched = CliRunner().invoke(cli.main, ["run", "--no-preflight", *args[1:]], env={"FILTER": "False"})
     assert launched.exit_code == 0, launched.output
     assert (tmp_path / "logs" / "train.log").read_text().startswith("launched")
+
+
+def test_default_preflight_asks_the_real_doctor(tmp_path):
+    if Path("/usr/local/Ascend").exists():
+        pytest.skip("this machine has an Ascend stack")
+    script = write_script(tmp_path, "echo python3 x.py trainer.val_before_train=False\n")
+    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {}, preflight.default_seams())
+    doctor = [p.message for p in result.problems if p.source == "doctor"]
+    assert any(m.startswith("CANN toolkit: no Ascend stack found") for m in doctor)
+    assert not any(m.startswith(("Runtime environment", "Patches")) for m in doctor)  # run handles those itself
