@@ -396,7 +396,7 @@ def _render_doctor(report, device_reason: str, verbose: bool) -> None:
 @click.option(
     "--ascend-home", type=click.Path(path_type=Path), help="Ascend install root [default: /usr/local/Ascend]."
 )
-@click.option("--only", multiple=True, metavar="CHECK", help="Run only this check (repeatable; see --list).")
+@click.option("--only", multiple=True, metavar="CHECK", help="Run only these checks (repeatable or a,b; see --list).")
 @click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -414,6 +414,7 @@ def doctor(profile, device, python, roots, ascend_home, only, list_checks, stric
             for row in rows:
                 out.print(f"{row['id']:10} {row['title']}")
         return
+    only = tuple(check for value in only for check in value.split(",") if check)  # --only a,b as the image uses
     runner.select(only)  # unknown ids are bad input before anything runs
     prof = manifest.load_profile(profile)
     if device is not None and device not in prof.devices:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -166,3 +167,11 @@ def test_cuda_constraints_leave_out_npu_only_components():
 def test_unknown_profile_is_a_usage_error(command):
     result = CliRunner().invoke(main, [*command, "--profile", "no-such-profile"])
     assert result.exit_code == 2 and "unknown profile 'no-such-profile'" in result.output
+
+
+def test_the_doctor_step_runs_exactly_the_six_checks_it_names():
+    only = DOCTOR.split("--only ")[1].split()[0]
+    result = CliRunner().invoke(main, ["doctor", "--device", "npu", "--only", only, "--json"])
+    assert result.exit_code in (0, 1), result.output
+    checks = [c["id"] for c in json.loads(result.stdout)["checks"]]
+    assert checks == ["python", "packages", "commits", "integrity", "patches", "conflicts"]
