@@ -41,10 +41,21 @@ DOCTOR = (
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.upstream,
-    pytest.mark.skipif(not shutil.which("buildah"), reason="buildah is not installed (apt-get install buildah)"),
-    pytest.mark.skipif(not shutil.which("debootstrap"), reason="debootstrap is not installed"),
     pytest.mark.skipif(os.geteuid() != 0, reason="buildah --isolation chroot and debootstrap need root"),
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def build_tools():
+    """buildah and debootstrap, installed from Debian's packages when missing (CI starts bare)."""
+    missing = [tool for tool in ("buildah", "debootstrap") if not shutil.which(tool)]
+    if missing and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, env=env, timeout=600)
+        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], capture_output=True, env=env, timeout=900)
+    still = [tool for tool in ("buildah", "debootstrap") if not shutil.which(tool)]
+    if still:
+        pytest.skip(f"{', '.join(still)} not installed and apt-get could not install it")
 
 
 def buildah(*args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
