@@ -11,6 +11,10 @@ import ast
 import builtins
 import difflib
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from ascendfix.resources import data_dir
@@ -181,13 +185,13 @@ def test_helpers_take_the_fast_path(pair):
     ragged = [*grid, ChunkStorageMetadata(Size([1, 1]), Size([1, 3])), ChunkStorageMetadata(Size([1, 4]), Size([0, 0]))]
     if version == "2.7.1":
         later = patched["_ascendfix_chunks_overlapping_later"]
-        assert later(grid + grid[:1]) == [[grid[0]], [], [], [], [], [], []]
+        assert [list(c) for c in later(grid + grid[:1])] == [[grid[0]], [], [], [], [], [], []]
         assert later(ragged)[0] == [ragged[6]] and later(ragged)[1] == [ragged[6], ragged[7]]
     else:
         sweep = patched["_ascendfix_chunks_overlapping_in_sweep"]
         assert sweep(grid, list(range(len(grid))), 1) == {}
         assert sweep(ragged, list(range(len(ragged))), 1) == {6: [(3, 0), (6, 1)], 7: [(6, 1)]}
-    assert patched["_ascendfix_boxes"]([([0, 1.0], [1, 1])], None) is None  # not ints: stock scan runs
+    assert patched["_ascendfix_boxes"]([[0, 1.0]], [[1, 1]], None) is None  # not ints: stock scan runs
 
 
 # --- the transform on the real files ---------------------------------------------------------
@@ -247,16 +251,47 @@ def test_registered_with_its_parameters():
 
 
 def test_template_is_self_contained_python39():
-    """Inserted code parses as Python 3.9 (torch 2.7.1's oldest) and uses only builtins, heapq and itself."""
+    """Inserted code parses as Python 3.9 (torch 2.7.1's oldest) and uses only builtins, some stdlib and itself."""
     text = (data_dir("patches") / TEMPLATE).read_text()
     tree = ast.parse(text, feature_version=(3, 9))
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     assert functions and all(name.startswith("_ascendfix_") for name in functions)
-    allowed = set(dir(builtins)) | functions | {"heapq"}
+    stdlib = {"heapq", "itertools", "operator"}
+    allowed = set(dir(builtins)) | functions
     for func in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
-        bound = {a.arg for a in ast.walk(func) if isinstance(a, ast.arg)}
+        imports = [n for n in ast.walk(func) if isinstance(n, ast.Import | ast.ImportFrom)]
+        assert {n.module if isinstance(n, ast.ImportFrom) else a.name for n in imports for a in n.names} <= stdlib
+        bound = {a.asname or a.name for n in imports for a in n.names}
+        bound |= {a.arg for a in ast.walk(func) if isinstance(a, ast.arg)}
         bound |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         free = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - bound
         assert free <= allowed, (func.name, free - allowed)
-        imports = [n for n in ast.walk(func) if isinstance(n, ast.Import | ast.ImportFrom)]
-        assert all(a.name == "heapq" for n in imports for a in n.names)
+
+
+PROBES = """
+boxes = [((0, 0), (2, 3)), ((2, 0), (2, 3)), ((0, 0), (2, 3))]
+ragged = [((0, 0), (2, 3)), ((1, 1), (1, 3)), ((1, 2), (0, 0)), ((-1, 2), (-2, 5))]
+print(_ascendfix_overlapping_pairs(boxes), sorted(_ascendfix_overlapping_pairs(ragged)))
+print(_ascendfix_boxes([[0, 1], (2, 3)], [[1, 1], (1, 1)], None), _ascendfix_boxes([[0, 1]], [[1, 1.0]], None))
+print(_ascendfix_boxes([[0, 1, 2]], [[1, 1, 1]], [0, 2]), _ascendfix_boxes([[0, 1, 2]], [[1, 1, 1]], [1]))
+print(_ascendfix_later([(0, 2), (0, 1)], range(3)), _ascendfix_in_sweep_order([(0, 1)], boxes, [1, 0], 1))
+"""
+
+
+def _python39() -> str | None:
+    candidates = [shutil.which("python3.9"), *map(str, Path.home().glob(".pyenv/versions/3.9*/bin/python3.9"))]
+    for path in filter(None, candidates):
+        if subprocess.run([path, "-c", "pass"], capture_output=True).returncode == 0:
+            return path
+    return None
+
+
+@pytest.mark.skipif(_python39() is None, reason="no python3.9 on this machine")
+def test_template_runs_on_python39():
+    """torch 2.7.1 still supports Python 3.9: the inserted functions give the same answers there."""
+    program = (data_dir("patches") / TEMPLATE).read_text() + PROBES
+    old = subprocess.run([_python39(), "-c", program], capture_output=True, text=True, timeout=60)
+    new = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert old.returncode == 0, old.stderr
+    assert old.stdout == new.stdout
+    assert new.stdout.startswith("[(0, 2)] [(0, 1), (0, 2)]\n")  # a zero-size box strictly inside counts

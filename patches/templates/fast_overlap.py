@@ -16,7 +16,8 @@ whatever order, is reported the same. A helper returns None (the stock scan runs
 the boxes are not plain ints of one length, so odd inputs raise exactly where torch raises them.
 
 Only this file's functions are inserted; ``REPLACES`` is read by the transform, never inserted.
-The inserted code uses nothing but builtins and ``heapq`` (stdlib, imported inside the function).
+The inserted code uses nothing but builtins and the stdlib's heapq, itertools and operator, imported
+inside the functions that use them.
 Keep every docstring on one line: the transform marks each inserted line with a trailing comment.
 """
 
@@ -61,30 +62,34 @@ REPLACES = {
 }
 
 
-def _ascendfix_boxes(pairs, dims):
+def _ascendfix_boxes(offsets, sizes, dims):
     """[(offsets, sizes)] as int tuples over ``dims`` (all, of one length, when None); else None."""
-    boxes = []
-    for offsets, sizes in pairs:
-        if not isinstance(offsets, (list, tuple)) or not isinstance(sizes, (list, tuple)):
+    from itertools import chain
+    from operator import itemgetter
+
+    if not all(issubclass(kind, (list, tuple)) for kind in set(map(type, offsets)) | set(map(type, sizes))):
+        return None
+    lengths = set(map(len, offsets)) | set(map(len, sizes))
+    if dims is None:
+        if len(lengths) > 1:
             return None
-        picked = range(len(boxes[0][0]) if boxes else len(offsets)) if dims is None else dims
-        if dims is None and not len(offsets) == len(sizes) == len(picked):
-            return None
-        if any(d >= len(offsets) or d >= len(sizes) for d in picked):
-            return None
-        box = (tuple(offsets[d] for d in picked), tuple(sizes[d] for d in picked))
-        if any(type(v) is not int for v in box[0] + box[1]):
-            return None
-        boxes.append(box)
-    return boxes
+        dims = range(lengths.pop() if lengths else 0)
+    elif lengths and min(lengths) <= max(dims, default=-1):
+        return None
+    pick = itemgetter(*dims) if len(dims) > 1 else lambda values: tuple(values[d] for d in dims)
+    offsets, sizes = list(map(pick, offsets)), list(map(pick, sizes))
+    if not set(map(type, chain(chain.from_iterable(offsets), chain.from_iterable(sizes)))) <= {int}:
+        return None
+    return list(zip(offsets, sizes))
 
 
 def _ascendfix_is_grid(boxes, ndims):
     """Whether every size is positive and, in each dimension, the distinct ranges are disjoint."""
+    offsets, sizes = list(zip(*(o for o, _ in boxes))), list(zip(*(s for _, s in boxes)))
     for d in range(ndims):
-        ranges = sorted({(offsets[d], sizes[d]) for offsets, sizes in boxes})
-        if any(size <= 0 for _, size in ranges):
+        if min(sizes[d]) <= 0:
             return False
+        ranges = sorted(set(zip(offsets[d], sizes[d])))
         if any(ranges[k][0] + ranges[k][1] > ranges[k + 1][0] for k in range(len(ranges) - 1)):
             return False
     return True
@@ -124,6 +129,8 @@ def _ascendfix_overlapping_pairs(boxes):
     if not _ascendfix_is_grid(boxes, ndims):
         return _ascendfix_sweep(boxes, ndims)
     # A grid: boxes overlap in a dimension only when their ranges there are the same one.
+    if len(set(boxes)) == len(boxes):
+        return []
     same = {}
     for i, box in enumerate(boxes):
         same.setdefault(box, []).append(i)
@@ -132,9 +139,9 @@ def _ascendfix_overlapping_pairs(boxes):
 
 def _ascendfix_later(pairs, items):
     """Per position i, the items[j] of the overlapping j > i, ascending (a pairwise scan's order)."""
-    later = [[] for _ in items]
+    later = [()] * len(items)
     for i, j in sorted(pairs):
-        later[i].append(items[j])
+        later[i] = [*later[i], items[j]]
     return later
 
 
@@ -150,7 +157,7 @@ def _ascendfix_in_sweep_order(pairs, boxes, sorted_indices, sweep_dim):
 
 def _ascendfix_shards_overlapping_later(shards, sharded_dims):
     """Pairwise _find_nd_overlapping_shards: per shard, the later shards overlapping it in the sharded dims."""
-    boxes = _ascendfix_boxes([(s.shard_offsets, s.shard_sizes) for s in shards], sharded_dims)
+    boxes = _ascendfix_boxes([s.shard_offsets for s in shards], [s.shard_sizes for s in shards], sharded_dims)
     if boxes is None:
         return None
     return _ascendfix_later(_ascendfix_overlapping_pairs(boxes), range(len(shards)))
@@ -158,7 +165,7 @@ def _ascendfix_shards_overlapping_later(shards, sharded_dims):
 
 def _ascendfix_shards_overlapping_in_sweep(shards, sorted_indices, sweep_dim):
     """Sweeping _find_nd_overlapping_shards: per shard in sweep order, the active shards overlapping it."""
-    boxes = _ascendfix_boxes([(s.shard_offsets, s.shard_sizes) for s in shards], None)
+    boxes = _ascendfix_boxes([s.shard_offsets for s in shards], [s.shard_sizes for s in shards], None)
     if boxes is None:
         return None
     return _ascendfix_in_sweep_order(_ascendfix_overlapping_pairs(boxes), boxes, sorted_indices, sweep_dim)
@@ -166,7 +173,7 @@ def _ascendfix_shards_overlapping_in_sweep(shards, sorted_indices, sweep_dim):
 
 def _ascendfix_chunks_overlapping_later(chunks):
     """Pairwise _validate_global_plan: per chunk, the later chunks overlapping it."""
-    boxes = _ascendfix_boxes([(c.offsets, c.sizes) for c in chunks], None)
+    boxes = _ascendfix_boxes([c.offsets for c in chunks], [c.sizes for c in chunks], None)
     if boxes is None:
         return None
     return _ascendfix_later(_ascendfix_overlapping_pairs(boxes), chunks)
@@ -174,7 +181,7 @@ def _ascendfix_chunks_overlapping_later(chunks):
 
 def _ascendfix_chunks_overlapping_in_sweep(chunks, sorted_indices, sweep_dim):
     """Sweeping _validate_global_plan: per chunk in sweep order, the active chunks overlapping it."""
-    boxes = _ascendfix_boxes([(c.offsets, c.sizes) for c in chunks], None)
+    boxes = _ascendfix_boxes([c.offsets for c in chunks], [c.sizes for c in chunks], None)
     if boxes is None:
         return None
     return _ascendfix_in_sweep_order(_ascendfix_overlapping_pairs(boxes), boxes, sorted_indices, sweep_dim)
