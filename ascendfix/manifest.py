@@ -106,6 +106,7 @@ class Patch:
     references: tuple[str, ...]
     drop_when: str
     source: Path
+    caveat: str | None = None
 
 
 @dataclass(frozen=True)
@@ -276,6 +277,7 @@ def load_patch(path: Path) -> Patch:
         references=top.strings("references", required=False),
         drop_when=top.text("drop_when"),
         source=path,
+        caveat=top.text("caveat", required=False),
     )
     top.done()
     return patch

@@ -4,39 +4,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import libcst as cst
-import libcst.matchers as m
-
-from ascendfix.transforms.base import Outcome, TransformError, code_of, has_marker, marker, parse
+from ascendfix.transforms.base import Outcome, TransformError, marker
 
 
-def _return_value(func: cst.FunctionDef, module: cst.Module) -> str:
+def _return_value(func, module) -> str:
     """The value that keeps every caller on its success path, from the annotation and the callers.
 
     ``None`` (bare ``return``) when the function returns no value; ``True`` for ``-> bool``
-    whose callers test ``not f(...)``; ``[]`` for ``-> list[str]`` whose callers bind the
-    result to a name (torch >= 2.12: an empty error list). Anything else is a refusal.
+    whose callers all test ``not f(...)``; ``[]`` for ``-> list[str]`` whose callers all
+    bind the result to a name (torch >= 2.12: an empty error list). Anything else: refuse.
     """
+    import libcst as cst
+
+    from ascendfix.transforms.cst_util import code_of, walk
+
     name = func.name.value
     annotation = code_of(func.returns.annotation).replace(" ", "") if func.returns else None
-    returns_values = bool(m.findall(func.body, m.Return(value=m.DoesNotMatch(None))))
-    calls = m.findall(module, m.Call(func=m.Name(name)))
-    negated = m.findall(module, m.UnaryOperation(operator=m.Not(), expression=m.Call(func=m.Name(name))))
-    assigned = m.findall(module, m.Assign(value=m.Call(func=m.Name(name))))
+    returns_values = any(isinstance(n, cst.Return) and n.value is not None for n, _ in walk(func.body))
+    calls = negated = assigned = 0
+    for node, above in walk(module):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == name:
+            calls += 1
+            parent = above[-1]
+            negated += isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)
+            assigned += isinstance(parent, cst.Assign)
     if annotation in (None, "None") and not returns_values:
         return "None"
-    if annotation == "bool" and calls and len(negated) == len(calls):
+    if annotation == "bool" and calls and negated == calls:
         return "True"
-    if annotation in ("list[str]", "List[str]") and calls and len(assigned) == len(calls):
+    if annotation in ("list[str]", "List[str]") and calls and assigned == calls:
         return "[]"
-    callers = f"{len(calls)} caller(s) in this file"
-    raise TransformError(f"cannot tell what {name}() must return (annotation {annotation!r}, {callers})")
-
-
-def _docstring_count(body: cst.IndentedBlock) -> int:
-    first = body.body[0] if body.body else None
-    is_doc = m.matches(first, m.SimpleStatementLine(body=[m.Expr(m.SimpleString() | m.ConcatenatedString())]))
-    return 1 if is_doc else 0
+    raise TransformError(
+        f"cannot tell what {name}() must return (annotation {annotation!r}, {calls} caller(s) in this file)"
+    )
 
 
 @dataclass(frozen=True)
@@ -50,48 +50,47 @@ class ReturnEarly:
 
     function: str
 
-    def _find(self, module: cst.Module) -> tuple[int, cst.FunctionDef] | None:
-        for index, stmt in enumerate(module.body):
-            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == self.function:
-                return index, stmt
-        return None
-
-    @staticmethod
-    def _is_ours(stmt: cst.BaseStatement | None, patch_id: str) -> bool:
-        return (
-            isinstance(stmt, cst.SimpleStatementLine)
-            and isinstance(stmt.body[0], cst.Return)
-            and has_marker(stmt.trailing_whitespace, patch_id)
-        )
-
     def _rewrite(self, source: bytes, patch_id: str, forward: bool) -> Outcome:
-        module = parse(source)
-        found = self._find(module)
-        if found is None or not isinstance(found[1].body, cst.IndentedBlock):
-            return Outcome(source, 0, 0)
-        index, func = found
-        at = _docstring_count(func.body)
+        import libcst as cst
+
+        from ascendfix.transforms import cst_util as u
+
+        module = u.parse(source)
+        found = [
+            (i, s)
+            for i, s in enumerate(module.body)
+            if isinstance(s, cst.FunctionDef) and s.name.value == self.function
+        ]
+        if len(found) != 1 or not isinstance(found[0][1].body, cst.IndentedBlock):
+            return Outcome(source, 0, len(found) > 1)  # absent, duplicated or one-line: not a site we know
+        index, func = found[0]
         statements = list(func.body.body)
-        is_done = self._is_ours(statements[at] if at < len(statements) else None, patch_id)
-        if forward and not is_done:
-            value = _return_value(func, module)
-            ret = cst.Return(value=None if value == "None" else cst.parse_expression(value))
-            statements.insert(
-                at,
-                cst.SimpleStatementLine(
-                    body=[ret],
-                    trailing_whitespace=cst.TrailingWhitespace(
-                        whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(marker(patch_id))
-                    ),
-                ),
-            )
-        elif not forward and is_done:
-            del statements[at]
-        else:
+        first = statements[0] if statements else None
+        is_doc = (
+            isinstance(first, cst.SimpleStatementLine)
+            and isinstance(first.body[0], cst.Expr)
+            and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+        )
+        at = 1 if is_doc else 0
+        ours = statements[at] if at < len(statements) else None
+        is_done = (
+            isinstance(ours, cst.SimpleStatementLine)
+            and isinstance(ours.body[0], cst.Return)
+            and u.has_marker(ours.trailing_whitespace, patch_id)
+        )
+        if forward == is_done:
             return Outcome(source, int(not is_done), int(is_done))
-        new_func = func.with_changes(body=func.body.with_changes(body=statements))
+        if forward:
+            value = _return_value(func, module)
+            comment = cst.TrailingWhitespace(
+                whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(marker(patch_id))
+            )
+            ret = cst.Return(value=None if value == "None" else cst.parse_expression(value))
+            statements.insert(at, cst.SimpleStatementLine(body=[ret], trailing_whitespace=comment))
+        else:
+            del statements[at]
         body = list(module.body)
-        body[index] = new_func
+        body[index] = func.with_changes(body=func.body.with_changes(body=statements))
         return Outcome(module.with_changes(body=body).bytes, int(not is_done), int(is_done))
 
     def apply(self, source: bytes, patch_id: str) -> Outcome:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import libcst as cst
-
-from ascendfix.transforms.base import Outcome, add_marker, code_of, drop_marker, has_marker, parse
+from ascendfix.transforms.base import Outcome
 
 
 @dataclass(frozen=True)
@@ -21,7 +19,14 @@ class SetAssignment:
     original: str
     value: str
 
-    def _sites(self, module: cst.Module, patch_id: str):
+    def _rewrite(self, source: bytes, patch_id: str, forward: bool) -> Outcome:
+        import libcst as cst
+
+        from ascendfix.transforms import cst_util as u
+
+        module = u.parse(source)
+        body = list(module.body)
+        pending = done = 0
         for index, stmt in enumerate(module.body):
             if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
                 continue
@@ -33,28 +38,17 @@ class SetAssignment:
                 and assign.targets[0].target.value == self.target
             ):
                 continue
-            written = code_of(assign.value)
-            if written == self.original:
-                yield index, stmt, assign, False
-            elif written == self.value and has_marker(stmt.trailing_whitespace, patch_id):
-                yield index, stmt, assign, True
-
-    def _rewrite(self, source: bytes, patch_id: str, forward: bool) -> Outcome:
-        module = parse(source)
-        body = list(module.body)
-        pending = done = 0
-        for index, stmt, assign, is_done in list(self._sites(module, patch_id)):
+            written = u.code_of(assign.value)
+            is_done = written == self.value and u.has_marker(stmt.trailing_whitespace, patch_id)
+            if written != self.original and not is_done:
+                continue
             done += is_done
             pending += not is_done
-            if forward and not is_done:
-                new_assign = assign.with_changes(value=cst.parse_expression(self.value))
+            if forward != is_done:
+                new_value, mark = (self.value, u.add_marker) if forward else (self.original, u.drop_marker)
                 body[index] = stmt.with_changes(
-                    body=[new_assign], trailing_whitespace=add_marker(stmt.trailing_whitespace, patch_id)
-                )
-            elif not forward and is_done:
-                new_assign = assign.with_changes(value=cst.parse_expression(self.original))
-                body[index] = stmt.with_changes(
-                    body=[new_assign], trailing_whitespace=drop_marker(stmt.trailing_whitespace, patch_id)
+                    body=[assign.with_changes(value=cst.parse_expression(new_value))],
+                    trailing_whitespace=mark(stmt.trailing_whitespace, patch_id),
                 )
         return Outcome(module.with_changes(body=body).bytes, pending, done)
 

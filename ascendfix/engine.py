@@ -1,0 +1,388 @@
+"""The patch engine: plan -> verify -> write atomically -> journal; revert; recover.
+
+Every operation first evaluates each file of each patch into a ``FileStatus`` (pure:
+read, hash, and parse only when the hash does not already tell). ``apply`` plans all
+files in memory and refuses before writing anything if any applicable file is missing,
+unparsable, or does not match; then, under a lock on every package root, it backs up
+the originals, journals, writes each file atomically and records what it wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ascendfix import manifest
+from ascendfix.errors import RefusedError, UsageError
+from ascendfix.fsutil import drop_bytecode, locked, sha256_bytes, write_atomic
+from ascendfix.journal import Record, Store
+from ascendfix.locate import Target, locate
+from ascendfix.manifest import Patch, PatchFile, Profile
+from ascendfix.transforms import registry
+from ascendfix.transforms.base import TransformError
+
+APPLIED, NOT_APPLIED, NOT_APPLICABLE = "applied", "not-applied", "not-applicable"
+DRIFTED, PARTIAL = "drifted", "partial"
+DEFAULT_VARIANT = "default"
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    """One file of a patch, as found on disk."""
+
+    path: str
+    sha256: str | None
+    state: str
+    reason: str = ""
+    absolute: Path | None = None
+    preimage: str | None = None  # label of the known original this file is, if any
+    new_code: bytes | None = field(default=None, repr=False)  # what apply would write
+    old_code: bytes | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    """A patch's state, aggregated over its files."""
+
+    id: str
+    state: str
+    reason: str
+    files: tuple[FileStatus, ...]
+    warnings: tuple[str, ...] = ()
+    action: str = ""
+
+    def as_json(self) -> dict:
+        """The JSON contract: id, state, reason, files[path, sha256, state]."""
+        data = {
+            "id": self.id,
+            "state": self.state,
+            "reason": self.reason,
+            "files": [{"path": f.path, "sha256": f.sha256, "state": f.state} for f in self.files],
+        }
+        if self.action:
+            data["action"] = self.action
+        if self.warnings:
+            data["warnings"] = list(self.warnings)
+        return data
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one command acts on: a profile's patches for a device, and where their packages are."""
+
+    profile: Profile
+    device: str | None
+    patches: tuple[Patch, ...]
+    targets: dict[str, Target]
+
+
+def select(
+    profile: Profile,
+    device: str | None,
+    only: tuple[str, ...] = (),
+    python: str | None = None,
+    roots: dict[str, Path] | None = None,
+) -> Selection:
+    """The patches of ``profile`` to consider (all of them, or ``only``) and their located packages."""
+    unknown = [pid for pid in only if pid not in profile.patches]
+    if unknown:
+        known = ", ".join(profile.patches)
+        raise UsageError(f"--only {unknown[0]}: not a patch of profile {profile.name} (its patches: {known})")
+    if device is not None and device not in profile.devices:
+        raise UsageError(f"--device {device}: profile {profile.name} defines only {', '.join(profile.devices)}")
+    patches = tuple(p for pid, p in profile.patches.items() if not only or pid in only)
+    packages = sorted({p.package for p in patches})
+    return Selection(profile, device, patches, locate(packages, python, roots))
+
+
+def _transform(patch: Patch):
+    return registry.build(patch.transform, manifest.patch_params(patch))
+
+
+def _evaluate_file(patch: Patch, pfile: PatchFile, target: Target, records: dict[str, Record]) -> FileStatus:
+    """Where one file stands. Parses only when the hash alone cannot tell."""
+    if target.root is None:
+        return FileStatus(pfile.path, None, DRIFTED, f"{patch.package} {target.how}")
+    if pfile.only_in_checkout and not target.is_checkout:
+        reason = (
+            f"{pfile.path} ships only in a {patch.package} source checkout; {patch.package} here is "
+            f"{target.how} at {target.root} (pass --root {patch.package}=CHECKOUT)"
+        )
+        return FileStatus(pfile.path, None, NOT_APPLICABLE, reason)
+    path = target.root / pfile.path
+    try:
+        code = path.read_bytes()
+    except FileNotFoundError:
+        return FileStatus(pfile.path, None, DRIFTED, f"{path} is missing", path)
+    except OSError as e:
+        return FileStatus(pfile.path, None, DRIFTED, f"{path}: cannot read: {e.strerror}", path)
+    digest = sha256_bytes(code)
+    base = FileStatus(pfile.path, digest, "", absolute=path, preimage=pfile.preimage_label(digest), old_code=code)
+    record = records.get(pfile.path)
+    if record is not None and record.patch == patch.id and digest == record.patched_sha256:
+        return replace(base, state=APPLIED)
+    try:
+        outcome = _transform(patch).apply(code, patch.id)
+    except TransformError as e:
+        return replace(base, state=DRIFTED, reason=f"{pfile.path}: {e}")
+    want = pfile.sites
+    if outcome.done == want and outcome.pending == 0:
+        if record is not None and digest != record.patched_sha256:
+            return replace(base, state=DRIFTED, reason=f"{pfile.path} changed since ascendfix wrote it")
+        return replace(
+            base, state=APPLIED, reason="marked by ascendfix (no record in .ascendfix)" if not record else ""
+        )
+    if outcome.pending == want and outcome.done == 0:
+        return replace(base, state=NOT_APPLIED, new_code=outcome.code)
+    if outcome.pending + outcome.done == want:
+        return replace(base, state=PARTIAL, reason=f"{pfile.path}: {outcome.done} of {want} sites patched")
+    found = outcome.pending + outcome.done
+    return replace(base, state=DRIFTED, reason=f"{pfile.path}: expected {want} site(s) for {patch.id}, found {found}")
+
+
+def _aggregate(patch: Patch, files: list[FileStatus]) -> PatchStatus:
+    states = {f.state for f in files}
+    reasons = "; ".join(dict.fromkeys(f.reason for f in files if f.reason))
+    if states == {NOT_APPLICABLE}:
+        state = NOT_APPLICABLE
+    elif DRIFTED in states:
+        state = DRIFTED
+    elif PARTIAL in states or states - {NOT_APPLICABLE} == {APPLIED, NOT_APPLIED}:
+        state = PARTIAL
+    else:
+        (state,) = states - {NOT_APPLICABLE}
+    return PatchStatus(patch.id, state, reasons, tuple(files))
+
+
+def evaluate(selection: Selection) -> list[PatchStatus]:
+    """Each selected patch's state on disk (device-filtered: others are not-applicable)."""
+    stores = {name: Store(t.root) for name, t in selection.targets.items() if t.root is not None}
+    records = {name: store.records() for name, store in stores.items()}
+    statuses = []
+    for patch in selection.patches:
+        if selection.device is not None and patch not in selection.profile.patches_for(selection.device):
+            reason = f"not used on {selection.device} (the profile applies it on {_devices_of(selection, patch)})"
+            files = tuple(FileStatus(f.path, None, NOT_APPLICABLE) for f in patch.files)
+            statuses.append(PatchStatus(patch.id, NOT_APPLICABLE, reason, files))
+            continue
+        target = selection.targets[patch.package]
+        recs = records.get(patch.package, {})
+        statuses.append(_aggregate(patch, [_evaluate_file(patch, f, target, recs) for f in patch.files]))
+    return statuses
+
+
+def _devices_of(selection: Selection, patch: Patch) -> str:
+    devices = [d for d, dev in selection.profile.devices.items() if patch.id in dev.patches]
+    return ", ".join(devices) or "no device"
+
+
+def status(selection: Selection) -> list[PatchStatus]:
+    """Patch states after finishing or rolling back any interrupted run."""
+    recover(selection)
+    return evaluate(selection)
+
+
+def recover(selection: Selection) -> list[str]:
+    """Finish an interrupted revert / roll back an interrupted apply, in every root. Returns what was done."""
+    done = []
+    for target in selection.targets.values():
+        if target.root is None or not (target.root / ".ascendfix" / "journal.json").exists():
+            continue
+        with locked([target.root]):
+            done += _recover_root(Store(target.root))
+    return done
+
+
+def _recover_root(store: Store) -> list[str]:
+    """Both interrupted operations end the same way: every journaled file back to its original."""
+    pending = store.pending()
+    if pending is None:
+        return []
+    op, files = pending
+    records = store.records()
+    notes = []
+    for rel, rec in files.items():
+        path = store.root / rel
+        original = store.load_backup(rel, rec.original_sha256)
+        if path.is_file() and sha256_bytes(path.read_bytes()) == rec.patched_sha256 and original is not None:
+            write_atomic(path.resolve(), original)
+            drop_bytecode(path.resolve())
+            notes.append(f"{rel}: restored the original (an interrupted {op})")
+        records.pop(rel, None)
+        store.drop_backup(rel)
+    store.save_records(records)
+    store.end()
+    return notes
+
+
+def apply(selection: Selection, strict: bool = False, dry_run: bool = False) -> list[PatchStatus]:
+    """Apply every selected patch that concerns this device, all or nothing.
+
+    Raises RefusedError (nothing written) when any applicable file is missing, does not
+    match its transform, is partially patched, or (with ``strict``) is not a known original.
+    """
+    if not dry_run:
+        recover(selection)
+    roots = [t.root for t in selection.targets.values() if t.root is not None]
+    with locked(roots) if not dry_run else contextlib.nullcontext():
+        statuses = _plan(selection, evaluate(selection), strict)
+        if dry_run:
+            return [replace(s, action="would-apply" if s.state == NOT_APPLIED else "") for s in statuses]
+        _write(selection, statuses)
+    return [_applied(s) for s in statuses]
+
+
+def _plan(selection: Selection, statuses: list[PatchStatus], strict: bool) -> list[PatchStatus]:
+    """Refuse the whole run if any applicable patch cannot be applied cleanly; add warnings."""
+    problems = [f"{s.id}: {s.state}: {s.reason}" for s in statuses if s.state in (DRIFTED, PARTIAL)]
+    planned = []
+    for s in statuses:
+        unknown = [f.path for f in s.files if f.state == NOT_APPLIED and f.preimage is None]
+        warnings = tuple(f"{path}: not a known original of {s.id}; its sites matched exactly" for path in unknown)
+        caveat = selection.profile.patches[s.id].caveat
+        if caveat and s.state == NOT_APPLIED:
+            warnings += (" ".join(caveat.split()),)
+        if strict and unknown:
+            problems.append(f"{s.id}: {unknown[0]} is not a known original (sha256 differs) and --strict is set")
+        for f in s.files:
+            if f.new_code is not None:
+                folder = f.absolute.resolve().parent
+                if not os.access(folder, os.W_OK):
+                    problems.append(f"{s.id}: cannot write to {folder} (run as its owner, or use --root on a copy)")
+                try:
+                    compile(f.new_code, str(f.absolute), "exec", dont_inherit=True)
+                except SyntaxError as e:
+                    problems.append(f"{s.id}: the patched {f.path} does not compile: {e.msg}")
+        planned.append(replace(s, warnings=warnings))
+    if problems:
+        raise RefusedError("refused, nothing was changed: " + " | ".join(problems))
+    return planned
+
+
+def _write(selection: Selection, statuses: list[PatchStatus]) -> None:
+    """Back up, journal, write atomically, record; one root at a time."""
+    by_root: dict[Path, list[tuple[str, FileStatus]]] = {}
+    for s in statuses:
+        patch = selection.profile.patches[s.id]
+        root = selection.targets[patch.package].root
+        for f in s.files:
+            if f.state == NOT_APPLIED:
+                by_root.setdefault(root, []).append((s.id, f))
+    for root, files in by_root.items():
+        store = Store(root)
+        records = store.records()
+        planned = {f.path: Record(pid, DEFAULT_VARIANT, f.sha256, sha256_bytes(f.new_code)) for pid, f in files}
+        for _pid, f in files:
+            store.save_backup(f.path, f.old_code)
+        store.begin("apply", planned)
+        for _pid, f in files:
+            write_atomic(f.absolute.resolve(), f.new_code)
+            drop_bytecode(f.absolute.resolve())
+        store.save_records({**records, **planned})
+        store.end()
+
+
+def _applied(s: PatchStatus) -> PatchStatus:
+    if s.state == NOT_APPLIED:
+        files = tuple(replace(f, state=APPLIED, sha256=sha256_bytes(f.new_code)) for f in s.files)
+        return replace(s, state=APPLIED, files=files, action="applied")
+    return replace(s, action="unchanged" if s.state == APPLIED else "skipped")
+
+
+def revert(selection: Selection) -> list[PatchStatus]:
+    """Restore every patched file of the selection, byte for byte.
+
+    From the backup when the file is still what ascendfix wrote; through the inverse
+    transform when the state folder is gone but the markers are there. A file changed
+    since ascendfix wrote it is reported and left alone.
+    """
+    recover(selection)
+    roots = [t.root for t in selection.targets.values() if t.root is not None]
+    results = []
+    with locked(roots):
+        stores = {name: Store(t.root) for name, t in selection.targets.items() if t.root is not None}
+        for patch in selection.patches:
+            target = selection.targets[patch.package]
+            if target.root is None:
+                results.append(PatchStatus(patch.id, DRIFTED, f"{patch.package} {target.how}", (), action="skipped"))
+                continue
+            results.append(_revert_patch(patch, target, stores[patch.package]))
+    return results
+
+
+def _revert_patch(patch: Patch, target: Target, store: Store) -> PatchStatus:
+    records = store.records()
+    files, notes, touched = [], [], {}
+    for pfile in patch.files:
+        path = target.root / pfile.path
+        if not path.is_file():
+            state = NOT_APPLICABLE if pfile.only_in_checkout and not target.is_checkout else NOT_APPLIED
+            files.append(FileStatus(pfile.path, None, state))
+            continue
+        code = path.read_bytes()
+        digest = sha256_bytes(code)
+        record = records.get(pfile.path)
+        if record is not None and record.patch == patch.id:
+            if digest == record.original_sha256:
+                touched[pfile.path] = (None, record)
+                files.append(FileStatus(pfile.path, digest, NOT_APPLIED))
+                continue
+            original = store.load_backup(pfile.path, record.original_sha256)
+            if digest == record.patched_sha256 and original is not None:
+                touched[pfile.path] = (original, record)
+                files.append(FileStatus(pfile.path, record.original_sha256, NOT_APPLIED, absolute=path))
+                continue
+            reason = f"{pfile.path} changed since ascendfix wrote it; not touched (reinstall {patch.package})"
+            files.append(FileStatus(pfile.path, digest, DRIFTED, reason))
+            notes.append(reason)
+            continue
+        try:
+            outcome = _transform(patch).revert(code, patch.id)
+        except TransformError as e:
+            files.append(FileStatus(pfile.path, digest, DRIFTED, f"{pfile.path}: {e}"))
+            notes.append(f"{pfile.path}: {e}")
+            continue
+        if outcome.done == 0:
+            files.append(FileStatus(pfile.path, digest, NOT_APPLIED))
+            continue
+        try:
+            compile(outcome.code, str(path), "exec", dont_inherit=True)
+        except SyntaxError as e:
+            files.append(FileStatus(pfile.path, digest, DRIFTED, f"{pfile.path}: the reverted file does not compile"))
+            notes.append(f"{pfile.path}: the reverted file does not compile ({e.msg}); not touched")
+            continue
+        store.save_backup(pfile.path, outcome.code)  # lets recovery finish an interrupted revert
+        touched[pfile.path] = (outcome.code, Record(patch.id, DEFAULT_VARIANT, sha256_bytes(outcome.code), digest))
+        files.append(FileStatus(pfile.path, sha256_bytes(outcome.code), NOT_APPLIED, absolute=path))
+    if notes:
+        return PatchStatus(patch.id, DRIFTED, "; ".join(notes), tuple(files), action="refused")
+    writes = {rel: rec for rel, (data, rec) in touched.items()}
+    if writes:
+        store.begin("revert", writes)
+        for rel, (data, _rec) in touched.items():
+            if data is not None:
+                write_atomic((target.root / rel).resolve(), data)
+                drop_bytecode((target.root / rel).resolve())
+            store.drop_backup(rel)
+            records.pop(rel, None)
+        store.save_records(records)
+        store.end()
+    wrote = any(data is not None for data, _ in touched.values())
+    state = NOT_APPLICABLE if all(f.state == NOT_APPLICABLE for f in files) else NOT_APPLIED
+    return PatchStatus(patch.id, state, "", tuple(files), action="reverted" if wrote else "unchanged")
+
+
+def diff(statuses: list[PatchStatus]) -> str:
+    """A unified diff of what apply would write (from ``apply(..., dry_run=True)``)."""
+    chunks = []
+    for s in statuses:
+        for f in s.files:
+            if f.new_code is None:
+                continue
+            old = f.old_code.decode("utf-8", "replace").splitlines(keepends=True)
+            new = f.new_code.decode("utf-8", "replace").splitlines(keepends=True)
+            chunks.extend(difflib.unified_diff(old, new, f"a/{f.path}", f"b/{f.path}"))
+    return "".join(chunks)

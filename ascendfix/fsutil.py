@@ -1,0 +1,78 @@
+"""Small file-system primitives the engine needs: hashing, atomic writes, locks."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex sha256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Replace ``path`` with ``data`` atomically: temp file in the same folder, fsync, rename.
+
+    ``mode`` (default: the existing file's, else 0o644) is set on the new file, so a
+    reader sees either the whole old file or the whole new one, never a mix.
+    """
+    if mode is None:
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".ascendfix-tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def drop_bytecode(path: Path) -> list[Path]:
+    """Remove the cached bytecode of the module ``path`` (pip compiles with timestamp checks; an
+    unchecked-hash .pyc would keep running the old code). Returns what was removed."""
+    cache = path.parent / "__pycache__"
+    removed = []
+    for pyc in cache.glob(f"{path.stem}.*.pyc") if cache.is_dir() else []:
+        with contextlib.suppress(FileNotFoundError):
+            pyc.unlink()
+            removed.append(pyc)
+    return removed
+
+
+@contextlib.contextmanager
+def locked(folders: list[Path]):
+    """Hold an exclusive flock on each folder (sorted, so concurrent runs cannot deadlock).
+
+    The lock is taken on the folder itself, so it leaves no file behind.
+    """
+    fds = []
+    try:
+        for folder in sorted(set(folders)):
+            fd = os.open(folder, os.O_RDONLY)
+            fds.append(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        for fd in reversed(fds):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)

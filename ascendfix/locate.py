@@ -1,0 +1,141 @@
+"""Where a package's files are, in the target interpreter, without importing the package.
+
+Importing torch or torch_npu to find them can fail on a half-set-up Ascend box (CANN
+libraries, backend autoload), so nothing here imports a target package: the target
+interpreter runs a small probe that uses ``importlib.util.find_spec`` (which only
+locates a top-level package) and ``importlib.metadata``. The probe runs in-process
+when the target is the interpreter ascendfix itself runs in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ascendfix.errors import UsageError
+
+PROBE = r"""
+import importlib.metadata, importlib.util, json, sys
+
+def probe(packages, distributions):
+    out = {"python": sys.executable, "version": list(sys.version_info[:3]), "packages": {}, "distributions": {}}
+    for name in packages:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        origin = spec.origin if spec and spec.origin not in (None, "namespace") else None
+        out["packages"][name] = {"locations": locations, "origin": origin}
+    for name in distributions:
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            out["distributions"][name] = None
+            continue
+        direct_url = dist.read_text("direct_url.json")
+        out["distributions"][name] = {
+            "version": dist.version,
+            "direct_url": json.loads(direct_url) if direct_url else None,
+            "metadata_dir": str(getattr(dist, "_path", "")) or None,
+        }
+    return out
+
+if __name__ == "__main__":
+    request = json.loads(sys.argv[1])
+    print(json.dumps(probe(request["packages"], request["distributions"])))
+"""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one package's files live, and how that was decided."""
+
+    package: str
+    root: Path | None
+    how: str
+    is_checkout: bool = False
+
+
+def _is_checkout(root: Path) -> bool:
+    """A source checkout (git tree or project folder), not a site-packages directory."""
+    return any((root / marker).exists() for marker in (".git", "pyproject.toml", "setup.py"))
+
+
+def _same_interpreter(python: str | None) -> bool:
+    if python is None:
+        return True
+    try:
+        return Path(python).resolve() == Path(sys.executable).resolve()
+    except OSError:
+        return False
+
+
+def probe(python: str | None, packages: list[str], distributions: list[str] = ()) -> dict:
+    """Run the probe in ``python`` (None: this interpreter); raise UsageError if it cannot run."""
+    if _same_interpreter(python):
+        namespace: dict = {}
+        exec(compile(PROBE, "<ascendfix-probe>", "exec"), namespace)
+        return namespace["probe"](list(packages), list(distributions))
+    request = json.dumps({"packages": list(packages), "distributions": list(distributions)})
+    try:
+        result = subprocess.run(
+            [python, "-c", PROBE, request], capture_output=True, text=True, timeout=60, env=_clean_env()
+        )
+    except FileNotFoundError:
+        raise UsageError(f"--python {python}: no such interpreter") from None
+    except PermissionError:
+        raise UsageError(f"--python {python}: not executable") from None
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"--python {python}: the interpreter did not answer within 60 s") from None
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"--python {python}: the interpreter failed to run the probe: {last}")
+    return json.loads(result.stdout)
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment for the target interpreter: ours, minus our own PYTHONPATH/PYTHONHOME."""
+    env = dict(os.environ)
+    for key in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP"):
+        env.pop(key, None)
+    return env
+
+
+def parse_roots(values: tuple[str, ...] | list[str]) -> dict[str, Path]:
+    """``--root PKG=DIR`` values as a dict; bad forms and missing folders are UsageErrors."""
+    roots: dict[str, Path] = {}
+    for value in values:
+        package, sep, folder = value.partition("=")
+        if not sep or not package or not folder:
+            raise UsageError(f"--root {value!r}: expected PKG=DIR, e.g. --root verl=/src/verl")
+        path = Path(folder).expanduser()
+        if not path.is_dir():
+            raise UsageError(f"--root {value!r}: {folder} is not a directory")
+        roots[package] = path.resolve()
+    return roots
+
+
+def locate(packages: list[str], python: str | None = None, roots: dict[str, Path] | None = None) -> dict[str, Target]:
+    """Find the directory holding each package: ``--root`` first, else the target interpreter."""
+    roots = roots or {}
+    targets = {name: Target(name, path, "--root", _is_checkout(path)) for name, path in roots.items()}
+    wanted = [p for p in packages if p not in targets]
+    if not wanted:
+        return targets
+    found = probe(python, wanted)
+    where = found["python"]
+    for name in wanted:
+        info = found["packages"].get(name) or {}
+        locations = info.get("locations") or []
+        if locations:
+            root = Path(locations[0]).parent
+            kind = "checkout" if _is_checkout(root) else "site-packages"
+            targets[name] = Target(name, root, f"{kind} of {where}", kind == "checkout")
+        else:
+            targets[name] = Target(name, None, f"not installed in {where} (pass --root {name}=DIR)")
+    return targets

@@ -1,0 +1,43 @@
+"""The demo workspace as a test fixture (see ascendfix/demo.py), with helpers to compare trees."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ascendfix import demo
+
+PATCHED = [
+    ("verl", "verl/utils/device.py"),
+    ("verl", "verl/trainer/ppo/ray_trainer.py"),
+    ("verl", "recipe/dapo/dapo_ray_trainer.py"),
+    ("torch", "torch/distributed/_shard/sharding_spec/_internals.py"),
+    ("torch", "torch/distributed/checkpoint/default_planner.py"),
+]
+
+
+@dataclass
+class Stack:
+    verl: Path
+    torch: Path
+
+    def root(self, package: str) -> Path:
+        return {"verl": self.verl, "torch": self.torch}[package]
+
+    def file(self, package: str, rel: str) -> Path:
+        return self.root(package) / rel
+
+    def snapshot(self) -> dict[tuple[str, str], bytes]:
+        return {(pkg, rel): self.file(pkg, rel).read_bytes() for pkg, rel in PATCHED if self.file(pkg, rel).exists()}
+
+    def roots(self) -> dict[str, Path]:
+        return {"verl": self.verl, "torch": self.torch}
+
+    def root_args(self) -> list[str]:
+        return ["--root", f"verl={self.verl}", "--root", f"torch={self.torch}"]
+
+
+def make_stack(base: Path, checkout: bool = True) -> Stack:
+    """The demo's fake verl checkout (or site-packages layout) and torch site-packages under ``base``."""
+    workspace = demo.build(base, checkout)
+    return Stack(workspace.verl, workspace.torch)

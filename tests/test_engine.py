@@ -1,0 +1,237 @@
+"""The engine on a small fake stack: all-or-nothing apply, status, byte-exact revert, recovery."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import time
+
+import pytest
+from ascendfix import engine, manifest
+from ascendfix.errors import RefusedError, UsageError
+
+from tests.stack import PATCHED, make_stack
+
+PROFILE = manifest.load_profile("verl-796871d")
+IDS = list(PROFILE.patches)
+
+
+def select(stack, device="npu", only=()):
+    return engine.select(PROFILE, device, tuple(only), roots=stack.roots())
+
+
+def states(statuses):
+    return {s.id: s.state for s in statuses}
+
+
+@pytest.fixture
+def stack(tmp_path):
+    return make_stack(tmp_path)
+
+
+def test_apply_status_reapply_revert_roundtrip(stack):
+    before = stack.snapshot()
+    result = engine.apply(select(stack))
+    assert {s.id: s.action for s in result} == dict.fromkeys(IDS, "applied")
+    assert all("not a known original" in s.warnings[0] for s in result)  # our fixtures are not upstream
+    dapo = next(s for s in result if s.id == "verl-dapo-no-interleave")
+    assert "filter_groups.enable=True" in dapo.warnings[1]
+    after = stack.snapshot()
+    assert all(after[k] != before[k] for k in before)
+    assert states(engine.status(select(stack))) == dict.fromkeys(IDS, "applied")
+
+    again = engine.apply(select(stack))
+    assert {s.action for s in again} == {"unchanged"}
+    assert stack.snapshot() == after
+
+    reverted = engine.revert(select(stack, device=None))
+    assert {s.action for s in reverted} == {"reverted"}
+    assert stack.snapshot() == before
+    assert not (stack.verl / ".ascendfix").exists() and not (stack.torch / ".ascendfix").exists()
+
+
+def test_status_json_contract(stack):
+    data = engine.status(select(stack))[0].as_json()
+    assert set(data) == {"id", "state", "reason", "files"}
+    assert set(data["files"][0]) == {"path", "sha256", "state"}
+
+
+def test_strict_refuses_unknown_originals_and_writes_nothing(stack):
+    before = stack.snapshot()
+    with pytest.raises(RefusedError, match="not a known original"):
+        engine.apply(select(stack), strict=True)
+    assert stack.snapshot() == before
+
+
+def test_a_missing_file_refuses_the_whole_run(stack):
+    stack.file("torch", "torch/distributed/checkpoint/default_planner.py").unlink()
+    before = stack.snapshot()
+    with pytest.raises(RefusedError, match="torch-global-plan-check: drifted: .*default_planner.py is missing"):
+        engine.apply(select(stack))
+    assert stack.snapshot() == before
+    assert not (stack.verl / ".ascendfix").exists()
+
+
+def test_an_unparsable_file_refuses(stack):
+    stack.file("verl", "verl/utils/device.py").write_bytes(b"def broken(:\n")
+    before = stack.snapshot()
+    with pytest.raises(RefusedError, match="device.py: not valid Python"):
+        engine.apply(select(stack))
+    assert stack.snapshot() == before
+
+
+def test_a_wrong_site_count_refuses_like_verl_0_4(stack):
+    path = stack.file("verl", "verl/trainer/ppo/ray_trainer.py")
+    text = path.read_bytes().replace(b"        gen_batch = gen_batch.repeat", b"        gen_batch = gen_batch.other")
+    path.write_bytes(text)
+    with pytest.raises(RefusedError, match="expected 3 site.*found 2"):
+        engine.apply(select(stack, only=["verl-grpo-no-interleave"]))
+
+
+def test_dapo_is_not_applicable_without_a_checkout(tmp_path):
+    stack = make_stack(tmp_path, checkout=False)
+    result = {s.id: s for s in engine.apply(select(stack))}
+    assert result["verl-dapo-no-interleave"].state == "not-applicable"
+    assert "ships only in a verl source checkout" in result["verl-dapo-no-interleave"].reason
+    assert result["verl-grpo-no-interleave"].state == "applied"
+
+
+def test_cuda_probe_patch_is_not_applicable_on_cuda(stack):
+    result = {s.id: s for s in engine.apply(select(stack, device="cuda"))}
+    assert result["verl-cuda-probe-off"].state == "not-applicable"
+    assert "not used on cuda" in result["verl-cuda-probe-off"].reason
+    assert stack.file("verl", "verl/utils/device.py").read_bytes().count(b"ascendfix") == 0
+    assert result["verl-grpo-no-interleave"].state == "applied"
+
+
+def test_foreign_edit_after_apply_is_drifted_and_revert_leaves_it(stack):
+    engine.apply(select(stack))
+    path = stack.file("verl", "verl/trainer/ppo/ray_trainer.py")
+    path.write_bytes(path.read_bytes() + b"# local edit\n")
+    assert states(engine.status(select(stack)))["verl-grpo-no-interleave"] == "drifted"
+    edited = path.read_bytes()
+    result = {s.id: s for s in engine.revert(select(stack, device=None))}
+    assert result["verl-grpo-no-interleave"].action == "refused"
+    assert "changed since ascendfix wrote it" in result["verl-grpo-no-interleave"].reason
+    assert path.read_bytes() == edited
+    assert result["verl-cuda-probe-off"].action == "reverted"
+
+
+def test_reinstalled_file_is_not_applied_again(stack):
+    before = stack.snapshot()
+    engine.apply(select(stack))
+    path = stack.file("verl", "verl/utils/device.py")
+    path.write_bytes(before[("verl", "verl/utils/device.py")])  # pip reinstalled verl
+    assert states(engine.status(select(stack)))["verl-cuda-probe-off"] == "not-applied"
+    engine.apply(select(stack))
+    assert states(engine.status(select(stack)))["verl-cuda-probe-off"] == "applied"
+    engine.revert(select(stack, device=None))
+    assert stack.snapshot() == before
+
+
+def test_revert_without_state_dir_uses_the_markers(stack):
+    before = stack.snapshot()
+    engine.apply(select(stack))
+    shutil.rmtree(stack.verl / ".ascendfix")
+    shutil.rmtree(stack.torch / ".ascendfix")
+    assert states(engine.status(select(stack))) == dict.fromkeys(IDS, "applied")
+    assert {s.action for s in engine.revert(select(stack, device=None))} == {"reverted"}
+    assert stack.snapshot() == before
+
+
+def test_a_half_reverted_file_is_partial_and_apply_refuses(stack):
+    engine.apply(select(stack))
+    path = stack.file("verl", "verl/trainer/ppo/ray_trainer.py")
+    lines = path.read_bytes().split(b"\n")
+    i = next(i for i, line in enumerate(lines) if b"batch = batch.repeat" in line)
+    lines[i] = lines[i].replace(b"interleave=False)  # ascendfix: verl-grpo-no-interleave", b"interleave=True)")
+    path.write_bytes(b"\n".join(lines))
+    shutil.rmtree(stack.verl / ".ascendfix")
+    assert states(engine.status(select(stack)))["verl-grpo-no-interleave"] == "partial"
+    with pytest.raises(RefusedError, match="partial"):
+        engine.apply(select(stack))
+    engine.revert(select(stack, device=None, only=["verl-grpo-no-interleave"]))
+    assert b"interleave=False" not in path.read_bytes()
+
+
+def test_mode_kept_bytecode_dropped_symlinked_package_followed(tmp_path):
+    stack = make_stack(tmp_path)
+    real = tmp_path / "real-verl"
+    shutil.move(stack.verl / "verl", real)
+    (stack.verl / "verl").symlink_to(real)
+    device = real / "utils" / "device.py"
+    device.chmod(0o444)
+    pyc = real / "utils" / "__pycache__" / "device.cpython-310.pyc"
+    pyc.parent.mkdir()
+    pyc.write_bytes(b"stale")
+    engine.apply(select(stack, only=["verl-cuda-probe-off"]))
+    assert (stack.verl / "verl").is_symlink()
+    assert b"is_cuda_available = False  # ascendfix: verl-cuda-probe-off" in device.read_bytes()
+    assert device.stat().st_mode & 0o777 == 0o444
+    assert not pyc.exists()
+
+
+def test_unknown_only_and_device_are_usage_errors(stack):
+    with pytest.raises(UsageError, match="--only nope: not a patch of profile verl-796871d"):
+        select(stack, only=["nope"])
+
+
+def test_dry_run_plans_without_writing(stack):
+    before = stack.snapshot()
+    result = engine.apply(select(stack), dry_run=True)
+    assert {s.action for s in result} == {"would-apply"}
+    assert "+is_cuda_available = False  # ascendfix: verl-cuda-probe-off" in engine.diff(result)
+    assert stack.snapshot() == before
+
+
+def _apply_in_child(stack):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            engine.apply(select(stack))
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    return pid
+
+
+def test_sixteen_concurrent_applies_write_once(stack):
+    children = [_apply_in_child(stack) for _ in range(16)]
+    codes = [os.waitpid(pid, 0)[1] for pid in children]
+    assert codes == [0] * 16
+    assert states(engine.status(select(stack))) == dict.fromkeys(IDS, "applied")
+    assert all(f.read_bytes().count(b"# ascendfix:") >= 1 for f in (stack.file(p, r) for p, r in PATCHED))
+
+
+@pytest.mark.slow
+def test_killed_at_random_points_every_file_is_whole_and_the_next_command_recovers(tmp_path):
+    rng = random.Random(1234)
+    template = make_stack(tmp_path / "template")
+    original = template.snapshot()
+    engine.apply(select(template))
+    patched = template.snapshot()
+    start = time.perf_counter()
+    engine.revert(select(template, device=None))
+    engine.apply(select(template))
+    span = time.perf_counter() - start
+    outcomes = set()
+    for trial in range(100):
+        stack = make_stack(tmp_path / f"t{trial}")
+        pid = _apply_in_child(stack)
+        time.sleep(rng.uniform(0, span))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        now = stack.snapshot()
+        for key, data in now.items():
+            assert data in (original[key], patched[key]), f"trial {trial}: {key} is torn"
+        after = engine.status(select(stack))
+        assert {s.state for s in after} <= {"applied", "not-applied"}, f"trial {trial}: {states(after)}"
+        outcomes.add(tuple(sorted(states(after).values())))
+        engine.apply(select(stack))
+        assert states(engine.status(select(stack))) == dict.fromkeys(IDS, "applied")
+        engine.revert(select(stack, device=None))
+        assert stack.snapshot() == original, f"trial {trial}: revert after recovery is not exact"
+        shutil.rmtree(tmp_path / f"t{trial}")
+    assert len(outcomes) > 1  # the kills landed at different points

@@ -1,0 +1,120 @@
+"""Profiles and patch files: strict validation with file and field named, extends, team patches."""
+
+from __future__ import annotations
+
+import pytest
+from ascendfix import manifest
+from ascendfix.errors import UsageError
+from ascendfix.resources import data_dir
+
+
+def test_bundled_profile_pins_the_guide_stack():
+    profile = manifest.load_profile("verl-796871d")
+    pins = {c.name: c.commit or c.tag or c.version for c in profile.components}
+    assert pins["verl"] == "796871d7d092f7cbc6a64e7f4a3796f7a2217f5e"
+    assert pins["torch"] == pins["torch_npu"] == "2.7.1"
+    assert (pins["cann"], pins["hdk"], pins["python"], pins["tensordict"]) == ("8.3.RC1", "25.2.0", "3.10", "0.10.0")
+    assert profile.accepted_conflicts[0].requirement == "tensordict>=0.8.0,<=0.9.1,!=0.9.0"
+    assert list(profile.patches) == [
+        "verl-cuda-probe-off",
+        "torch-shard-overlap-check",
+        "torch-global-plan-check",
+        "verl-grpo-no-interleave",
+        "verl-dapo-no-interleave",
+    ]
+    assert "verl-cuda-probe-off" not in profile.devices["cuda"].patches
+    env = {v.name: v.value for v in profile.devices["npu"].env}
+    assert env["TASK_QUEUE_ENABLE"] == "2" and env["RAY_DEDUP_LOGS"] == "0" and env["HCCL_SOCKET_IFNAME"] is None
+    assert profile.devices["npu"].ulimit_nofile == 32768
+
+
+def write_profile(tmp_path, text: str, patches: dict[str, str] | None = None):
+    path = tmp_path / "team.toml"
+    path.write_text(text)
+    for pid, body in (patches or {}).items():
+        (tmp_path / "patches").mkdir(exist_ok=True)
+        (tmp_path / "patches" / f"{pid}.toml").write_text(body)
+    return str(path)
+
+
+def bundled_patch(pid: str) -> str:
+    return (data_dir("patches") / f"{pid}.toml").read_text()
+
+
+def test_a_team_profile_extends_and_adds_its_own_patch(tmp_path):
+    own = bundled_patch("verl-cuda-probe-off").replace('id = "verl-cuda-probe-off"', 'id = "team-probe"')
+    path = write_profile(
+        tmp_path,
+        'extends = "verl-796871d"\nname = "team"\n[devices.npu]\npatches = ["team-probe"]\n',
+        {"team-probe": own},
+    )
+    profile = manifest.load_profile(path)
+    assert profile.name == "team" and profile.devices["npu"].patches == ("team-probe",)
+    assert profile.component("verl").commit.startswith("796871d")
+    assert profile.patches["team-probe"].source == tmp_path / "patches" / "team-probe.toml"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("versoin = 1\n", r"team.toml: versoin: unknown key"),
+        ("[components.torch]\nversion = 2.7\n", r"team.toml: components.torch.version: expected a string, got"),
+        ("[components.newpkg]\nkind = 'pypi'\n", r"components.newpkg.why: missing required field"),
+        ("[devices.tpu]\ndescription = 'x'\n", r"devices.tpu: unknown device"),
+        ("[devices.cuda]\npatches = ['verl-cuda-probe-off']\n", r"'verl-cuda-probe-off' must not be applied on cuda"),
+        ("[devices.npu]\npatches = ['no-such-patch']\n", r"no patch file for 'no-such-patch'"),
+        ("[components.verl]\ncommit = 'main'\n", r"components.verl.commit: 'main' is not a git commit"),
+        ("schema = 'one'\n", r"schema: expected an integer"),
+        ("extends = 'nope'\n", r"unknown profile 'nope'"),
+        ("[[accepted_conflicts]]\nrequirer = 'verl'\n", r"accepted_conflicts\[0\]\.requirement: missing"),
+    ],
+)
+def test_bad_manifests_name_file_and_field(tmp_path, body, message):
+    head = 'name = "team"\n' + ("" if body.startswith("extends") else 'extends = "verl-796871d"\n')
+    path = write_profile(tmp_path, head + body)
+    with pytest.raises(UsageError, match=message):
+        manifest.load_profile(path)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            'path = "verl/utils/device.py"',
+            'path = "../etc/passwd"',
+            r"files\[0\]\.path: path '../etc/passwd' must stay",
+        ),
+        (
+            'path = "verl/utils/device.py"',
+            'path = "/etc/passwd"',
+            r"files\[0\]\.path: path '/etc/passwd' must stay inside",
+        ),
+        ('name = "set-assignment"', 'name = "exec-python"', r"transform.name: unknown transform 'exec-python'"),
+        ('value = "False"', "value = false", r"transform.value: expected str"),
+        ('value = "False"', 'value = "False"\nextra = 1', r"transform.extra: unknown parameter"),
+        ('drop_when = """', 'dropwhen = """', r"drop_when: missing required field"),
+        ('devices = ["npu"]', 'devices = ["tpu"]', r"devices\[0\]: unknown value 'tpu'"),
+    ],
+)
+def test_bad_patch_files_name_file_and_field(tmp_path, old, new, message):
+    text = bundled_patch("verl-cuda-probe-off").replace(old, new, 1)
+    path = write_profile(
+        tmp_path,
+        'extends = "verl-796871d"\nname = "team"\n[devices.npu]\npatches = ["verl-cuda-probe-off"]\n',
+        {"verl-cuda-probe-off": text},
+    )
+    with pytest.raises(UsageError, match=r"verl-cuda-probe-off.toml: " + message):
+        manifest.load_profile(path)
+
+
+def test_invalid_toml_is_one_line(tmp_path):
+    path = write_profile(tmp_path, "name = \n")
+    with pytest.raises(UsageError, match=r"team.toml: not valid TOML"):
+        manifest.load_profile(path)
+
+
+def test_extends_cycle_is_refused(tmp_path):
+    (tmp_path / "a.toml").write_text('extends = "b.toml"\n')
+    (tmp_path / "b.toml").write_text('extends = "a.toml"\n')
+    with pytest.raises(UsageError, match="leads back to itself"):
+        manifest.load_profile(str(tmp_path / "a.toml"))
