@@ -8,24 +8,12 @@ import hashlib
 import textwrap
 from dataclasses import dataclass
 
-import libcst as cst
-import libcst.matchers as m
-
 from ascendfix.resources import data_dir
-from ascendfix.transforms.base import (
-    Outcome,
-    TransformError,
-    add_marker,
-    code_of,
-    drop_marker,
-    has_marker,
-    marker,
-    parse,
-)
+from ascendfix.transforms.base import Outcome, TransformError, marker
 
 PREFIX = "_ascendfix_"
 RESULT = "_ascendfix_overlaps"  # the local that holds the helper's answer in the patched function
-_UNSET = f"{RESULT} is None"
+UNSET = f"{RESULT} is None"
 
 
 def _canonical(node) -> str:
@@ -43,16 +31,16 @@ def _canonical_code(code: str) -> str:
     return _canonical(ast.parse(textwrap.dedent(code)))
 
 
-def fingerprint(module: cst.Module, func: cst.FunctionDef) -> str:
+def fingerprint(module, func) -> str:
     """sha256 of ``func`` and the module-level functions it calls; formatting and comments do not count."""
-    called = {c.func.value for c in m.findall(func, m.Call(func=m.Name()))}
+    import libcst as cst
+
+    from ascendfix.transforms.cst_util import code_of, walk
+
+    called = {n.func.value for n, _ in walk(func) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)}
     parts = [code_of(func)]
     parts += [code_of(s) for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value in called]
     return hashlib.sha256("\n".join(_canonical_code(p) for p in parts).encode()).hexdigest()
-
-
-def _header(loop: cst.For) -> str:
-    return _canonical_code(f"for {code_of(loop.target)} in {code_of(loop.iter)}:\n    pass\n")
 
 
 @dataclass(frozen=True)
@@ -85,8 +73,10 @@ def _load_template(relative: str) -> _Template:
     return _Template(replaces, functions, uses)
 
 
-def _helper_defs(template: _Template, helper: str, patch_id: str) -> list[cst.FunctionDef]:
+def _helper_defs(template: _Template, helper: str, patch_id: str) -> list:
     """``helper`` and every template function it needs, in template order, each line marked."""
+    import libcst as cst
+
     needed, todo = set(), [helper]
     while todo:
         name = todo.pop()
@@ -107,162 +97,177 @@ def _helper_defs(template: _Template, helper: str, patch_id: str) -> list[cst.Fu
     return defs
 
 
-def _is_wrapped(loop: cst.For, patch_id: str) -> bool:
-    return (
-        isinstance(loop.iter, cst.IfExp)
-        and code_of(loop.iter.test) == _UNSET
-        and isinstance(loop.body, cst.IndentedBlock)
-        and has_marker(loop.body.header, patch_id)
-    )
+def _parts(module, func, patch_id: str) -> tuple[list, list, list]:
+    """This patch's helper defs in ``module``, its call statements and narrowed loops in ``func``."""
+    import libcst as cst
 
+    from ascendfix.transforms.cst_util import code_of, has_marker, walk
 
-def _is_call(stmt: cst.CSTNode, patch_id: str) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and m.matches(stmt.body[0], m.Assign(targets=[m.AssignTarget(m.Name(RESULT))]))
-        and has_marker(stmt.trailing_whitespace, patch_id)
-    )
-
-
-def _is_helper(stmt: cst.CSTNode, patch_id: str) -> bool:
-    return (
-        isinstance(stmt, cst.FunctionDef)
-        and stmt.name.value.startswith(PREFIX)
-        and isinstance(stmt.body, cst.IndentedBlock)
-        and has_marker(stmt.body.header, patch_id)
-    )
-
-
-class _Narrow(cst.CSTTransformer):
-    """Insert the helper call before ``outer`` and narrow the loops' candidates to its answer."""
-
-    def __init__(self, outer: cst.For, inner: cst.For, form: dict, patch_id: str):
-        super().__init__()
-        self.outer, self.inner, self.form, self.patch_id = outer, inner, form, patch_id
-
-    def _wrap(self, loop: cst.For, orelse: str) -> cst.For:
-        narrowed = cst.IfExp(
-            test=cst.parse_expression(_UNSET),
-            body=loop.iter,
-            orelse=cst.parse_expression(orelse),
-            lpar=[cst.LeftParen()],
-            rpar=[cst.RightParen()],
-        )
-        return loop.with_changes(
-            iter=narrowed, body=loop.body.with_changes(header=add_marker(loop.body.header, self.patch_id))
-        )
-
-    def leave_For(self, original, updated):
-        if original is self.inner:
-            return self._wrap(updated, f"{RESULT}[{self.form['index']}]")
-        if original is self.outer and self.form["narrow_outer"]:
-            return self._wrap(updated, RESULT)
-        return updated
-
-    def leave_IndentedBlock(self, original, updated):
-        if not any(s is self.outer for s in original.body):
-            return updated
-        at = next(i for i, s in enumerate(original.body) if s is self.outer)
-        call = cst.parse_statement(f"{RESULT} = {self.form['helper']}({self.form['args']})\n")
-        call = call.with_changes(trailing_whitespace=add_marker(call.trailing_whitespace, self.patch_id))
-        body = list(updated.body)
-        body.insert(at, call.with_changes(leading_lines=body[at].leading_lines))
-        body[at + 1] = body[at + 1].with_changes(leading_lines=[])
-        return updated.with_changes(body=body)
-
-
-class _Restore(cst.CSTTransformer):
-    """The inverse of :class:`_Narrow`: drop the call, unwrap the loops."""
-
-    def __init__(self, patch_id: str):
-        super().__init__()
-        self.patch_id = patch_id
-
-    def leave_For(self, original, updated):
-        if not _is_wrapped(updated, self.patch_id):
-            return updated
-        return updated.with_changes(
-            iter=updated.iter.body,
-            body=updated.body.with_changes(header=drop_marker(updated.body.header, self.patch_id)),
-        )
-
-    def leave_IndentedBlock(self, original, updated):
-        body = list(updated.body)
-        for at, stmt in enumerate(body):
-            if _is_call(stmt, self.patch_id):
-                following = body[at + 1].with_changes(leading_lines=stmt.leading_lines)
-                return updated.with_changes(body=[*body[:at], following, *body[at + 2 :]])
-        return updated
+    helpers = [
+        s
+        for s in module.body
+        if isinstance(s, cst.FunctionDef)
+        and s.name.value.startswith(PREFIX)
+        and isinstance(s.body, cst.IndentedBlock)
+        and has_marker(s.body.header, patch_id)
+    ]
+    calls, loops = [], []
+    for node, above in walk(func):
+        if (
+            isinstance(node, cst.SimpleStatementLine)
+            and isinstance(node.body[0], cst.Assign)
+            and code_of(node.body[0].targets[0].target) == RESULT
+            and has_marker(node.trailing_whitespace, patch_id)
+        ):
+            calls.append((node, above[-1]))
+        elif (
+            isinstance(node, cst.For)
+            and isinstance(node.iter, cst.IfExp)
+            and code_of(node.iter.test) == UNSET
+            and isinstance(node.body, cst.IndentedBlock)
+            and has_marker(node.body.header, patch_id)
+        ):
+            loops.append(node)
+    return helpers, calls, loops
 
 
 @dataclass(frozen=True)
 class FastOverlapScan:
     """Matches the module-level ``def <function>`` holding an overlap scan that ``template`` knows.
 
-    A scan is a ``for`` loop over positions with one inner ``for`` over candidate partners; it is
-    known when its fingerprint (the loop and the module functions it calls, see :func:`fingerprint`)
-    is a key of the template's ``REPLACES`` table, so a torch whose scan changed is refused, not
-    mangled. Apply inserts the helper and the template functions it uses right before the function
-    (each line marked), calls it before the loop, and narrows the inner loop (and, for a sweep, the
-    outer loop) to the helper's answer; the stock loop keeps its own test, messages and return value.
-    Revert removes exactly those lines and unwraps the loops.
+    A scan is a ``for`` loop over positions with one inner ``for`` over candidate partners. The
+    function is known when its :func:`fingerprint` (it and the module functions it calls) is a key
+    of the template's ``REPLACES`` table, which names the scan's outer loop and the helper that
+    replays it; any other version is refused, not mangled. Apply inserts that helper and the
+    template functions it uses right before the function (each line marked), calls it before the
+    loop, and narrows the inner loop (and, for a sweep, the outer loop) to the helper's answer;
+    the stock loop keeps its own test, messages, warnings and return value. Revert removes
+    exactly those lines and unwraps the loops.
     """
 
     function: str
     template: str
 
-    def _find(self, module: cst.Module) -> tuple[int, cst.FunctionDef] | None:
-        for index, stmt in enumerate(module.body):
-            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == self.function:
-                return index, stmt
-        return None
+    def _find(self, module):
+        import libcst as cst
 
-    def _is_done(self, module: cst.Module, func: cst.FunctionDef, patch_id: str) -> bool:
-        parts = (
-            any(_is_helper(s, patch_id) for s in module.body),
-            any(_is_call(s, patch_id) for s in m.findall(func, m.SimpleStatementLine())),
-            any(_is_wrapped(f, patch_id) for f in m.findall(func, m.For())),
-        )
-        if any(parts) and not all(parts):
-            raise TransformError(f"{self.function}() carries only part of this patch; restore the file and apply again")
-        return all(parts)
+        found = [
+            (i, s)
+            for i, s in enumerate(module.body)
+            if isinstance(s, cst.FunctionDef) and s.name.value == self.function
+        ]
+        return found[0] if len(found) == 1 else None
 
-    def _scan(self, module: cst.Module, func: cst.FunctionDef) -> tuple[cst.For, cst.For, dict]:
+    def _scan(self, module, func):
+        """The stock scan's outer loop, the block holding it, its inner loop, and the template's form."""
+        import libcst as cst
+
+        from ascendfix.transforms.cst_util import code_of, walk
+
         form = _load_template(self.template).replaces.get(fingerprint(module, func))
         if form is None:
             raise TransformError(
                 f"{self.function}() is not a version that {self.template} knows "
                 "(a torch it was not written for): use the skip variant"
             )
-        loop = _canonical_code(f"{form['loop']}:\n    pass\n")
-        (outer,) = [f for f in m.findall(func, m.For()) if _header(f) == loop]
-        (inner,) = [s for s in outer.body.body if isinstance(s, cst.For)]
-        return outer, inner, form
+        header = _canonical_code(f"{form['loop']}:\n    pass\n")
+        outers = [
+            (node, above[-1])
+            for node, above in walk(func)
+            if isinstance(node, cst.For)
+            and _canonical_code(f"for {code_of(node.target)} in {code_of(node.iter)}:\n    pass\n") == header
+        ]
+        inners = [s for node, _ in outers for s in node.body.body if isinstance(s, cst.For)]
+        if len(outers) != 1 or len(inners) != 1:
+            raise TransformError(f"{self.template}: {form['loop']!r} is not one loop with one inner loop")
+        return (*outers[0], inners[0], form)
+
+    def _narrow(self, func, patch_id: str, module):
+        import libcst as cst
+
+        from ascendfix.transforms.cst_util import add_marker, edit
+
+        outer, block, inner, form = self._scan(module, func)
+
+        def wrap(orelse):
+            def narrowed(loop):
+                iterable = cst.IfExp(
+                    test=cst.parse_expression(UNSET),
+                    body=loop.iter,
+                    orelse=cst.parse_expression(orelse),
+                    lpar=[cst.LeftParen()],
+                    rpar=[cst.RightParen()],
+                )
+                header = add_marker(loop.body.header, patch_id)
+                return loop.with_changes(iter=iterable, body=loop.body.with_changes(header=header))
+
+            return narrowed
+
+        at = next(i for i, s in enumerate(block.body) if s is outer)
+        call = cst.parse_statement(f"{RESULT} = {form['helper']}({form['args']})\n")
+        call = call.with_changes(
+            trailing_whitespace=add_marker(call.trailing_whitespace, patch_id), leading_lines=outer.leading_lines
+        )
+
+        def insert(new_block):
+            body = list(new_block.body)
+            body[at] = body[at].with_changes(leading_lines=[])
+            return new_block.with_changes(body=[*body[:at], call, *body[at:]])
+
+        edits = {id(inner): wrap(f"{RESULT}[{form['index']}]"), id(block): insert}
+        if form["narrow_outer"]:
+            edits[id(outer)] = wrap(RESULT)
+        return edit(func, edits), _helper_defs(_load_template(self.template), form["helper"], patch_id)
+
+    @staticmethod
+    def _restore(func, calls, loops, patch_id: str):
+        from ascendfix.transforms.cst_util import drop_marker, edit
+
+        def unwrap(loop):
+            header = drop_marker(loop.body.header, patch_id)
+            return loop.with_changes(iter=loop.iter.body, body=loop.body.with_changes(header=header))
+
+        def remove(call):
+            def without(block):
+                body = list(block.body)
+                at = next(i for i, s in enumerate(body) if s is call)
+                following = body[at + 1].with_changes(leading_lines=call.leading_lines)
+                return block.with_changes(body=[*body[:at], following, *body[at + 2 :]])
+
+            return without
+
+        edits = {id(loop): unwrap for loop in loops}
+        edits.update({id(block): remove(call) for call, block in calls})
+        return edit(func, edits)
+
+    def _rewrite(self, source: bytes, patch_id: str, forward: bool) -> Outcome:
+        from ascendfix.transforms.cst_util import parse
+
+        if self.function.encode() not in source:
+            return Outcome(source, 0, 0)
+        module = parse(source)
+        found = self._find(module)
+        if found is None:
+            return Outcome(source, 0, 0)
+        index, func = found
+        helpers, calls, loops = _parts(module, func, patch_id)
+        if (helpers or calls or loops) and not (helpers and len(calls) == 1 and loops):
+            raise TransformError(f"{self.function}() carries only part of this patch; restore the file and apply again")
+        is_done = bool(helpers)
+        if forward == is_done:
+            return Outcome(source, int(not is_done), int(is_done))
+        if forward:
+            new_func, inserted = self._narrow(func, patch_id, module)
+            body = [*module.body[:index], *inserted, new_func, *module.body[index + 1 :]]
+        else:
+            new_func = self._restore(func, calls, loops, patch_id)
+            body = [new_func if s is func else s for s in module.body if not any(s is h for h in helpers)]
+        return Outcome(module.with_changes(body=body).bytes, int(not is_done), int(is_done))
 
     def apply(self, source: bytes, patch_id: str) -> Outcome:
         """Insert the fast helper and narrow the stock scan, unless already done."""
-        module = parse(source)
-        found = self._find(module)
-        if found is None:
-            return Outcome(source, 0, 0)
-        index, func = found
-        if self._is_done(module, func, patch_id):
-            return Outcome(source, 0, 1)
-        outer, inner, form = self._scan(module, func)
-        helpers = _helper_defs(_load_template(self.template), form["helper"], patch_id)
-        new_func = func.visit(_Narrow(outer, inner, form, patch_id))
-        body = [*module.body[:index], *helpers, new_func, *module.body[index + 1 :]]
-        return Outcome(module.with_changes(body=body).bytes, 1, 0)
+        return self._rewrite(source, patch_id, forward=True)
 
     def revert(self, source: bytes, patch_id: str) -> Outcome:
         """Remove the helper and restore the stock scan this patch narrowed."""
-        module = parse(source)
-        found = self._find(module)
-        if found is None:
-            return Outcome(source, 0, 0)
-        index, func = found
-        if not self._is_done(module, func, patch_id):
-            return Outcome(source, 1, 0)
-        body = [s for s in module.body if not _is_helper(s, patch_id)]
-        body = [func.visit(_Restore(patch_id)) if s is func else s for s in body]
-        return Outcome(module.with_changes(body=body).bytes, 0, 1)
+        return self._rewrite(source, patch_id, forward=False)
