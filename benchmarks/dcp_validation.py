@@ -177,6 +177,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=94, help="model depth (94 is Qwen3-235B-A22B)")
     parser.add_argument("--equivalence", type=int, metavar="EXAMPLES", help="also run the equivalence properties")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # rows as they are measured: stock takes minutes
     tensors = qwen3_235b(args.layers)
     columns = variants()
     names = list(columns)

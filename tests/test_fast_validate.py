@@ -177,6 +177,39 @@ def test_plan_validation_is_unchanged(pair, plan):
     assert outcome(patched[name], patched_log, *plan) == outcome(stock[name], stock_log, *plan)
 
 
+def _experts(layers: int) -> list[tuple[list[int], list[int]]]:
+    """A Megatron expert weight as the checkpoint lists it: one chunk per layer, expert and gate/up half."""
+    return [
+        ([layer, e, h * 1536, 0], [1, 1, 1536, 4096]) for e in range(128) for layer in range(layers) for h in (0, 1)
+    ]
+
+
+DAMAGE = {
+    "clean": lambda boxes: boxes,
+    "duplicate": lambda boxes: boxes + [boxes[300]],  # a chunk saved twice: still a grid
+    "misaligned": lambda boxes: [*boxes[:5], ([0, 2, 1000, 0], [1, 1, 1536, 4096]), *boxes[5:]],  # a sweep
+    "zero-size": lambda boxes: [*boxes, ([1, 7, 100, 0], [1, 1, 0, 4096])],  # inside another chunk
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_realistic_layouts_with_damage(pair, damage):
+    """The expert tensor of the benchmark, 2 layers deep, clean and damaged: the same answer at scale."""
+    _, loaded = pair
+    boxes = DAMAGE[damage](_experts(2))
+    shape = Size([2, 128, 3072, 4096])
+    (stock, stock_log), (patched, patched_log) = loaded[upstream.SHARD_INTERNALS]
+    shards = [ShardMetadata(o, s) for o, s in boxes]
+    name = "validate_non_overlapping_shards_metadata"
+    assert outcome(patched[name], patched_log, shards) == outcome(stock[name], stock_log, shards)
+    (stock, stock_log), (patched, patched_log) = loaded[upstream.DEFAULT_PLANNER]
+    chunks = [ChunkStorageMetadata(Size(o), Size(s)) for o, s in boxes]
+    plan = ([object()] * 2, Metadata({"experts": TensorStorageMetadata(shape, chunks)}))
+    expected = outcome(stock[PLAN.function], stock_log, *plan)
+    assert outcome(patched[PLAN.function], patched_log, *plan) == expected
+    assert bool(expected[2]) == (damage != "clean")  # damage is reported, a clean layout is not
+
+
 def test_helpers_take_the_fast_path(pair):
     """The equivalence above is not won by falling back: int boxes get an answer, grid or not."""
     version, loaded = pair
