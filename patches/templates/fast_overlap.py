@@ -115,7 +115,7 @@ def _ascendfix_sweep(boxes, ndims):
                 for k in range(ndims)
             ):
                 pairs.append((i, j) if i < j else (j, i))
-        if start + sizes_j[d] > start:
+        if start + sizes_j[d] > start:  # one that ends at or before its start overlaps no later box in d
             heapq.heappush(ends, (start + sizes_j[d], j))
             active.add(j)
     return pairs
@@ -141,7 +141,9 @@ def _ascendfix_later(pairs, items):
     """Per position i, the items[j] of the overlapping j > i, ascending (a pairwise scan's order)."""
     later = [()] * len(items)
     for i, j in sorted(pairs):
-        later[i] = [*later[i], items[j]]
+        if not later[i]:
+            later[i] = []
+        later[i].append(items[j])
     return later
 
 
