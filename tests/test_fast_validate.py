@@ -110,9 +110,9 @@ def layouts(draw, lowest: int):
             boxes.pop(k)
         elif op == "duplicate" and boxes:
             boxes.insert(draw(st.integers(0, len(boxes))), (list(boxes[k][0]), list(boxes[k][1])))
-        elif op == "shift" and boxes:
+        elif op == "shift" and boxes and d < len(boxes[k][0]):  # a box of another rank may lack d
             boxes[k][0][d] = max(lowest, boxes[k][0][d] + draw(st.sampled_from([-2, -1, 1, 2])))
-        elif op == "resize" and boxes:
+        elif op == "resize" and boxes and d < len(boxes[k][1]):
             boxes[k][1][d] = draw(st.integers(max(lowest, -1), 4))
         elif op == "add":
             o, s = draw(box)
