@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -164,7 +165,7 @@ def equivalence(examples: int) -> None:
     env = {**os.environ, "ASCENDFIX_EQUIVALENCE_EXAMPLES": str(examples), "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_fast_validate.py"]
     cmd += ["-k", "unchanged or same_pair"]
-    print(f"\nequivalence, {examples} examples per function and torch version: {' '.join(cmd[2:])}")
+    print(f"\nequivalence, {examples} examples per function and torch version: {shlex.join(cmd[2:])}")
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     print(result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr.strip()[-2000:])
     if result.returncode != 0:
