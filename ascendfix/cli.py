@@ -8,7 +8,9 @@ status (2 for bad input, 1 for a refusal or a failed check), never as a tracebac
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,11 @@ import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ascendfix import engine, manifest
 from ascendfix.device import require_device
-from ascendfix.errors import AscendfixError
+from ascendfix.errors import AscendfixError, UsageError
 from ascendfix.locate import parse_roots
 
 out = Console(highlight=False, soft_wrap=True)
@@ -40,7 +43,7 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except AscendfixError as e:
-            err.print(f"[bold red]error:[/] {e}", markup=True)
+            err.print(f"[bold red]error:[/] {escape(str(e))}", markup=True)
             sys.exit(e.exit_code)
 
 
@@ -122,17 +125,28 @@ def target_options(func):
     return func
 
 
-def _selection(profile: str, device: str | None, roots, python, only=(), need_device=True) -> engine.Selection:
+def _selection(
+    profile: str, device: str | None, roots, python, only=(), need_device=True, variants=()
+) -> engine.Selection:
     prof = manifest.load_profile(profile)
     chosen = require_device(device) if need_device else device
-    return engine.select(prof, chosen, tuple(only), python, parse_roots(roots))
+    overrides = manifest.parse_variants(prof, variants)
+    return engine.select(prof, chosen, tuple(only), python, parse_roots(roots), overrides)
+
+
+def variant_option(func):
+    """``--variant PATCH_ID=NAME``: override the profile's choice of variant."""
+    return click.option(
+        "--variant", "variants", multiple=True, metavar="PATCH_ID=NAME", help="Use this variant of a patch."
+    )(func)
 
 
 def _render_patches(statuses: list[engine.PatchStatus], verb: str | None = None) -> None:
     for s in statuses:
         style = STATE_STYLE.get(s.state, "")
         action = f" ({s.action})" if s.action and s.action not in ("unchanged", "skipped") else ""
-        out.print(f"[{style}]{s.state:15}[/] {s.id}{action}")
+        variant = f" [{s.variant}]" if s.variant and s.variant != manifest.DEFAULT_VARIANT else ""
+        out.print(f"[{style}]{s.state:15}[/] {s.id}{escape(variant)}{action}")
         if s.reason:
             out.print(f"                [dim]{s.reason}[/]")
         for w in s.warnings:
@@ -153,18 +167,19 @@ def _json_report(selection: engine.Selection, statuses: list[engine.PatchStatus]
 @click.option("--device", type=DEVICE_CHOICE, help="npu or cuda (default: detected).")
 @target_options
 @click.option("--only", multiple=True, metavar="ID", help="Apply only this patch (repeatable).")
+@variant_option
 @click.option("--dry-run", is_flag=True, help="Plan and verify, write nothing.")
 @click.option("--strict", is_flag=True, help="Refuse files that are not a known original.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def apply(profile, device, python, roots, only, dry_run, strict, as_json) -> None:
+def apply(profile, device, python, roots, only, variants, dry_run, strict, as_json) -> None:
     """Apply the profile's patches for this device: all or nothing, idempotent."""
-    selection = _selection(profile, device, roots, python, only)
+    selection = _selection(profile, device, roots, python, only, variants=variants)
     statuses = engine.apply(selection, strict=strict, dry_run=dry_run)
     if as_json:
         emit_json(_json_report(selection, statuses, dry_run=dry_run))
     else:
         _render_patches(statuses)
-        wrote = sum(s.action == "applied" for s in statuses)
+        wrote = sum(s.action in ("applied", "switched") for s in statuses)
         planned = sum(s.action == "would-apply" for s in statuses)
         out.print(f"\n{planned} patch(es) would be applied (dry run)" if dry_run else f"\n{wrote} patch(es) applied")
 
@@ -208,9 +223,10 @@ def status(profile, device, python, roots, as_json) -> None:
 @click.option("--device", type=DEVICE_CHOICE, help="npu or cuda (default: detected).")
 @target_options
 @click.option("--only", multiple=True, metavar="ID", help="Only this patch (repeatable).")
-def diff(profile, device, python, roots, only) -> None:
+@variant_option
+def diff(profile, device, python, roots, only, variants) -> None:
     """Show the unified diff of what apply would change (coloured on a terminal)."""
-    selection = _selection(profile, device, roots, python, only)
+    selection = _selection(profile, device, roots, python, only, variants=variants)
     text = engine.diff(engine.apply(selection, dry_run=True))
     if not out.is_terminal:
         click.echo(text, nl=False)
@@ -221,6 +237,78 @@ def diff(profile, device, python, roots, only) -> None:
         out.print(f"[{style}]{escape(line)}[/]" if style else escape(line))
 
 
+# --- doctor ---------------------------------------------------------------------------------------
+
+DOCTOR_MARK = {"ok": "[green]✓[/]", "warn": "[yellow]![/]", "fail": "[red]✗[/]", "skip": "[dim]-[/]"}
+
+
+def _render_doctor(report, device_reason: str, verbose: bool) -> None:
+    from ascendfix.doctor.registry import CHECKS
+
+    lines = [f"[bold]ascendfix doctor[/] — profile {report.profile}, device {report.device} [dim]({device_reason})[/]"]
+    group = None
+    for result in report.checks:
+        if CHECKS[result.id].group != group:
+            group = CHECKS[result.id].group
+            lines.append(f"\n[bold]{group}[/]")
+        head, *rest = result.messages or [""]
+        lines.append(f"  {DOCTOR_MARK[result.status]} {result.title}" + (f" [dim]—[/] {escape(head)}" if head else ""))
+        if result.status != "ok" or verbose:
+            lines += [f"      • {escape(line)}" for line in rest]
+        if result.fix and result.status in ("warn", "fail"):
+            for i, line in enumerate(result.fix.splitlines()):
+                lines.append(f"      {'[bold]fix:[/]' if i == 0 else '    '} [cyan]{escape(line)}[/]")
+    n = report.summary
+    verdict = (
+        "[red]not ready[/]" if n["fail"] else "[yellow]ready, with warnings[/]" if n["warn"] else "[green]ready[/]"
+    )
+    counts = f"{n['fail']} ✗ problem(s), {n['warn']} ! warning(s), {n['ok']} ✓ ok, {n['skip']} not checkable here"
+    lines.append(f"\n{verdict}: {counts}")
+    out.print("\n".join(lines))  # one print: rich renders a report this size ~10x faster than line by line
+
+
+@main.command()
+@click.option("--profile", default="verl-796871d", show_default=True, help="Profile name or manifest path.")
+@click.option("--device", type=DEVICE_CHOICE, help="npu or cuda (default: detected, else the profile's first).")
+@target_options
+@click.option(
+    "--ascend-home", type=click.Path(path_type=Path), help="Ascend install root [default: /usr/local/Ascend]."
+)
+@click.option("--only", multiple=True, metavar="CHECK", help="Run only this check (repeatable; see --list).")
+@click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
+@click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("-v", "--verbose", is_flag=True, help="Show the details of passing checks too.")
+def doctor(profile, device, python, roots, ascend_home, only, list_checks, strict, as_json, verbose) -> None:
+    """Is this machine ready for the profile's job? Every problem with the command that fixes it."""
+    from ascendfix.doctor import context, runner
+    from ascendfix.doctor.registry import CHECKS
+
+    if list_checks:
+        rows = [{"id": c.id, "title": c.title} for c in CHECKS.values()]
+        if as_json:
+            emit_json(rows)
+        else:
+            for row in rows:
+                out.print(f"{row['id']:10} {row['title']}")
+        return
+    runner.select(only)  # unknown ids are bad input before anything runs
+    prof = manifest.load_profile(profile)
+    if device is not None and device not in prof.devices:
+        raise UsageError(f"--device {device}: profile {prof.name} defines only {', '.join(prof.devices)}")
+    if python is not None and not (Path(python).is_file() and os.access(python, os.X_OK)):
+        raise UsageError(f"--python {python}: no such executable")
+    home = ascend_home or context.DEFAULT_ASCEND_HOME
+    chosen, why = (device, f"--device {device} given") if device else context.choose_device(prof, home)
+    ctx = context.Context(prof, chosen, why, python, parse_roots(roots), home)
+    report = runner.run(ctx, only)
+    if as_json:
+        emit_json(report.as_dict())
+    else:
+        _render_doctor(report, why, verbose)
+    sys.exit(report.exit_code(strict))
+
+
 # --- demo --------------------------------------------------------------------------------------------
 
 
@@ -228,9 +316,11 @@ def diff(profile, device, python, roots, only) -> None:
 @click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path), help="Keep the demo here.")
 def demo(folder: Path | None) -> None:
     """Run the main job end to end on a built-in demo workspace (no Ascend hardware needed)."""
+    import subprocess
     import tempfile
 
     from ascendfix import demo as demo_workspace
+    from ascendfix import metrics, report
 
     base = folder or Path(tempfile.mkdtemp(prefix="ascendfix-demo-"))
     workspace = demo_workspace.build(base)
@@ -247,11 +337,279 @@ def demo(folder: Path | None) -> None:
     _render_patches(engine.apply(selection))
     out.print("\n[bold]4. apply again[/]  (idempotent: nothing to do)")
     _render_patches(engine.apply(selection))
-    out.print("\n[bold]5. revert[/]  (byte for byte)")
+    out.print("\n[bold]5. run the job[/]  (ascendfix run --no-preflight --device npu train.sh)")
+    out.print("[dim]   preflight is skipped: this machine has no Ascend stack for doctor to pass[/]")
+    sys.stdout.flush()
+    job = [sys.executable, "-m", "ascendfix", "run", "--no-preflight", "--device", "npu"]
+    subprocess.run([*job, "--log-dir", str(base / "run"), str(workspace.train_sh)], cwd=base, check=False)
+    run_data = report.load_run(base / "run" / "train.log")
+    first = metrics.throughput(run_data.series.steps[0])
+    out.print(f"\n[bold]6. report[/]  (ascendfix report {base / 'run'})")
+    out.print(f"   step 1, as the guide computes it: e2e {first['e2e_tps']:.3f} tokens/s per device")
+    out.print(f"   (world {first['world_size']}, update {first['update_tps']:.3f}, vllm {first['vllm_tps']:.3f})")
+    out.print("\n[bold]7. revert[/]  (byte for byte)")
     _render_patches(engine.revert(engine.select(prof, None, roots=workspace.roots())))
     out.print(
         f"\nDone. Try it on your own trees: ascendfix apply --profile {prof.name} --root verl=DIR --root torch=DIR"
     )
+
+
+# --- run, env, report, compare -----------------------------------------------------------------
+
+DEFAULT_PROFILE = "verl-796871d"
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+class _RichStatus:
+    """The live line under the job's output on a terminal's stderr: cleared before each chunk, redrawn
+    after it at most ten times a second, and on idle ticks (so the elapsed time moves)."""
+
+    def __init__(self, total: int | None):
+        self.total, self.text, self.shown = total, "waiting for the first step", None
+        self.started = self.last_draw = time.monotonic()
+
+    def update(self, step: Any, parser: Any) -> None:
+        from ascendfix import metrics
+
+        total = parser.stats.total_steps or self.total
+        reward = step.get(metrics.REWARD)
+        parts = [
+            f"step {step.step}" + (f"/{total}" if total else ""),
+            f"reward {_num(reward if reward is not None else step.get(metrics.SCORE))}",
+            f"{_num(step.get(metrics.STEP_TIME), 1)} s/step",
+            f"{_num(metrics.throughput(step)['e2e_tps'], 2)} tok/s/dev",
+        ]
+        self.text = " · ".join(parts)
+
+    def clear(self) -> None:
+        if self.shown is not None:
+            err.file.write("\r\x1b[2K")
+            self.shown = None
+
+    def draw(self) -> None:
+        now = time.monotonic()
+        if self.shown is None and now - self.last_draw < 0.1:
+            return
+        elapsed = int(now - self.started)
+        line = Text.from_markup(f"[bold cyan]ascendfix[/] {escape(self.text)}")
+        line.append(f" · {elapsed // 3600}h{elapsed // 60 % 60:02d}m")
+        line.truncate(max(err.width - 1, 10))
+        if line.plain == self.shown:
+            return
+        self.clear()
+        err.print(line, end="")
+        err.file.flush()
+        self.shown, self.last_draw = line.plain, now
+
+
+def _report_table(console: Console, data: dict[str, Any], sparks: dict[str, str]) -> None:
+    table = Table(box=None, show_header=False, title=f"[bold]{escape(data['run'])}[/]", title_justify="left")
+    table.add_column(style="dim")
+    table.add_column()
+    p = data["parse"]
+    span = "" if not data["steps_seen"] else f" (step {data['first_step']} → {data['last_step']}"
+    span += f" of {data['total_steps']})" if span and data["total_steps"] else (")" if span else "")
+    table.add_row("steps seen", f"{data['steps_seen']}{span}, {data['steady_steps']} steady")
+    table.add_row(
+        "parsed",
+        (f"{p['files']} file(s), " if p["files"] else "")
+        + f"{p['step_lines']} step lines, {p['duplicates']} duplicates, {p['skipped']} skipped",
+    )
+
+    r = data["reward_mean"]
+    table.add_row("reward mean", f"{_num(r['first'])} → {_num(r['last'])}  {sparks.get('reward', '')}")
+    for key in ("response_length", "prompt_length"):
+        v = data[key]
+        table.add_row(
+            key.replace("_", " "),
+            f"{_num(v['first'], 1)} → {_num(v['last'], 1)} (median {_num(v['median'], 1)})  {sparks.get(key, '')}",
+        )
+    shares = " · ".join(f"{name} {'-' if s is None else f'{s * 100:.1f}%'}" for name, s in data["timing_share"].items())
+    table.add_row("step time", f"{_num(data['timing_s/step'], 2)} s  {sparks.get('timing_s/step', '')}")
+    table.add_row("time share", shares)
+    t = data["throughput"]
+    world = "-" if t["world_size"] is None else f"{t['world_size']:.0f}"
+    table.add_row(
+        "tokens/s/device",
+        f"e2e {_num(t['e2e_tps'])} · update {_num(t['update_tps'])} · vllm {_num(t['vllm_tps'])} (world {world})"
+        f"  {sparks.get('e2e_tps', '')}",
+    )
+    for key, value in data["metrics"].items():
+        table.add_row(escape(key), f"{_num(value)}  {sparks.get(key, '')}")
+    console.print(table)
+    console.print("[dim]figures are medians over steady steps (not step 1, not validating or saving)[/]")
+
+
+def _sparks(run: Any, extra: tuple[str, ...]) -> dict[str, str]:
+    from ascendfix import report
+
+    keys = ("reward", "response_length", "prompt_length", "timing_s/step", "e2e_tps", *extra)
+    curves = {k: report.curve(run, k) for k in keys}
+    return {k: report.sparkline([v for _, v in c]) for k, c in curves.items() if len(c) > 1}
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--profile", "profile_ref", default=DEFAULT_PROFILE, show_default=True, help="Profile name or file.")
+@click.option("--device", type=DEVICE_CHOICE, help="Device kind (default: detected).")
+@click.option("--no-preflight", is_flag=True, help="Launch even if doctor or the patch status say no.")
+@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), help="Where train.log and run.json go.")
+@click.option("--json-metrics", type=click.Path(dir_okay=False, path_type=Path), help="Write each step as JSONL.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
+def run(
+    profile_ref: str,
+    device: str | None,
+    no_preflight: bool,
+    log_dir: Path | None,
+    json_metrics: Path | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run SCRIPT [ARGS...] (or any command) with the profile's environment, live progress and a summary.
+
+    A non-executable *.sh script runs under bash. Exits with the command's exit status.
+    """
+    import os
+
+    from ascendfix import launch, metrics, preflight, report
+    from ascendfix.errors import RefusedError
+
+    profile = manifest.load_profile(profile_ref)
+    device = require_device(device)
+    argv = launch.command_for(command)
+    settings = launch.resolve_env(profile, device, os.environ)
+    overrides = preflight.scan_overrides(argv, os.environ)
+    pre = None
+    if not no_preflight:
+        pre = preflight.run_preflight(profile, device, argv, os.environ, preflight.default_seams())
+        for finding in pre.hints:
+            err.print(f"[yellow]hint[/] ({finding.source}): {escape(finding.message)}")
+    for s in settings:
+        if s.source == "user" and s.profile_value is not None and s.value != s.profile_value:
+            mine, theirs = escape(s.value or ""), escape(s.profile_value)
+            err.print(f"[dim]env[/] {s.name}={mine} (yours) wins over the profile's {theirs}")
+        elif s.source == "missing":
+            err.print(f"[yellow]hint[/] (env): {s.name} must be set per site: {escape(s.why)}")
+    if pre is not None and pre.problems:
+        for finding in pre.problems:
+            err.print(f"[red]problem[/] ({finding.source}): {escape(finding.message)}")
+        raise RefusedError(f"preflight found {len(pre.problems)} problem(s); fix them or pass --no-preflight")
+    log_dir = log_dir or Path("ascendfix-runs") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{log_dir}: cannot create the log directory: {e.strerror}") from None
+    env = launch.job_environment(settings, os.environ)
+    ulimit = launch.raise_nofile(profile.devices[device].ulimit_nofile)
+    record = launch.run_record(profile.name, device, argv, settings, env, log_dir)
+    record.update(ulimit_nofile=ulimit, overrides=overrides)
+    record["preflight_hints"] = None if pre is None else [manifest.as_dict(h) for h in pre.hints]
+    launch.write_run_json(log_dir, record)
+    total = preflight.total_steps(overrides)
+    status = _RichStatus(total) if err.is_terminal and out.is_terminal else None
+    write_metrics = launch.metrics_writer(json_metrics) if json_metrics else None
+
+    def on_step(step: metrics.Step) -> None:
+        if status is not None:
+            status.update(step, parser)
+        if write_metrics is not None:
+            write_metrics(step)
+
+    parser = metrics.StepParser(on_step=on_step)
+    err.print(f"[dim]ascendfix: {escape(' '.join(record['command']))} → {escape(str(log_dir))}/train.log[/]")
+    result = launch.launch(argv, env, log_dir, parser, status)
+    if status is not None:
+        status.clear()
+    record.update(ended=launch.now(), **result.as_dict(), steps=len(parser.steps))
+    launch.write_run_json(log_dir, record)
+    run_data = report.Run(str(log_dir), parser)
+    if run_data.series.steps:
+        _report_table(err, report.report_data(run_data), _sparks(run_data, ()))
+    else:
+        err.print("[dim]ascendfix: no verl step lines seen[/]")
+    how = f" after {result.forwarded}" + (" and SIGKILL" if result.killed else "") if result.forwarded else ""
+    err.print(f"[dim]ascendfix: exit status {result.exit_status}{how}; log {escape(str(log_dir))}/train.log[/]")
+    sys.exit(result.exit_status)
+
+
+@main.command("env")
+@click.option("--profile", "profile_ref", default=DEFAULT_PROFILE, show_default=True, help="Profile name or file.")
+@click.option("--device", type=DEVICE_CHOICE, help="Device kind (default: detected).")
+@click.option("--shell", type=click.Choice(["bash", "json"]), default="bash", show_default=True)
+def env_command(profile_ref: str, device: str | None, shell: str) -> None:
+    """Print the profile's environment: eval "$(ascendfix env)" before `ray start` or in a Dockerfile."""
+    import shlex
+
+    from ascendfix import launch
+
+    profile = manifest.load_profile(profile_ref)
+    device = require_device(device)
+    settings = launch.resolve_env(profile, device, {})
+    ulimit = profile.devices[device].ulimit_nofile
+    if shell == "json":
+        emit_json(
+            {
+                "profile": profile.name,
+                "device": device,
+                "env": {s.name: s.value for s in settings if s.value is not None},
+                "site_specific": [{"name": s.name, "why": s.why} for s in settings if s.value is None],
+                "ulimit_nofile": ulimit,
+            }
+        )
+        return
+    lines = [f"# ascendfix env --profile {profile.name} --device {device}"]
+    for s in settings:
+        if s.value is None:
+            lines.append(f"# {s.name} must be set per site: {s.why}")
+        else:
+            lines.append(f"export {s.name}={shlex.quote(s.value)}")
+    if ulimit:
+        lines.append(f'ulimit -n {ulimit} 2>/dev/null || echo "ascendfix: cannot raise ulimit -n to {ulimit}" >&2')
+    click.echo("\n".join(lines))
+
+
+@main.command("report")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG (needs matplotlib).")
+@click.option("--metrics", "extra", default="", help="More metric keys to report, comma-separated.")
+def report_command(paths: tuple[Path, ...], as_json: bool, plot: Path | None, extra: str) -> None:
+    """Report each run: a log file, a Ray session logs directory, or a verl JSONL file."""
+    from ascendfix import report
+
+    keys = tuple(k.strip() for k in extra.split(",") if k.strip())
+    runs = [report.load_run(p) for p in paths]
+    if plot is not None:
+        report.plot(runs, plot)
+    if as_json:
+        emit_json([report.report_data(r, keys) for r in runs])
+        return
+    for run in runs:
+        _report_table(out, report.report_data(run, keys), _sparks(run, keys))
+    if plot is not None:
+        out.print(f"plot written to {escape(str(plot))}")
+
+
+@main.command("compare")
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def compare_command(a: Path, b: Path, as_json: bool) -> None:
+    """Compare run B with run A (e.g. NPU against H100): steady figures as ratios B/A and the reward gap."""
+    from ascendfix import report
+
+    data = report.compare_data(report.load_run(a), report.load_run(b))
+    if as_json:
+        emit_json(data)
+        return
+    table = Table("metric", "A", "B", "B/A", box=None, caption=escape(f"A = {a}\nB = {b}"), caption_justify="left")
+    for row in data["rows"]:
+        table.add_row(row["metric"], _num(row["a"]), _num(row["b"]), _num(row["ratio"], 2))
+    out.print(table)
+    gap = data["reward_difference"]
+    out.print(f"reward B − A over {gap['common_steps']} common steps: ", end="")
+    out.print(f"mean {_num(gap['mean'])}, max |Δ| {_num(gap['max_abs'])}")
 
 
 if __name__ == "__main__":  # pragma: no cover

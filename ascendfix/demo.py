@@ -59,13 +59,21 @@ def _validate_global_plan(global_plan, metadata) -> bool:
     return all_good
 """
 
+PYPROJECT = b"""[project]
+name = "verl"
+version = "0.5.0.dev0"
+
+[tool.setuptools]
+packages = ["verl"]
+"""
+
 FILES = {
     "verl": {
         "verl/__init__.py": b"",
         "verl/utils/device.py": DEVICE,
         "verl/trainer/ppo/ray_trainer.py": TRAINER,
         "recipe/dapo/dapo_ray_trainer.py": DAPO,
-        "pyproject.toml": b"[project]\nname = 'verl'\n",
+        "pyproject.toml": PYPROJECT,
     },
     "torch": {
         "torch/__init__.py": b"",
@@ -73,6 +81,52 @@ FILES = {
         "torch/distributed/checkpoint/default_planner.py": PLANNER,
     },
 }
+
+
+# A stand-in for the guide's train.sh: it prints what verl's TaskRunner prints through Ray
+# (ANSI prefix, `step:N - key:value` lines), step 1 with the guide's own figures.
+TRAIN_SH = rb"""#!/usr/bin/env bash
+# Demo stand-in for the guide's train.sh: the same kind of Hydra overrides, a simulated verl job.
+set -euo pipefail
+exec python3 "$(dirname "$0")/fake_verl.py" \
+    algorithm.adv_estimator=grpo \
+    data.train_batch_size=128 \
+    actor_rollout_ref.rollout.n=16 \
+    trainer.val_before_train=False \
+    trainer.total_training_steps=6 \
+    trainer.n_gpus_per_node=8 trainer.nnodes=16 "$@"
+"""
+
+FAKE_VERL = rb"""import sys
+import time
+
+PREFIX = "\x1b[36m(TaskRunner pid=11069)\x1b[0m "
+total = [a.split("=", 1)[1] for a in sys.argv if a.startswith("trainer.total_training_steps=")]
+steps = int(total[0]) if total else 6
+for n in range(1, steps + 1):
+    response, prompt = (1329.1552734375, 84.298828125) if n == 1 else (1300.0 + 7 * n, 84.3)
+    gen, update = (1523.87, 842.91) if n == 1 else (1400.0 + 10 * (n % 3), 800.0 + 5 * (n % 2))
+    step_time = 2814.45 if n == 1 else gen + update + 400.0
+    tokens = (response + prompt) * 2048
+    values = [
+        ("training/global_step", n),
+        ("critic/score/mean", 0.28 + 0.02 * n),
+        ("critic/rewards/mean", 0.28 + 0.02 * n),
+        ("response_length/mean", response),
+        ("prompt_length/mean", prompt),
+        ("timing_s/gen", gen),
+        ("timing_s/reshard", 21.5),
+        ("timing_s/old_log_prob", 201.33),
+        ("timing_s/ref", 187.62),
+        ("timing_s/update_actor", update),
+        ("timing_s/step", step_time),
+        ("perf/total_num_tokens", int(tokens)),
+        ("perf/time_per_step", step_time),
+        ("perf/throughput", tokens / (step_time * 128)),
+    ]
+    print(PREFIX + " - ".join(["step:%d" % n] + ["%s:%r" % kv for kv in values]), flush=True)
+    time.sleep(0.3)
+"""
 
 
 @dataclass(frozen=True)
@@ -87,6 +141,11 @@ class Workspace:
         """The ``--root`` mapping for the engine."""
         return {"verl": self.verl, "torch": self.torch}
 
+    @property
+    def train_sh(self) -> Path:
+        """The demo job script."""
+        return self.folder / "train.sh"
+
 
 def build(folder: Path, checkout: bool = True) -> Workspace:
     """Write the demo verl checkout (or a site-packages layout) and torch folder under ``folder``."""
@@ -99,4 +158,7 @@ def build(folder: Path, checkout: bool = True) -> Workspace:
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
+    workspace.train_sh.write_bytes(TRAIN_SH)
+    workspace.train_sh.chmod(0o755)
+    (folder / "fake_verl.py").write_bytes(FAKE_VERL)
     return workspace

@@ -15,18 +15,15 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ascendfix import manifest
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.fsutil import drop_bytecode, locked, sha256_bytes, write_atomic
 from ascendfix.journal import Record, Store
 from ascendfix.locate import Target, locate
-from ascendfix.manifest import Patch, PatchFile, Profile
-from ascendfix.transforms import registry
-from ascendfix.transforms.base import TransformError
+from ascendfix.manifest import Patch, PatchFile, Profile, Variant
+from ascendfix.transforms.base import Outcome, TransformError, marker
 
 APPLIED, NOT_APPLIED, NOT_APPLICABLE = "applied", "not-applied", "not-applicable"
 DRIFTED, PARTIAL = "drifted", "partial"
-DEFAULT_VARIANT = "default"
 
 
 @dataclass(frozen=True)
@@ -39,8 +36,10 @@ class FileStatus:
     reason: str = ""
     absolute: Path | None = None
     preimage: str | None = None  # label of the known original this file is, if any
+    variant: str | None = None  # the variant this file holds, when applied
     new_code: bytes | None = field(default=None, repr=False)  # what apply would write
-    old_code: bytes | None = field(default=None, repr=False)
+    old_code: bytes | None = field(default=None, repr=False)  # what is on disk
+    original: bytes | None = field(default=None, repr=False)  # the unpatched file, when apply will write
 
 
 @dataclass(frozen=True)
@@ -53,13 +52,15 @@ class PatchStatus:
     files: tuple[FileStatus, ...]
     warnings: tuple[str, ...] = ()
     action: str = ""
+    variant: str | None = None
 
     def as_json(self) -> dict:
-        """The JSON contract: id, state, reason, files[path, sha256, state]."""
+        """The JSON contract: id, state, reason, files[path, sha256, state]; plus variant and action."""
         data = {
             "id": self.id,
             "state": self.state,
             "reason": self.reason,
+            "variant": self.variant,
             "files": [{"path": f.path, "sha256": f.sha256, "state": f.state} for f in self.files],
         }
         if self.action:
@@ -77,6 +78,11 @@ class Selection:
     device: str | None
     patches: tuple[Patch, ...]
     targets: dict[str, Target]
+    variants: dict[str, str] = field(default_factory=dict)
+
+    def variant(self, patch: Patch) -> Variant:
+        """The variant to apply for ``patch`` (``--variant``, else the profile's choice)."""
+        return self.profile.variant(patch.id, self.variants)
 
 
 def select(
@@ -85,6 +91,7 @@ def select(
     only: tuple[str, ...] = (),
     python: str | None = None,
     roots: dict[str, Path] | None = None,
+    variants: dict[str, str] | None = None,
 ) -> Selection:
     """The patches of ``profile`` to consider (all of them, or ``only``) and their located packages."""
     unknown = [pid for pid in only if pid not in profile.patches]
@@ -95,14 +102,28 @@ def select(
         raise UsageError(f"--device {device}: profile {profile.name} defines only {', '.join(profile.devices)}")
     patches = tuple(p for pid, p in profile.patches.items() if not only or pid in only)
     packages = sorted({p.package for p in patches})
-    return Selection(profile, device, patches, locate(packages, python, roots))
+    return Selection(profile, device, patches, locate(packages, python, roots), dict(variants or {}))
 
 
-def _transform(patch: Patch):
-    return registry.build(patch.transform, manifest.patch_params(patch))
+def _held_variant(patch: Patch, chosen: Variant, code: bytes, want: int) -> tuple[Variant, bytes] | None:
+    """The other variant a file fully holds, and the file's original recovered through its inverse."""
+    if marker(patch.id).encode() not in code:
+        return None
+    for other in patch.variants:
+        if other is chosen:
+            continue
+        try:
+            held = other.build().apply(code, patch.id)
+            if held.done == want and held.pending == 0:
+                return other, other.build().revert(code, patch.id).code
+        except TransformError:
+            continue
+    return None
 
 
-def _evaluate_file(patch: Patch, pfile: PatchFile, target: Target, records: dict[str, Record]) -> FileStatus:
+def _evaluate_file(
+    patch: Patch, chosen: Variant, pfile: PatchFile, target: Target, records: dict[str, Record], store: Store | None
+) -> FileStatus:
     """Where one file stands. Parses only when the hash alone cannot tell."""
     if target.root is None:
         return FileStatus(pfile.path, None, DRIFTED, f"{patch.package} {target.how}")
@@ -121,26 +142,45 @@ def _evaluate_file(patch: Patch, pfile: PatchFile, target: Target, records: dict
         return FileStatus(pfile.path, None, DRIFTED, f"{path}: cannot read: {e.strerror}", path)
     digest = sha256_bytes(code)
     base = FileStatus(pfile.path, digest, "", absolute=path, preimage=pfile.preimage_label(digest), old_code=code)
+    want = pfile.sites
     record = records.get(pfile.path)
     if record is not None and record.patch == patch.id and digest == record.patched_sha256:
-        return replace(base, state=APPLIED)
+        if record.variant == chosen.name:
+            return replace(base, state=APPLIED, variant=chosen.name)
+        original = store.load_backup(pfile.path, record.original_sha256) if store else None
+        if original is not None:
+            return _switch(base, patch, chosen, record.variant, original, want)
     try:
-        outcome = _transform(patch).apply(code, patch.id)
+        outcome = chosen.build().apply(code, patch.id)
     except TransformError as e:
         return replace(base, state=DRIFTED, reason=f"{pfile.path}: {e}")
-    want = pfile.sites
     if outcome.done == want and outcome.pending == 0:
         if record is not None and digest != record.patched_sha256:
             return replace(base, state=DRIFTED, reason=f"{pfile.path} changed since ascendfix wrote it")
-        return replace(
-            base, state=APPLIED, reason="marked by ascendfix (no record in .ascendfix)" if not record else ""
-        )
+        note = "marked by ascendfix (no record in .ascendfix)" if not record else ""
+        return replace(base, state=APPLIED, variant=chosen.name, reason=note)
+    held = _held_variant(patch, chosen, code, want)
+    if held is not None:
+        return _switch(base, patch, chosen, held[0].name, held[1], want)
     if outcome.pending == want and outcome.done == 0:
-        return replace(base, state=NOT_APPLIED, new_code=outcome.code)
+        return replace(base, state=NOT_APPLIED, new_code=outcome.code, original=code)
     if outcome.pending + outcome.done == want:
         return replace(base, state=PARTIAL, reason=f"{pfile.path}: {outcome.done} of {want} sites patched")
     found = outcome.pending + outcome.done
     return replace(base, state=DRIFTED, reason=f"{pfile.path}: expected {want} site(s) for {patch.id}, found {found}")
+
+
+def _switch(base: FileStatus, patch: Patch, chosen: Variant, held: str, original: bytes, want: int) -> FileStatus:
+    """A file that holds variant ``held`` while ``chosen`` is asked for: apply will switch it in one write."""
+    try:
+        outcome = chosen.build().apply(original, patch.id)
+    except TransformError as e:
+        return replace(base, state=DRIFTED, variant=held, reason=f"{base.path}: cannot switch to {chosen.name}: {e}")
+    if outcome.pending != want:
+        reason = f"{base.path}: the original behind variant {held} does not match variant {chosen.name}"
+        return replace(base, state=DRIFTED, variant=held, reason=reason)
+    reason = f"holds variant {held}; {chosen.name} is asked for (apply switches)"
+    return replace(base, state=APPLIED, variant=held, reason=reason, new_code=outcome.code, original=original)
 
 
 def _aggregate(patch: Patch, files: list[FileStatus]) -> PatchStatus:
@@ -154,7 +194,8 @@ def _aggregate(patch: Patch, files: list[FileStatus]) -> PatchStatus:
         state = PARTIAL
     else:
         (state,) = states - {NOT_APPLICABLE}
-    return PatchStatus(patch.id, state, reasons, tuple(files))
+    variants = {f.variant for f in files if f.variant}
+    return PatchStatus(patch.id, state, reasons, tuple(files), variant=variants.pop() if len(variants) == 1 else None)
 
 
 def evaluate(selection: Selection) -> list[PatchStatus]:
@@ -169,8 +210,10 @@ def evaluate(selection: Selection) -> list[PatchStatus]:
             statuses.append(PatchStatus(patch.id, NOT_APPLICABLE, reason, files))
             continue
         target = selection.targets[patch.package]
-        recs = records.get(patch.package, {})
-        statuses.append(_aggregate(patch, [_evaluate_file(patch, f, target, recs) for f in patch.files]))
+        recs, store = records.get(patch.package, {}), stores.get(patch.package)
+        chosen = selection.variant(patch)
+        files = [_evaluate_file(patch, chosen, f, target, recs, store) for f in patch.files]
+        statuses.append(_aggregate(patch, files))
     return statuses
 
 
@@ -230,9 +273,9 @@ def apply(selection: Selection, strict: bool = False, dry_run: bool = False) -> 
     with locked(roots) if not dry_run else contextlib.nullcontext():
         statuses = _plan(selection, evaluate(selection), strict)
         if dry_run:
-            return [replace(s, action="would-apply" if s.state == NOT_APPLIED else "") for s in statuses]
+            return [replace(s, action="would-apply" if any(f.new_code for f in s.files) else "") for s in statuses]
         _write(selection, statuses)
-    return [_applied(s) for s in statuses]
+    return [_applied(selection, s) for s in statuses]
 
 
 def _plan(selection: Selection, statuses: list[PatchStatus], strict: bool) -> list[PatchStatus]:
@@ -268,28 +311,40 @@ def _write(selection: Selection, statuses: list[PatchStatus]) -> None:
     for s in statuses:
         patch = selection.profile.patches[s.id]
         root = selection.targets[patch.package].root
+        variant = selection.variant(patch).name
         for f in s.files:
-            if f.state == NOT_APPLIED:
-                by_root.setdefault(root, []).append((s.id, f))
+            if f.new_code is not None:
+                by_root.setdefault(root, []).append((s.id, variant, f))
     for root, files in by_root.items():
         store = Store(root)
         records = store.records()
-        planned = {f.path: Record(pid, DEFAULT_VARIANT, f.sha256, sha256_bytes(f.new_code)) for pid, f in files}
-        for _pid, f in files:
-            store.save_backup(f.path, f.old_code)
+        planned = {
+            f.path: Record(pid, variant, sha256_bytes(f.original), sha256_bytes(f.new_code))
+            for pid, variant, f in files
+        }
+        for _pid, _variant, f in files:
+            store.save_backup(f.path, f.original)
         store.begin("apply", planned)
-        for _pid, f in files:
+        for _pid, _variant, f in files:
             write_atomic(f.absolute.resolve(), f.new_code)
             drop_bytecode(f.absolute.resolve())
         store.save_records({**records, **planned})
         store.end()
 
 
-def _applied(s: PatchStatus) -> PatchStatus:
-    if s.state == NOT_APPLIED:
-        files = tuple(replace(f, state=APPLIED, sha256=sha256_bytes(f.new_code)) for f in s.files)
-        return replace(s, state=APPLIED, files=files, action="applied")
-    return replace(s, action="unchanged" if s.state == APPLIED else "skipped")
+def _applied(selection: Selection, s: PatchStatus) -> PatchStatus:
+    written = [f for f in s.files if f.new_code is not None]
+    if not written:
+        return replace(s, action="unchanged" if s.state == APPLIED else "skipped")
+    variant = selection.variant(selection.profile.patches[s.id]).name
+    files = tuple(
+        replace(f, state=APPLIED, variant=variant, sha256=sha256_bytes(f.new_code), reason="")
+        if f.new_code is not None
+        else f
+        for f in s.files
+    )
+    action = "switched" if s.state == APPLIED else "applied"
+    return replace(s, state=APPLIED, files=files, action=action, variant=variant, reason="")
 
 
 def revert(selection: Selection) -> list[PatchStatus]:
@@ -339,11 +394,10 @@ def _revert_patch(patch: Patch, target: Target, store: Store) -> PatchStatus:
             files.append(FileStatus(pfile.path, digest, DRIFTED, reason))
             notes.append(reason)
             continue
-        try:
-            outcome = _transform(patch).revert(code, patch.id)
-        except TransformError as e:
-            files.append(FileStatus(pfile.path, digest, DRIFTED, f"{pfile.path}: {e}"))
-            notes.append(f"{pfile.path}: {e}")
+        outcome, problem = _inverse(patch, code)
+        if problem:
+            files.append(FileStatus(pfile.path, digest, DRIFTED, f"{pfile.path}: {problem}"))
+            notes.append(f"{pfile.path}: {problem}")
             continue
         if outcome.done == 0:
             files.append(FileStatus(pfile.path, digest, NOT_APPLIED))
@@ -355,7 +409,7 @@ def _revert_patch(patch: Patch, target: Target, store: Store) -> PatchStatus:
             notes.append(f"{pfile.path}: the reverted file does not compile ({e.msg}); not touched")
             continue
         store.save_backup(pfile.path, outcome.code)  # lets recovery finish an interrupted revert
-        touched[pfile.path] = (outcome.code, Record(patch.id, DEFAULT_VARIANT, sha256_bytes(outcome.code), digest))
+        touched[pfile.path] = (outcome.code, Record(patch.id, "", sha256_bytes(outcome.code), digest))
         files.append(FileStatus(pfile.path, sha256_bytes(outcome.code), NOT_APPLIED, absolute=path))
     if notes:
         return PatchStatus(patch.id, DRIFTED, "; ".join(notes), tuple(files), action="refused")
@@ -373,6 +427,20 @@ def _revert_patch(patch: Patch, target: Target, store: Store) -> PatchStatus:
     wrote = any(data is not None for data, _ in touched.values())
     state = NOT_APPLICABLE if all(f.state == NOT_APPLICABLE for f in files) else NOT_APPLIED
     return PatchStatus(patch.id, state, "", tuple(files), action="reverted" if wrote else "unchanged")
+
+
+def _inverse(patch: Patch, code: bytes):
+    """Undo whichever variant of ``patch`` marked ``code``: (outcome, None) or (None, problem)."""
+    problem = None
+    for variant in patch.variants:
+        try:
+            outcome = variant.build().revert(code, patch.id)
+        except TransformError as e:
+            problem = str(e)
+            continue
+        if outcome.done:
+            return outcome, None
+    return (None, problem) if problem else (Outcome(code, 0, 0), None)
 
 
 def diff(statuses: list[PatchStatus]) -> str:

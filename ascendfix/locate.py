@@ -21,8 +21,44 @@ from ascendfix.errors import UsageError
 PROBE = r"""
 import importlib.metadata, importlib.util, json, sys
 
-def probe(packages, distributions):
+def marker_environment():
+    import os, platform
+    impl = sys.implementation
+    version = "%d.%d.%d" % impl.version[:3]
+    if impl.version.releaselevel != "final":
+        version += impl.version.releaselevel[0] + str(impl.version.serial)
+    return {
+        "implementation_name": impl.name, "implementation_version": version, "os_name": os.name,
+        "platform_machine": platform.machine(), "platform_release": platform.release(),
+        "platform_system": platform.system(), "platform_version": platform.version(),
+        "python_full_version": platform.python_version(),
+        "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "platform_python_implementation": platform.python_implementation(), "sys_platform": sys.platform,
+    }
+
+def installed():
+    found = {}
+    for dist in importlib.metadata.distributions():
+        text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+        fields = {"Name": None, "Version": None}
+        requires = []
+        for line in text.split("\n\n", 1)[0].splitlines():
+            key, _, value = line.partition(": ")
+            if key in fields and fields[key] is None:
+                fields[key] = value.strip()
+            elif key == "Requires-Dist":
+                requires.append(value.strip())
+        if not requires and dist.read_text("requires.txt"):
+            requires = list(dist.requires or [])
+        if fields["Name"] and fields["Name"].lower() not in found:
+            found[fields["Name"].lower()] = {"name": fields["Name"], "version": fields["Version"], "requires": requires}
+    return list(found.values())
+
+def probe(packages, distributions, everything=False):
     out = {"python": sys.executable, "version": list(sys.version_info[:3]), "packages": {}, "distributions": {}}
+    if everything:
+        out["markers"] = marker_environment()
+        out["installed"] = installed()
     for name in packages:
         try:
             spec = importlib.util.find_spec(name)
@@ -47,7 +83,7 @@ def probe(packages, distributions):
 
 if __name__ == "__main__":
     request = json.loads(sys.argv[1])
-    print(json.dumps(probe(request["packages"], request["distributions"])))
+    print(json.dumps(probe(request["packages"], request["distributions"], request["everything"])))
 """
 
 
@@ -67,21 +103,22 @@ def _is_checkout(root: Path) -> bool:
 
 
 def _same_interpreter(python: str | None) -> bool:
-    if python is None:
-        return True
-    try:
-        return Path(python).resolve() == Path(sys.executable).resolve()
-    except OSError:
-        return False
+    """Whether ``python`` is the running interpreter. A venv's python links to its base
+    interpreter, so the paths are compared as given, not resolved."""
+    return python is None or os.path.abspath(python) == os.path.abspath(sys.executable)
 
 
-def probe(python: str | None, packages: list[str], distributions: list[str] = ()) -> dict:
-    """Run the probe in ``python`` (None: this interpreter); raise UsageError if it cannot run."""
+def probe(python: str | None, packages: list[str], distributions: list[str] = (), everything: bool = False) -> dict:
+    """Run the probe in ``python`` (None: this interpreter); raise UsageError if it cannot run.
+
+    With ``everything``, the answer also has ``markers`` (the PEP 508 marker environment)
+    and ``installed`` (name, version and Requires-Dist of every installed distribution).
+    """
     if _same_interpreter(python):
         namespace: dict = {}
         exec(compile(PROBE, "<ascendfix-probe>", "exec"), namespace)
-        return namespace["probe"](list(packages), list(distributions))
-    request = json.dumps({"packages": list(packages), "distributions": list(distributions)})
+        return namespace["probe"](list(packages), list(distributions), everything)
+    request = json.dumps({"packages": list(packages), "distributions": list(distributions), "everything": everything})
     try:
         result = subprocess.run(
             [python, "-c", PROBE, request], capture_output=True, text=True, timeout=60, env=_clean_env()
@@ -123,13 +160,18 @@ def parse_roots(values: tuple[str, ...] | list[str]) -> dict[str, Path]:
 def locate(packages: list[str], python: str | None = None, roots: dict[str, Path] | None = None) -> dict[str, Target]:
     """Find the directory holding each package: ``--root`` first, else the target interpreter."""
     roots = roots or {}
+    wanted = [p for p in packages if p not in roots]
+    return targets_from_probe(probe(python, wanted) if wanted else {}, packages, roots)
+
+
+def targets_from_probe(found: dict, packages: list[str], roots: dict[str, Path] | None = None) -> dict[str, Target]:
+    """Each package's Target: ``--root`` first, else from an answer of :func:`probe` that looked for it."""
+    roots = roots or {}
     targets = {name: Target(name, path, "--root", _is_checkout(path)) for name, path in roots.items()}
-    wanted = [p for p in packages if p not in targets]
-    if not wanted:
-        return targets
-    found = probe(python, wanted)
-    where = found["python"]
-    for name in wanted:
+    where = found.get("python")
+    for name in packages:
+        if name in targets:
+            continue
         info = found["packages"].get(name) or {}
         locations = info.get("locations") or []
         if locations:

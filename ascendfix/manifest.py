@@ -29,6 +29,7 @@ ENV_CHECKS = ("interface",)
 PATCH_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+HINT_OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)+(=\S.*)?$")
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,14 @@ class AcceptedConflict:
 
 
 @dataclass(frozen=True)
+class Hint:
+    """A Hydra override the profile recommends (``key=value``, or a bare ``key`` that should be set)."""
+
+    override: str
+    why: str
+
+
+@dataclass(frozen=True)
 class PatchFile:
     """One file a patch edits, relative to the directory that holds the package."""
 
@@ -93,15 +102,37 @@ class PatchFile:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """One way to carry out a patch: a transform and its parameters."""
+
+    name: str
+    transform: str
+    params: tuple[tuple[str, Any], ...]
+    why: str = ""
+
+    def build(self):
+        """The transform instance."""
+        from ascendfix.transforms import registry
+
+        return registry.build(self.transform, {k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
+
+
+DEFAULT_VARIANT = "default"
+
+
+@dataclass(frozen=True)
 class Patch:
-    """A declarative edit of upstream code, with its rationale."""
+    """A declarative edit of upstream code, with its rationale.
+
+    A patch has one ``[transform]`` (its variant is called ``default``) or several named
+    ``[variants.<name>]``, of which the profile chooses one (the first by default).
+    """
 
     id: str
     package: str
     devices: tuple[str, ...]
     files: tuple[PatchFile, ...]
-    transform: str
-    params: tuple[tuple[str, Any], ...]
+    variants: tuple[Variant, ...]
     why: str
     references: tuple[str, ...]
     drop_when: str
@@ -120,6 +151,14 @@ class Profile:
     devices: dict[str, Device]
     accepted_conflicts: tuple[AcceptedConflict, ...]
     patches: dict[str, Patch]
+    variants: dict[str, str] = dataclasses.field(default_factory=dict)
+    hints: tuple[Hint, ...] = ()
+
+    def variant(self, pid: str, override: dict[str, str] | None = None) -> Variant:
+        """The variant of patch ``pid`` to apply: ``override``, else the profile's choice, else the first."""
+        patch = self.patches[pid]
+        name = (override or {}).get(pid) or self.variants.get(pid) or patch.variants[0].name
+        return next(v for v in patch.variants if v.name == name)
 
     def component(self, name: str) -> Component | None:
         """The component called ``name``, if the profile pins one."""
@@ -226,8 +265,6 @@ def check_relative_path(table: _Table, field: str, value: str) -> str:
 
 def load_patch(path: Path) -> Patch:
     """Read and validate one patch file."""
-    from ascendfix.transforms import registry
-
     top = _Table(path, read_toml(path), "")
     pid = top.text("id")
     if not PATCH_ID.match(pid):
@@ -255,24 +292,27 @@ def load_patch(path: Path) -> Patch:
         top.fail("files", "a patch must name at least one file")
     if len({f.path for f in files}) != len(files):
         top.fail("files", "the same path is listed twice")
-    ttable = top.table("transform")
-    name = ttable.text("name")
-    params = {k: v for k, v in ttable.data.items() if k != "name"}
-    ttable.seen.update(params)
-    transform = registry.get(name)
-    if transform is None:
-        ttable.fail(ttable.field("name"), f"unknown transform {name!r} (known: {', '.join(registry.names())})")
-    problem = registry.check_params(transform, params)
-    if problem:
-        ttable.fail(ttable.field(problem[0]) if problem[0] else "transform", problem[1])
-    ttable.done()
+    variants_table = top.table("variants", required=False)
+    if variants_table is None:
+        variants = [_variant(top.table("transform"), DEFAULT_VARIANT, "")]
+    else:
+        if "transform" in top.data:
+            top.fail("transform", "a patch has either [transform] or [variants.<name>], not both")
+        variants = []
+        for vname, vtable in variants_table.children():
+            if not PATCH_ID.match(vname) or vname == DEFAULT_VARIANT:
+                vtable.fail(vtable.where, f"{vname!r} is not a variant name (lowercase letters, digits and '-')")
+            variants.append(_variant(vtable.table("transform"), vname, vtable.text("why")))
+            vtable.done()
+        variants_table.seen.update(variants_table.data)
+        if not variants:
+            top.fail("variants", "name at least one variant")
     patch = Patch(
         id=pid,
         package=package,
         devices=devices,
         files=tuple(files),
-        transform=name,
-        params=tuple(sorted(params.items())),
+        variants=tuple(variants),
         why=top.text("why"),
         references=top.strings("references", required=False),
         drop_when=top.text("drop_when"),
@@ -281,6 +321,23 @@ def load_patch(path: Path) -> Patch:
     )
     top.done()
     return patch
+
+
+def _variant(ttable: _Table, name: str, why: str) -> Variant:
+    from ascendfix.transforms import registry
+
+    tname = ttable.text("name")
+    params = {k: v for k, v in ttable.data.items() if k != "name"}
+    ttable.seen.update(params)
+    transform = registry.get(tname)
+    if transform is None:
+        ttable.fail(ttable.field("name"), f"unknown transform {tname!r} (known: {', '.join(registry.names())})")
+    problem = registry.check_params(transform, params)
+    if problem:
+        ttable.fail(ttable.field(problem[0]), problem[1])
+    ttable.done()
+    frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
+    return Variant(name, tname, frozen, why)
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -413,6 +470,7 @@ def load_profile(ref: str) -> Profile:
     for ct in top.tables("accepted_conflicts", required=False):
         conflicts.append(AcceptedConflict(ct.text("requirer"), ct.text("requirement"), ct.text("why")))
         ct.done()
+    hints = tuple(_hint(ht) for ht in top.tables("hints", required=False))
     patches: dict[str, Patch] = {}
     for dname, device in devices.items():
         for pid in device.patches:
@@ -434,14 +492,43 @@ def load_profile(ref: str) -> Profile:
             other = seen_files.setdefault((patch.package, f.path), patch.id)
             if other != patch.id:
                 top.fail("devices", f"patches {other!r} and {patch.id!r} both edit {f.path}; one patch per file")
+    variants = {}
+    vtable = top.table("variants", required=False)
+    for pid, choice in vtable.data.items() if vtable else []:
+        if pid not in patches:
+            vtable.fail(vtable.field(pid), f"not a patch of this profile (its patches: {', '.join(patches)})")
+        names = [v.name for v in patches[pid].variants]
+        if choice not in names:
+            vtable.fail(vtable.field(pid), f"unknown variant {choice!r} (expected one of {', '.join(names)})")
+        variants[pid] = choice
+    if vtable:
+        vtable.seen.update(vtable.data)
     top.seen.add("extends")
     top.done()
-    return Profile(name, description, path, components, devices, tuple(conflicts), patches)
+    return Profile(name, description, path, components, devices, tuple(conflicts), patches, variants, hints)
 
 
-def patch_params(patch: Patch) -> dict[str, Any]:
-    """The transform parameters of a patch as a plain dict."""
-    return dict(patch.params)
+def _hint(t: _Table) -> Hint:
+    override = t.text("override")
+    if not HINT_OVERRIDE.match(override):
+        t.fail(t.field("override"), f"{override!r} is not a Hydra override (key.sub=value, or key.sub)")
+    hint = Hint(override, t.text("why"))
+    t.done()
+    return hint
+
+
+def parse_variants(profile: Profile, values: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``--variant PATCH_ID=NAME`` values, checked against the profile's patches."""
+    chosen = {}
+    for value in values:
+        pid, sep, name = value.partition("=")
+        if not sep or pid not in profile.patches:
+            raise UsageError(f"--variant {value!r}: expected PATCH_ID=NAME with a patch of {profile.name}")
+        names = [v.name for v in profile.patches[pid].variants]
+        if name not in names:
+            raise UsageError(f"--variant {value!r}: {pid} has the variants {', '.join(names)}")
+        chosen[pid] = name
+    return chosen
 
 
 def as_dict(obj: Any) -> Any:

@@ -109,7 +109,11 @@ def test_demo_runs_the_whole_job_and_leaves_the_workspace_as_it_found_it(tmp_pat
     assert result.returncode == 0, result.stderr
     assert "interleave=False  # ascendfix: verl-grpo-no-interleave" in result.stdout
     assert result.stdout.count("(reverted)") == 5
-    fresh = make_stack(tmp_path / "fresh")
-    again = make_stack(tmp_path / "compare")
-    demo_stack = type(fresh)(tmp_path / "demo" / "verl-checkout", tmp_path / "demo" / "site-packages")
-    assert demo_stack.snapshot() == again.snapshot()
+    assert (
+        "e2e 8.035 tokens/s per device" in result.stdout and "(world 128, update 26.830, vllm 14.841)" in result.stdout
+    )
+    assert (tmp_path / "demo" / "run" / "train.log").read_text().count(" - training/global_step:") == 6
+    assert json.loads((tmp_path / "demo" / "run" / "run.json").read_text())["exit_status"] == 0
+    pristine = make_stack(tmp_path / "compare")
+    demo_stack = type(pristine)(tmp_path / "demo" / "verl-checkout", tmp_path / "demo" / "site-packages")
+    assert demo_stack.snapshot() == pristine.snapshot()

@@ -54,7 +54,7 @@ def test_apply_status_reapply_revert_roundtrip(stack):
 
 def test_status_json_contract(stack):
     data = engine.status(select(stack))[0].as_json()
-    assert set(data) == {"id", "state", "reason", "files"}
+    assert set(data) == {"id", "state", "reason", "variant", "files"}
     assert set(data["files"][0]) == {"path", "sha256", "state"}
 
 
@@ -235,3 +235,54 @@ def test_killed_at_random_points_every_file_is_whole_and_the_next_command_recove
         assert stack.snapshot() == original, f"trial {trial}: revert after recovery is not exact"
         shutil.rmtree(tmp_path / f"t{trial}")
     assert len(outcomes) > 1  # the kills landed at different points
+
+
+def _two_variant_profile(tmp_path):
+    """A team profile whose probe patch has two variants (False, or None) to switch between."""
+    (tmp_path / "patches").mkdir()
+    text = (manifest.resources.data_dir("patches") / "verl-cuda-probe-off.toml").read_text()
+    head, transform = text.split("[transform]")
+    body = transform.replace('name = "set-assignment"', "").strip()
+    body_none = body.replace('value = "False"', 'value = "None"')
+    variants = (
+        f'[variants.off]\nwhy = "False"\n[variants.off.transform]\nname = "set-assignment"\n{body}\n'
+        f'[variants.none]\nwhy = "None"\n[variants.none.transform]\nname = "set-assignment"\n'
+        f"{body_none}\n"
+    )
+    (tmp_path / "patches" / "team-probe.toml").write_text(head.replace("verl-cuda-probe-off", "team-probe") + variants)
+    (tmp_path / "team.toml").write_text(
+        'extends = "verl-796871d"\nname = "team"\n[devices.npu]\npatches = ["team-probe"]\n'
+        '[devices.cuda]\npatches = []\n[variants]\nteam-probe = "off"\n'
+    )
+    return manifest.load_profile(str(tmp_path / "team.toml"))
+
+
+@pytest.mark.parametrize("lose_state", [False, True])
+def test_switching_variant_is_one_write_and_revert_stays_exact(tmp_path, lose_state):
+    profile = _two_variant_profile(tmp_path)
+    stack = make_stack(tmp_path / "stack")
+    device = stack.file("verl", "verl/utils/device.py")
+    original = device.read_bytes()
+
+    def sel(variants=None):
+        return engine.select(profile, "npu", roots=stack.roots(), variants=variants)
+
+    (first,) = engine.apply(sel())
+    assert (first.action, first.variant) == ("applied", "off")
+    assert b"is_cuda_available = False  # ascendfix: team-probe" in device.read_bytes()
+    if lose_state:
+        shutil.rmtree(stack.verl / ".ascendfix")
+    (seen,) = engine.status(sel({"team-probe": "none"}))
+    assert (seen.state, seen.variant) == ("applied", "off") and "none is asked for" in seen.reason
+    (switched,) = engine.apply(sel({"team-probe": "none"}))
+    assert (switched.action, switched.variant) == ("switched", "none")
+    assert b"is_cuda_available = None  # ascendfix: team-probe" in device.read_bytes()
+    assert engine.status(sel({"team-probe": "none"}))[0].variant == "none"
+    engine.revert(engine.select(profile, None, roots=stack.roots()))
+    assert device.read_bytes() == original
+
+
+def test_unknown_variant_is_a_usage_error(tmp_path):
+    profile = _two_variant_profile(tmp_path)
+    with pytest.raises(UsageError, match="team-probe has the variants off, none"):
+        manifest.parse_variants(profile, ["team-probe=fast"])

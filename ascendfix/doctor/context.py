@@ -1,0 +1,120 @@
+"""Everything the checks need, gathered once: profile, device, target interpreter, host paths.
+
+The probe of the target interpreter (versions, direct_url.json, requirements of every
+installed distribution) runs once, lazily, for all checks together: in-process for the
+interpreter ascendfix runs in, one subprocess for ``--python``. Nothing imports a package.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from ascendfix import device, locate, resources
+from ascendfix.manifest import Component, Profile
+
+DEFAULT_ASCEND_HOME = Path("/usr/local/Ascend")
+REPORTED_ONLY = ("ray",)  # reported when installed; the guide pins no version
+
+
+def choose_device(profile: Profile, ascend_home: Path) -> tuple[str, str]:
+    """The device to check against and why: the one detected, else the profile's primary device.
+
+    On a machine with no accelerator doctor still reports (what is missing for the
+    profile's first device) rather than refusing to run.
+    """
+    found = device.detect_device(ascend_home)
+    if found in profile.devices:
+        return found, f"detected {found}"
+    first = next(iter(profile.devices))
+    return first, f"no accelerator detected; checking for {first}, the profile's primary device (pass --device)"
+
+
+@dataclass
+class Context:
+    """The inputs of every check. ``environ`` stands for the environment the job will run in."""
+
+    profile: Profile
+    device: str
+    device_reason: str = ""
+    python: str | None = None
+    roots: dict[str, Path] = field(default_factory=dict)
+    ascend_home: Path = DEFAULT_ASCEND_HOME
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    cwd: Path = field(default_factory=Path.cwd)
+    timeout: float = 20.0
+    _probe: dict | None = field(default=None, repr=False)
+    _probe_error: Exception | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def components(self, kind: str | None = None) -> list[Component]:
+        """The profile's components that apply to this device (optionally of one kind)."""
+        return [c for c in self.profile.components if self.device in c.devices and (kind is None or c.kind == kind)]
+
+    def packages(self) -> list[str]:
+        """Top-level packages the checks locate: those the patches edit, and mindspeed (hazards)."""
+        return sorted({p.package for p in self.profile.patches.values()} | {"mindspeed"})
+
+    def probe(self) -> dict:
+        """The target interpreter's answer (computed once, shared by all checks)."""
+        with self._lock:
+            if self._probe is None and self._probe_error is None:
+                dists = [c.distribution for c in self.profile.components if c.distribution] + list(REPORTED_ONLY)
+                try:
+                    self._probe = locate.probe(self.python, self.packages(), dists, everything=True)
+                except Exception as e:  # every check that needs it reports the same error, probed once
+                    self._probe_error = e
+            if self._probe_error is not None:
+                raise self._probe_error
+            return self._probe
+
+    def installed(self, distribution: str) -> dict | None:
+        """Version, direct_url and metadata_dir of one distribution, or None when not installed."""
+        return self.probe()["distributions"].get(distribution)
+
+    def targets(self) -> dict[str, locate.Target]:
+        """Where each located package lives (``--root`` first, else where the target finds it)."""
+        return locate.targets_from_probe(self.probe(), self.packages(), self.roots)
+
+    def package_root(self, package: str) -> Path | None:
+        """The directory holding ``package``, or None when it is not found."""
+        target = self.targets().get(package)
+        return target.root if target else None
+
+    def which(self, command: str) -> str | None:
+        """``command`` on the job's PATH."""
+        return shutil.which(command, path=self.environ.get("PATH", ""))
+
+    @property
+    def profile_ref(self) -> str:
+        """How commands name this profile: its bundled name, else its manifest's path."""
+        bundled = resources.data_dir("manifests") / f"{self.profile.name}.toml"
+        return self.profile.name if self.profile.source == bundled else str(self.profile.source)
+
+    def command(self, verb: str) -> str:
+        """The ascendfix command ``verb`` for this profile, device, interpreter and roots."""
+        words = ["ascendfix", verb, "--profile", self.profile_ref, "--device", self.device]
+        if self.python:
+            words += ["--python", self.python]
+        for package, folder in self.roots.items():
+            words += ["--root", f"{package}={folder}"]
+        return shlex.join(words)
+
+    @property
+    def interpreter(self) -> str:
+        """The target interpreter, as fix commands should name it."""
+        return self.python or self.probe()["python"]
+
+
+def editable_dir(info: dict) -> Path | None:
+    """The project folder of an editable or local-directory install (PEP 610 ``dir_info``)."""
+    direct = (info or {}).get("direct_url") or {}
+    if "dir_info" not in direct or not direct.get("url", "").startswith("file:"):
+        return None
+    return Path(unquote(urlparse(direct["url"]).path))

@@ -1,0 +1,142 @@
+"""Checks of the host around the Python stack: CUDA GPUs, the job's environment, known hazards."""
+
+from __future__ import annotations
+
+import resource
+import shlex
+import shutil
+import socket
+import subprocess
+
+from packaging.version import InvalidVersion, Version
+
+from ascendfix.doctor.context import Context
+from ascendfix.doctor.model import Finding, fail, ok, skip, warn
+
+CHECKPOINT_FREE_GB = 500  # one bf16 copy of Qwen3-235B-A22B's weights is ~470 GB
+MINDSPEED_CKPT_ACCELERATION = "mindspeed/features_manager/ckpt_acceleration"
+VERL_PLATFORM_SINCE = Version("0.9.0")
+
+
+def check_cuda(ctx: Context) -> Finding:
+    """NVIDIA GPUs and driver from ``nvidia-smi``."""
+    if ctx.device != "cuda":
+        return skip(f"device is {ctx.device}")
+    smi = ctx.which("nvidia-smi")
+    if smi is None:
+        return fail(
+            "nvidia-smi is not on PATH: no NVIDIA driver found",
+            fix="install the NVIDIA driver (nvidia-smi comes with it)",
+        )
+    query = ["--query-gpu=index,name,driver_version,memory.total,memory.used", "--format=csv,noheader,nounits"]
+    try:
+        result = subprocess.run(
+            [smi, *query], capture_output=True, text=True, timeout=ctx.timeout, env=dict(ctx.environ)
+        )
+    except subprocess.TimeoutExpired:
+        return fail(f"nvidia-smi did not answer within {ctx.timeout:.0f} s", fix="check the driver: dmesg | tail")
+    rows = [[cell.strip() for cell in line.split(",")] for line in result.stdout.splitlines() if line.count(",") >= 4]
+    if result.returncode != 0 or not rows:
+        last = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()[-1]
+        return fail(f"nvidia-smi found no GPU (exit {result.returncode}: {last})", fix="check the driver: dmesg | tail")
+    lines = [f"GPU {r[0]} {r[1]}: {r[4]}/{r[3]} MiB used" for r in rows]
+    return ok(f"{len(rows)} GPU(s): {rows[0][1]}, driver {rows[0][2]}", *lines)
+
+
+def _interfaces() -> set[str]:
+    try:
+        return {name for _, name in socket.if_nameindex()}
+    except OSError:
+        return set()
+
+
+def _suggested_interface(interfaces: set[str]) -> str:
+    """The interface a fix should name: an Ethernet/InfiniBand one when there is one, never lo."""
+    ranked = sorted(interfaces - {"lo"}, key=lambda name: (not name.startswith(("eth", "en", "ib")), name))
+    return ranked[0] if ranked else "IFACE"
+
+
+def _names_interface(value: str, interfaces: set[str]) -> bool:
+    """Whether an ``*_SOCKET_IFNAME`` value selects an interface here (``eth0``, ``eth``, ``=eth0``, ``a,b``)."""
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        if item.startswith("^"):
+            continue  # an exclusion selects nothing by itself
+        if item.startswith("="):
+            if item[1:] in interfaces:
+                return True
+        elif any(name == item or name.startswith(item) for name in interfaces):
+            return True
+    return False
+
+
+def check_env(ctx: Context) -> Finding:
+    """The profile's environment variables, ``ulimit -n``, and free space for checkpoints."""
+    device = ctx.profile.devices[ctx.device]
+    interfaces = _interfaces()
+    nic = _suggested_interface(interfaces)
+    bad, good, exports = [], [], []
+    for var in device.env:
+        value = ctx.environ.get(var.name)
+        if var.value is not None and value != var.value:
+            now = "unset" if value is None else f"{value!r}"
+            bad.append(f"{var.name} is {now}; the profile sets {var.value!r}: {var.why}")
+            exports.append(f"export {var.name}={shlex.quote(var.value)}")
+        elif var.value is None and not value:
+            bad.append(f"{var.name} is unset; it is site-specific: {var.why}")
+            hint = nic if var.check == "interface" else "VALUE"
+            exports.append(f"export {var.name}={hint}")
+        elif var.check == "interface" and not _names_interface(value, interfaces):
+            bad.append(f"{var.name}={value} names no interface of this host (it has: {', '.join(sorted(interfaces))})")
+            exports.append(f"export {var.name}={nic}")
+        else:
+            good.append(f"{var.name}={value}")
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limits = []
+    if device.ulimit_nofile and soft != resource.RLIM_INFINITY and soft < device.ulimit_nofile:
+        bad.append(f"ulimit -n is {soft}; the job needs at least {device.ulimit_nofile} open files")
+        limits.append(f"ulimit -n {device.ulimit_nofile}")
+    else:
+        good.append(f"ulimit -n {'unlimited' if soft == resource.RLIM_INFINITY else soft}")
+    free_gb = shutil.disk_usage(ctx.cwd).free / 1e9
+    space = f"{free_gb:.0f} GB free in {ctx.cwd} (verl writes checkpoints/ under the working directory)"
+    warned, disk = [], []
+    if free_gb < CHECKPOINT_FREE_GB:
+        warned.append(f"only {space}; one bf16 copy of the weights needs ~470 GB")
+        disk.append(f"run the job with trainer.default_local_dir=DIR on a disk with {CHECKPOINT_FREE_GB} GB free")
+    else:
+        good.append(space)
+    fix = "\n".join(exports + limits + disk)
+    if bad:
+        return fail(f"{len(bad)} problem(s) with the environment the job inherits", *bad, *warned, *good, fix=fix)
+    if warned:
+        return warn(*warned, *good, fix=fix)
+    return ok(f"{len(device.env)} variables set as the profile needs", *good)
+
+
+def check_hazards(ctx: Context) -> Finding:
+    """Known combinations: MindSpeed's ckpt_acceleration (patches redundant), verl >= 0.9 (VERL_PLATFORM)."""
+    notes, warnings, fixes = [], [], []
+    patches = ctx.profile.devices[ctx.device].patches
+    torch_checks = [p for p in patches if ctx.profile.patches[p].package == "torch"]
+    mindspeed = ctx.package_root("mindspeed")
+    if torch_checks and mindspeed is not None and (mindspeed / MINDSPEED_CKPT_ACCELERATION).is_dir():
+        notes.append(
+            f"MindSpeed at {mindspeed} has ckpt_acceleration, which disables the same torch validators: "
+            f"when the job enables it (+actor_rollout_ref.actor.megatron.override_transformer_config."
+            f"ckpt_acceleration=True), {', '.join(torch_checks)} are redundant"
+        )
+    verl = ctx.installed("verl")
+    if verl and "verl-cuda-probe-off" in patches:
+        try:
+            platform_lever = Version(verl["version"]) >= VERL_PLATFORM_SINCE
+        except InvalidVersion:
+            platform_lever = False
+        if platform_lever:
+            warnings.append(
+                f"verl {verl['version']} selects the device through verl.plugin.platform: "
+                "VERL_PLATFORM=npu is the better lever than the verl-cuda-probe-off patch"
+            )
+            fixes.append("export VERL_PLATFORM=npu")
+    if warnings:
+        return warn(*warnings, *notes, fix="\n".join(fixes))
+    return ok(*(notes or ["none of the known hazards applies"]))

@@ -1,0 +1,74 @@
+"""The plain data doctor produces: one ``Result`` per check, gathered in a ``Report``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+STATUSES = ("ok", "warn", "fail", "skip")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a check function found: a status, lines that say why, and the command that fixes it."""
+
+    status: str
+    messages: tuple[str, ...] = ()
+    fix: str = ""
+
+
+def ok(*messages: str) -> Finding:
+    """Nothing to do."""
+    return Finding("ok", messages)
+
+
+def warn(*messages: str, fix: str = "") -> Finding:
+    """Not fatal, but worth acting on (``--strict`` makes it fatal)."""
+    return Finding("warn", messages, fix)
+
+
+def fail(*messages: str, fix: str = "") -> Finding:
+    """The job should not be started on this machine as it is."""
+    return Finding("fail", messages, fix)
+
+
+def skip(*messages: str) -> Finding:
+    """The check cannot be made here; the messages say why."""
+    return Finding("skip", messages)
+
+
+@dataclass(frozen=True)
+class Result:
+    """One check's outcome, as ``--json`` prints it."""
+
+    id: str
+    title: str
+    status: str
+    messages: list[str] = field(default_factory=list)
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    """Every check that ran, for one profile and device."""
+
+    profile: str
+    device: str
+    checks: list[Result]
+
+    @property
+    def summary(self) -> dict[str, int]:
+        """How many checks ended in each status."""
+        return {s: sum(1 for c in self.checks if c.status == s) for s in STATUSES}
+
+    def exit_code(self, strict: bool = False) -> int:
+        """0 when nothing failed (and, with ``strict``, nothing warned); 1 otherwise."""
+        bad = ("fail", "warn") if strict else ("fail",)
+        return 1 if any(c.status in bad for c in self.checks) else 0
+
+    def as_dict(self) -> dict:
+        """The ``--json`` form."""
+        checks = [
+            {"id": c.id, "title": c.title, "status": c.status, "messages": list(c.messages), "fix": c.fix}
+            for c in self.checks
+        ]
+        return {"profile": self.profile, "device": self.device, "checks": checks, "summary": self.summary}

@@ -1,0 +1,34 @@
+"""The profile's patches, as the engine sees them (read-only: no recovery, no writes)."""
+
+from __future__ import annotations
+
+from ascendfix import engine
+from ascendfix.doctor.context import Context
+from ascendfix.doctor.model import Finding, fail, ok, skip, warn
+
+
+def check_patches(ctx: Context) -> Finding:
+    """Each patch of the device: applied, or what stands in the way."""
+    chosen = ctx.profile.patches_for(ctx.device)
+    if not chosen:
+        return skip(f"the profile applies no patch on {ctx.device}")
+    targets = ctx.targets()
+    roots = dict.fromkeys(t.root for t in targets.values() if t.root is not None)
+    interrupted = [root for root in roots if (root / ".ascendfix" / "journal.json").exists()]
+    if interrupted:
+        where = ", ".join(map(str, interrupted))
+        return fail(
+            f"an ascendfix run was interrupted in {where}",
+            fix=ctx.command("status") + "  # finishes or rolls it back",
+        )
+    statuses = engine.evaluate(engine.Selection(ctx.profile, ctx.device, chosen, targets))
+    lines = [f"{s.id}: {s.state}" + (f" ({s.reason})" if s.reason else "") for s in statuses]
+    states = {s.state for s in statuses}
+    apply = ctx.command("apply")
+    if states <= {engine.APPLIED}:
+        return ok(f"all {len(statuses)} patches applied", *lines)
+    blocking = (engine.NOT_APPLIED, engine.PARTIAL, engine.DRIFTED)
+    if states & set(blocking):
+        todo = sum(1 for s in statuses if s.state in blocking)
+        return fail(f"{todo} of {len(statuses)} patches not applied", *lines, fix=apply)
+    return warn("some patches cannot be applied here", *lines, fix=apply)

@@ -1,0 +1,362 @@
+"""Checks of the target interpreter: Python, packages, source commits, file integrity, conflicts.
+
+All of them read the one shared probe (``Context.probe``); none imports a checked package.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import re
+import shlex
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from ascendfix.doctor.context import REPORTED_ONLY, Context, editable_dir
+from ascendfix.doctor.model import Finding, fail, ok, skip, warn
+from ascendfix.doctor.ours import without_patches
+from ascendfix.manifest import Component
+
+PAIRED = {"torch-npu": "torch"}  # torch_npu X.Y.Z is built for torch X.Y.Z only
+LOCAL_COMMIT = re.compile(r"[+.]g([0-9a-f]{7,40})\b")  # setuptools-scm: 0.9.2.dev1+g38217877a
+
+
+def _matches(version: str, pin: str) -> bool:
+    """Whether ``version`` satisfies ``pin`` (a pin with fewer than 3 parts matches as a prefix)."""
+    try:
+        parsed = Version(version)
+        exact = len(Version(pin).release) >= 3 or pin.count(".") >= 2
+    except InvalidVersion:
+        return False
+    return parsed in SpecifierSet(f"=={pin}" if exact else f"=={pin}.*")
+
+
+def _pip(ctx: Context, *args: str) -> str:
+    return " ".join([shlex.quote(ctx.interpreter), "-m", "pip", "install", *map(shlex.quote, args)])
+
+
+def _install(ctx: Context, c: Component) -> str:
+    """The command that installs component ``c`` as the profile pins it."""
+    if c.kind == "pypi":
+        return _pip(ctx, f"{c.distribution}=={c.version}")
+    ref = c.commit or c.tag
+    if c.editable:
+        folder = c.distribution
+        return f"git clone {c.repo} {folder} && git -C {folder} checkout {ref} && " + _pip(ctx, "-e", folder)
+    prefix = "VLLM_TARGET_DEVICE=empty " if c.distribution == "vllm" and ctx.device == "npu" else ""
+    return prefix + _pip(ctx, f"{c.distribution} @ git+{c.repo}@{ref}")
+
+
+def check_python(ctx: Context) -> Finding:
+    """The target interpreter's version against the profile's."""
+    found = ctx.probe()
+    version, where = ".".join(map(str, found["version"])), found["python"]
+    pinned = ctx.components("python")
+    if not pinned:
+        return ok(f"Python {version} ({where}); the profile pins no Python version")
+    pin = pinned[0].version
+    if _matches(version, pin):
+        return ok(f"Python {version} ({where})")
+    return fail(
+        f"{where} is Python {version}; the profile needs {pin}: {pinned[0].why}",
+        fix=f"run the job with Python {pin}, and check it: ascendfix doctor --python $(command -v python{pin})",
+    )
+
+
+def check_packages(ctx: Context) -> Finding:
+    """Installed versions of the pinned distributions; torch_npu paired with torch."""
+    good, bad, wheels, sources = [], [], [], []
+    pinned = [c for c in ctx.components() if c.distribution]
+    for c in pinned:
+        info = ctx.installed(c.distribution)
+        if info is None:
+            bad.append(f"{c.distribution} is not installed (the profile pins {c.version or c.commit or c.tag})")
+        elif c.version and not _matches(info["version"], c.version):
+            bad.append(f"{c.distribution} {info['version']} is installed; the profile pins {c.version}")
+        else:
+            good.append(f"{c.distribution} {info['version']}" + ("" if c.version else " (commit: see commits)"))
+            continue
+        if c.kind == "pypi":
+            wheels.append(f"{c.distribution}=={c.version}")
+        else:
+            sources.append(_install(ctx, c))
+    for dist, partner in PAIRED.items():
+        a, b = ctx.installed(dist), ctx.installed(partner)
+        if not (a and b) or not any(c.distribution == dist for c in pinned):
+            continue
+        try:
+            paired = Version(a["version"]).release[:3] == Version(b["version"]).release[:3]
+        except InvalidVersion:
+            paired = False
+        if not paired:
+            base = a["version"].split("+")[0]
+            bad.append(
+                f"{dist} {a['version']} is built for {partner} {base}, but {partner} {b['version']} is installed"
+            )
+    for name in REPORTED_ONLY:
+        info = ctx.installed(name)
+        good.append(f"{name} {info['version']} (not pinned)" if info else f"{name}: not installed (not pinned)")
+    if bad:
+        # sources first: their requirements may move a pinned wheel (verl caps tensordict), the pins go last
+        fix = "\n".join(sources + ([_pip(ctx, *wheels)] if wheels else []))
+        return fail(f"{len(bad)} problem(s) with {len(pinned)} pinned distributions", *bad, *good, fix=fix)
+    return ok(f"{len(pinned)} pinned distributions match", *good)
+
+
+def _commit_of(info: dict) -> tuple[str | None, str]:
+    """The commit a non-editable install came from, and how that is known."""
+    vcs = (info.get("direct_url") or {}).get("vcs_info") or {}
+    if vcs.get("commit_id"):
+        return vcs["commit_id"], "direct_url.json"
+    match = LOCAL_COMMIT.search(info["version"])
+    if match:
+        return match.group(1), f"its version {info['version']}"
+    return None, ""
+
+
+def _same_commit(a: str, b: str) -> bool:
+    n = min(len(a), len(b))
+    return n >= 7 and a[:n].lower() == b[:n].lower()
+
+
+class Unreadable(Exception):
+    """A folder that should be a git checkout cannot be read as one."""
+
+
+def _checkout_state(ctx: Context, c: Component, folder: Path) -> tuple[str, list[str], list[str]]:
+    """HEAD of the checkout holding ``folder``, files changed only by ascendfix, files changed otherwise."""
+    import git  # gitpython: imported here, only checks of checkouts pay for it
+
+    try:
+        repo = git.Repo(folder, search_parent_directories=True)
+        head = repo.head.commit
+        fields = repo.git.status("--porcelain", "-z", "--untracked-files=no").split("\0")
+    except (git.exc.GitError, OSError, ValueError) as e:
+        raise Unreadable(f"{folder} is not a readable git checkout ({type(e).__name__})") from None
+    top = Path(repo.working_tree_dir)
+    package_dir = ctx.package_root(c.name) or folder
+    ours, foreign, i = [], [], 0
+    while i < len(fields):
+        entry = fields[i]
+        i += 1
+        if not entry:
+            continue
+        code, rel = entry[:2], entry[3:]
+        if "R" in code or "C" in code:
+            i += 1  # the rename's source path follows
+            foreign.append(rel)
+            continue
+        path = top / rel
+        try:
+            pkg_rel = path.relative_to(package_dir).as_posix()
+        except ValueError:
+            pkg_rel = rel
+        try:
+            original = (head.tree / rel).data_stream.read()
+            restored, patches = without_patches(ctx.profile, pkg_rel, path.read_bytes())
+        except (KeyError, OSError):
+            foreign.append(rel)
+            continue
+        if patches and restored == original:
+            ours.append(f"{rel} ({', '.join(patches)})")
+        else:
+            foreign.append(rel)
+    return head.hexsha, ours, foreign
+
+
+def check_commits(ctx: Context) -> Finding:
+    """The commit each commit-pinned component was installed from; its checkout clean but for our patches."""
+    good, bad, missing, cannot, fixes = [], [], [], [], []
+    for c in ctx.components("git"):
+        if not c.commit:
+            continue
+        info = ctx.installed(c.distribution)
+        target = ctx.targets().get(c.name)
+        folder = target.root if target and target.is_checkout else editable_dir(info) if info else None
+        if info is None and folder is None:
+            missing.append(f"{c.distribution}: not installed, cannot tell its commit (see packages)")
+            continue
+        if folder is not None:
+            try:
+                head, ours, foreign = _checkout_state(ctx, c, folder)
+            except Unreadable as e:
+                cannot.append(f"{c.distribution}: {e}")
+                fixes.append(_install(ctx, c))
+                continue
+            where = f"checkout {folder} at {head[:12]}"
+            if not _same_commit(head, c.commit):
+                bad.append(f"{c.distribution}: {where}; the profile pins {c.commit[:12]}")
+                fixes.append(f"git -C {folder} checkout {c.commit}")
+            if foreign:
+                bad.append(f"{c.distribution}: {folder} has changes ascendfix did not make: {', '.join(foreign)}")
+                fixes.append(f"git -C {folder} diff  # review, then: git -C {folder} checkout -- {' '.join(foreign)}")
+            if ours:
+                good.append(f"{c.distribution}: {where}, changed only by ascendfix's patches: {', '.join(ours)}")
+            elif not foreign and _same_commit(head, c.commit):
+                good.append(f"{c.distribution}: {where}, clean")
+            continue
+        commit, how = _commit_of(info)
+        if commit is None:
+            cannot.append(f"{c.distribution} {info['version']}: installed without a record of its commit")
+            fixes.append(_install(ctx, c))
+        elif _same_commit(commit, c.commit):
+            good.append(f"{c.distribution}: {commit[:12]} (from {how})")
+        else:
+            bad.append(f"{c.distribution}: installed from {commit[:12]} (from {how}); the profile pins {c.commit[:12]}")
+            fixes.append(_install(ctx, c))
+    fix = "\n".join(dict.fromkeys(fixes))
+    if bad:
+        return fail(*bad, *cannot, *missing, *good, fix=fix)
+    if cannot:
+        return warn(*cannot, *missing, *good, fix=fix)
+    if not good:
+        return skip(*missing)
+    return ok(f"{len(good)} commit-pinned components match", *good, *missing)
+
+
+def _record_rows(metadata_dir: Path) -> list[tuple[str, str, int | None]]:
+    """``(path, sha256 digest, size)`` of each ``.py`` file a wheel's RECORD lists with a hash."""
+    try:
+        text = (metadata_dir / "RECORD").read_text(encoding="utf-8")
+    except OSError:
+        return []
+    rows = []
+    for row in csv.reader(text.splitlines()):
+        if len(row) < 2 or not row[0].endswith(".py") or not row[1].startswith("sha256=") or ".." in row[0]:
+            continue
+        size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
+        rows.append((row[0], row[1][len("sha256=") :], size))
+    return rows
+
+
+def _digest(code: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(code).digest()).rstrip(b"=").decode()
+
+
+def _changed_files(metadata_dir: Path) -> tuple[int, list[tuple[str, str, bytes | None]]]:
+    """How many files the RECORD lists, and those whose bytes no longer match it: path, recorded
+    digest, current bytes (None: missing).
+
+    pip writes RECORD after every file it installs, so a file whose size is the recorded
+    one and whose mtime is not later than RECORD's has not been written since: only the
+    others are read and hashed (a stat per file instead of reading ~50 MB for torch).
+    """
+    site = metadata_dir.parent
+    installed_at = (metadata_dir / "RECORD").stat().st_mtime_ns
+    changed = []
+    rows = _record_rows(metadata_dir)
+    for rel, digest, size in rows:
+        path = site / rel
+        try:
+            st = path.stat()
+            if st.st_size == size and st.st_mtime_ns < installed_at:
+                continue
+            code = path.read_bytes()
+        except OSError:
+            changed.append((rel, digest, None))
+            continue
+        if _digest(code) != digest:
+            changed.append((rel, digest, code))
+    return len(rows), changed
+
+
+def check_integrity(ctx: Context) -> Finding:
+    """Installed ``.py`` files of the pinned distributions against their wheel's RECORD."""
+    good, bad, fixes, checked, files = [], [], [], 0, 0
+    for c in ctx.components():
+        info = ctx.installed(c.distribution) if c.distribution else None
+        if not info or not info.get("metadata_dir") or editable_dir(info):
+            continue
+        metadata_dir = Path(info["metadata_dir"])
+        if not (metadata_dir / "RECORD").is_file():
+            continue
+        checked += 1
+        ours, foreign = [], []
+        count, changed = _changed_files(metadata_dir)
+        files += count
+        for rel, digest, code in changed:
+            restored, patches = without_patches(ctx.profile, rel, code) if code is not None else (b"", [])
+            if patches and _digest(restored) == digest:
+                ours.append(f"{rel} ({', '.join(patches)})")
+            else:
+                foreign.append(rel + (" (missing)" if code is None else ""))
+        name = f"{c.distribution} {info['version']}"
+        if ours:
+            good.append(f"{name}: changed by ascendfix's patches, as expected: {', '.join(ours)}")
+        if foreign:
+            bad.append(f"{name}: {len(foreign)} file(s) differ from the wheel's RECORD: {', '.join(foreign)}")
+            fixes.append(_pip(ctx, "--force-reinstall", "--no-deps", f"{c.distribution}=={info['version']}"))
+    if bad:
+        if ctx.profile.devices[ctx.device].patches:  # a reinstall drops them
+            fixes.append(ctx.command("apply"))
+        return fail(*bad, *good, fix="\n".join(fixes))
+    if not checked:
+        return skip("no pinned distribution installed from a wheel (nothing to compare against a RECORD)")
+    return ok(f"{checked} installed distribution(s) match their RECORD ({files} .py files)", *good)
+
+
+def _installed_by_name(ctx: Context) -> dict[str, dict]:
+    return {canonicalize_name(d["name"]): d for d in ctx.probe()["installed"]}
+
+
+def _accepted(ctx: Context, requirer: str, req: Requirement):
+    """The manifest's accepted conflict that covers ``requirer`` requiring ``req``, if any."""
+    for conflict in ctx.profile.accepted_conflicts:
+        try:
+            known = Requirement(conflict.requirement)
+        except InvalidRequirement:
+            continue
+        if (
+            canonicalize_name(conflict.requirer) == requirer
+            and canonicalize_name(known.name) == canonicalize_name(req.name)
+            and known.specifier == req.specifier
+        ):
+            return conflict
+    return None
+
+
+def _extra_only(line: str) -> bool:
+    """A requirement only an extra asks for (``; extra == "x"``, or ``and``-ed with one): pip check
+    ignores these, and skipping them unparsed keeps the check fast (most lines in big envs)."""
+    marker = line.partition(";")[2]
+    return "extra" in marker and " or " not in marker
+
+
+def check_conflicts(ctx: Context) -> Finding:
+    """``pip check``: requirements of installed distributions that are missing or not satisfied."""
+    installed = _installed_by_name(ctx)
+    environment = {**ctx.probe()["markers"], "extra": ""}
+    problems, accepted, fixes = [], [], []
+    for name, dist in sorted(installed.items()):
+        for line in dist["requires"]:
+            if _extra_only(line):
+                continue
+            try:
+                req = Requirement(line)
+                if req.marker is not None and not req.marker.evaluate(environment):
+                    continue
+            except (InvalidRequirement, ValueError):
+                continue
+            dep = installed.get(canonicalize_name(req.name))
+            if dep is not None and req.specifier.contains(dep["version"], prereleases=True):
+                continue
+            who = f"{dist['name']} {dist['version']} requires {req.name}{req.specifier}"
+            if dep is None:
+                problems.append(f"{who}, which is not installed")
+                fixes.append(_pip(ctx, f"{req.name}{req.specifier}"))
+                continue
+            conflict = _accepted(ctx, name, req)
+            if conflict is not None:
+                accepted.append(f"accepted: {who}; {dep['version']} is installed — {conflict.why}")
+            else:
+                problems.append(f"{who}, but {dep['version']} is installed")
+                fixes.append(_pip(ctx, f"{req.name}{req.specifier}"))
+    if problems:
+        return fail(*problems, *accepted, fix="\n".join(dict.fromkeys(fixes)))
+    head = f"no conflicts among {len(installed)} installed distributions"
+    return ok(head + (f" ({len(accepted)} accepted by the profile)" if accepted else ""), *accepted)

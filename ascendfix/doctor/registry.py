@@ -1,0 +1,41 @@
+"""Every check doctor knows, in report order: id -> (title, group, function). Ids are stable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ascendfix.doctor import ascend, host, patches, pyenv
+from ascendfix.doctor.context import Context
+from ascendfix.doctor.model import Finding
+
+
+@dataclass(frozen=True)
+class Check:
+    """One registered check."""
+
+    id: str
+    title: str
+    group: str
+    function: Callable[[Context], Finding]
+
+
+PYTHON, ASCEND, HOST = "Python environment", "Ascend stack", "Host"
+
+CHECKS: dict[str, Check] = {
+    c.id: c
+    for c in (
+        Check("python", "Python", PYTHON, pyenv.check_python),
+        Check("packages", "Packages", PYTHON, pyenv.check_packages),
+        Check("commits", "Source commits", PYTHON, pyenv.check_commits),
+        Check("integrity", "Installed-file integrity", PYTHON, pyenv.check_integrity),
+        Check("patches", "Patches", PYTHON, patches.check_patches),
+        Check("conflicts", "Conflicts", PYTHON, pyenv.check_conflicts),
+        Check("cann", "CANN toolkit", ASCEND, ascend.check_cann),
+        Check("driver", "Ascend driver", ASCEND, ascend.check_driver),
+        Check("npu", "NPUs", ASCEND, ascend.check_npu),
+        Check("cuda", "CUDA stack", "CUDA stack", host.check_cuda),
+        Check("env", "Runtime environment", HOST, host.check_env),
+        Check("hazards", "Known hazards", HOST, host.check_hazards),
+    )
+}

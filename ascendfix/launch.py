@@ -1,0 +1,286 @@
+"""Launching a job with a profile's environment: resolved env, run.json, process group, signals, tee.
+
+The child's bytes go to this process's stdout/stderr unchanged and to ``train.log``; each
+complete line is also fed to a :class:`~ascendfix.metrics.StepParser`. Nothing here prints
+anything else: a live status line is drawn by the ``StatusLine`` the caller passes in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+import re
+import resource
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ascendfix.errors import UsageError
+from ascendfix.manifest import Profile
+from ascendfix.metrics import Step, StepParser
+
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+REDACTED = "<redacted>"
+ASCENDFIX_ENV = {"PYTHONUNBUFFERED": ("1", "Python output reaches the log (and the live progress) as it is printed.")}
+GRACE_S = 30.0
+_MAX_PARTIAL_LINE = 1 << 20
+_PIPE_SIZE = 1 << 20
+
+
+@dataclass(frozen=True)
+class EnvSetting:
+    """One variable of the job's environment and who decided its value."""
+
+    name: str
+    value: str | None
+    why: str
+    source: str  # profile | user | ascendfix | missing
+    profile_value: str | None = None
+
+
+def resolve_env(profile: Profile, device: str, environ: Mapping[str, str]) -> list[EnvSetting]:
+    """The profile's variables for ``device`` plus PYTHONUNBUFFERED; a value set in ``environ`` wins."""
+    if device not in profile.devices:
+        raise UsageError(f"profile {profile.name!r} has no device {device!r} (it has {', '.join(profile.devices)})")
+    wanted = [(v.name, v.value, v.why) for v in profile.devices[device].env]
+    wanted += [(name, value, why) for name, (value, why) in ASCENDFIX_ENV.items()]
+    settings = []
+    for name, value, why in wanted:
+        default_source = "profile" if name not in ASCENDFIX_ENV else "ascendfix"
+        if name in environ:
+            settings.append(EnvSetting(name, environ[name], why, "user", value))
+        else:
+            settings.append(EnvSetting(name, value, why, default_source if value is not None else "missing", value))
+    return settings
+
+
+def job_environment(settings: Sequence[EnvSetting], environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with the resolved settings added (missing site-specific ones stay unset)."""
+    env = dict(environ)
+    env.update({s.name: s.value for s in settings if s.value is not None})
+    return env
+
+
+def raise_nofile(wanted: int | None) -> dict[str, int | None]:
+    """Raise the open-files limit to ``wanted`` (as far as the hard limit allows); children inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    result: dict[str, int | None] = {"wanted": wanted, "before": soft, "after": soft}
+    if wanted is None or soft == resource.RLIM_INFINITY or soft >= wanted:
+        return result
+    new_hard = hard if hard == resource.RLIM_INFINITY or hard >= wanted else wanted
+    for limits in ((wanted, new_hard), (min(wanted, hard), hard)):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+            break
+        except (ValueError, OSError):
+            continue
+    result["after"] = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return result
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment with the values of secret-looking variables replaced."""
+    return {k: REDACTED if SECRET_NAME.search(k) else v for k, v in sorted(env.items())}
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """The command with ``NAME=value`` arguments of secret-looking names redacted."""
+    out = []
+    for arg in argv:
+        name, sep, _ = arg.partition("=")
+        out.append(f"{name}={REDACTED}" if sep and SECRET_NAME.search(name) else arg)
+    return out
+
+
+def run_record(
+    profile: str,
+    device: str,
+    argv: Sequence[str],
+    settings: Sequence[EnvSetting],
+    env: Mapping[str, str],
+    log_dir: Path,
+) -> dict[str, Any]:
+    """What run.json records before the launch: command, profile, the env decisions, the whole env (redacted)."""
+    secret = {s.name for s in settings if SECRET_NAME.search(s.name)}
+    return {
+        "command": redact_argv(argv),
+        "cwd": os.getcwd(),
+        "profile": profile,
+        "device": device,
+        "log_dir": str(log_dir),
+        "started": now(),
+        "env": [{**asdict(s), "value": REDACTED if s.name in secret else s.value} for s in settings],
+        "environment": redact_env(env),
+    }
+
+
+def command_for(argv: Sequence[str]) -> list[str]:
+    """The argv to execute: a non-executable ``*.sh`` script runs under bash."""
+    if not argv:
+        raise UsageError("run: give the command or script to run")
+    first = Path(argv[0])
+    if first.suffix == ".sh" and first.is_file() and not os.access(first, os.X_OK):
+        return ["bash", *argv]
+    return list(argv)
+
+
+def write_run_json(log_dir: Path, record: Mapping[str, Any]) -> Path:
+    """Write ``<log-dir>/run.json`` atomically."""
+    path = log_dir / "run.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def now() -> str:
+    """The current UTC time, ISO 8601."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def metrics_writer(path: Path) -> Callable[[Step], None]:
+    """A callback appending each new step to a JSONL file in verl's ``file`` logger format."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")
+
+    def write(step: Step) -> None:
+        with open(path, "a") as f:
+            f.write(json.dumps({"step": step.step, "data": step.values}) + "\n")
+
+    return write
+
+
+class StatusLine(Protocol):
+    """A live status line drawn around the child's output (by the CLI): ``clear`` before each chunk,
+    ``draw`` after a chunk that ended a line and on idle ticks; ``draw`` decides how often to paint."""
+
+    def clear(self) -> None: ...
+
+    def draw(self) -> None: ...
+
+
+@dataclass
+class LaunchResult:
+    """How the job ended."""
+
+    exit_status: int
+    forwarded: str | None = None  # the signal forwarded to the job, if any
+    killed: bool = False  # SIGKILLed after the grace period
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for run.json."""
+        return asdict(self)
+
+
+def launch(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    log_dir: Path,
+    parser: StepParser,
+    status: StatusLine | None = None,
+    grace_s: float = GRACE_S,
+) -> LaunchResult:
+    """Run ``argv`` in its own process group, tee its output to ``<log-dir>/train.log``, forward signals.
+
+    SIGINT and SIGTERM are passed to the job's process group; a second one, or the end of the
+    grace period, sends SIGKILL. The exit status is the job's (128 + N when signal N ended it).
+    """
+    try:
+        proc = subprocess.Popen(
+            list(argv), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        )
+    except FileNotFoundError:
+        raise UsageError(f"{argv[0]}: command not found") from None
+    except PermissionError:
+        raise UsageError(f"{argv[0]}: not executable (chmod +x it, or run it as: bash {argv[0]})") from None
+    result = LaunchResult(exit_status=0)
+    deadline: list[float] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        if result.forwarded is not None:
+            _killpg(proc.pid, signal.SIGKILL)
+            result.killed = True
+            return
+        result.forwarded = signal.Signals(signum).name
+        _killpg(proc.pid, signum)
+        deadline.append(time.monotonic() + grace_s)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with open(log_dir / "train.log", "ab") as log:
+            _pump(proc, log, parser, status, deadline, result)
+        code = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    result.exit_status = 128 - code if code < 0 else code
+    return result
+
+
+def _killpg(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _pump(
+    proc: subprocess.Popen,
+    log: Any,
+    parser: StepParser,
+    status: StatusLine | None,
+    deadline: list[float],
+    result: LaunchResult,
+) -> None:
+    """Copy the child's stdout/stderr to ours and to the log until both close (or the child is gone)."""
+    sel = selectors.DefaultSelector()
+    sinks = {proc.stdout.fileno(): sys.stdout.buffer, proc.stderr.fileno(): sys.stderr.buffer}
+    partial = {fd: b"" for fd in sinks}
+    for fd in sinks:
+        sel.register(fd, selectors.EVENT_READ)
+        with contextlib.suppress(OSError, AttributeError):  # Linux only: fewer, larger reads from a chatty job
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+    exited_at: float | None = None
+    while sel.get_map():
+        if deadline and not result.killed and time.monotonic() > deadline[0]:
+            _killpg(proc.pid, signal.SIGKILL)
+            result.killed = True
+        if exited_at is None and proc.poll() is not None:
+            exited_at = time.monotonic()
+        if exited_at is not None and time.monotonic() - exited_at > 2.0:
+            break  # the job is gone; only a daemon it left behind still holds the pipes
+        ready = sel.select(timeout=0.2)
+        if not ready and status is not None and not any(partial.values()):
+            status.draw()
+        for key, _ in ready:
+            fd = key.fd
+            chunk = os.read(fd, _PIPE_SIZE)
+            if not chunk:
+                sel.unregister(fd)
+                continue
+            if status is not None:
+                status.clear()
+            sinks[fd].write(chunk)
+            sinks[fd].flush()
+            log.write(chunk)
+            data = partial[fd] + chunk
+            cut = data.rfind(b"\n") + 1
+            parser.feed_lines(data[:cut])
+            partial[fd] = data[cut:] if len(data) - cut <= _MAX_PARTIAL_LINE else b""
+            if status is not None and not partial[fd]:
+                status.draw()
+    for fd in list(sel.get_map()):
+        sel.unregister(fd)
+    sel.close()
+    log.flush()
+    for rest in partial.values():
+        parser.feed_lines(rest)

@@ -1,0 +1,223 @@
+"""Preflight for ``ascendfix run``: what must stop the launch (problems) and what is only advice (hints).
+
+The job's Hydra overrides are read from the script before it runs (a shim or a trace only
+sees them once the job has started, which is too late to refuse it): logical lines with
+their backslash continuations, tokenized like the shell, ``key.sub=value`` tokens kept,
+``$VAR``/``${VAR}``/``${VAR:-default}`` expanded from the script's own assignments and the
+environment. Overrides given on the ``ascendfix run`` command line count too (a script may
+pass ``"$@"`` on). What doctor and the patch engine know comes in through :class:`Seams`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ascendfix.manifest import Profile
+
+DAPO_PATCH = "verl-dapo-no-interleave"
+FILTER_GROUPS = "algorithm.filter_groups.enable"
+TOTAL_STEPS = "trainer.total_training_steps"
+_OVERRIDE = re.compile(r"^[+~]{0,2}([A-Za-z_][\w\-]*(?:\.[\w\-]+)+)=(.*)$", re.DOTALL)
+_ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_]\w*)=(.*)$")
+_VAR = re.compile(r"\$\{([A-Za-z_]\w*)(?::?-([^}]*))?\}|\$([A-Za-z_]\w*)")
+_MAX_SCRIPT_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One preflight result: ``source`` is doctor, patches, overrides or env."""
+
+    source: str
+    message: str
+
+
+@dataclass
+class Preflight:
+    """Problems refuse the launch (unless --no-preflight); hints never do."""
+
+    overrides: dict[str, str]
+    problems: list[Finding] = field(default_factory=list)
+    hints: list[Finding] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Seams:
+    """Where preflight asks doctor and the patch engine.
+
+    ``doctor_failures(profile, device)`` returns the messages of doctor's fail-level checks
+    (None when doctor cannot run);
+    ``patch_states(profile, device)`` returns ``{patch id: (state, reason)}`` with the engine's
+    states (applied, not-applied, not-applicable, drifted, partial), or None when it cannot tell.
+    """
+
+    doctor_failures: Callable[[Profile, str], list[str] | None]
+    patch_states: Callable[[Profile, str], dict[str, tuple[str, str]] | None]
+
+
+def _expand(value: str, variables: Mapping[str, str]) -> str:
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(3)
+        if name in variables:
+            return variables[name]
+        return m.group(2) if m.group(2) is not None else m.group(0)
+
+    return _VAR.sub(sub, value)
+
+
+def _logical_lines(text: str) -> list[str]:
+    lines, current = [], ""
+    for raw in text.splitlines():
+        if raw.rstrip().endswith("\\"):
+            current += raw.rstrip()[:-1] + " "
+            continue
+        lines.append(current + raw)
+        current = ""
+    if current:
+        lines.append(current)
+    return lines
+
+
+def _tokens(line: str) -> list[str]:
+    try:
+        return shlex.split(line, comments=True)
+    except ValueError:
+        return line.split()
+
+
+def scan_overrides(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """Hydra overrides (``key.sub=value``) in the script ``argv[0]`` (if it is one) and in ``argv``; later wins."""
+    variables = dict(environ)
+    overrides: dict[str, str] = {}
+    script = next((Path(a) for a in argv[:2] if Path(a).is_file()), None)
+    if script is not None:
+        try:
+            text = script.read_bytes()[:_MAX_SCRIPT_BYTES].decode("utf-8", "replace")
+        except OSError:
+            text = ""
+        if "\0" not in text:
+            for line in _logical_lines(text):
+                tokens = _tokens(line)
+                for token in tokens:
+                    assign = _ASSIGN.match(token)
+                    if assign and len(tokens) <= 2 and (tokens[0] == "export" or tokens[0] == token):
+                        variables[assign.group(1)] = _expand(assign.group(2), variables)
+                    m = _OVERRIDE.match(token)
+                    if m:
+                        overrides[m.group(1)] = _expand(m.group(2), variables)
+    for arg in argv[1:]:
+        m = _OVERRIDE.match(arg)
+        if m:
+            overrides[m.group(1)] = m.group(2)
+    return overrides
+
+
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.strip().strip("'\"").lower() in ("true", "1", "yes")
+
+
+def _hint_missing(override: str, overrides: Mapping[str, str]) -> bool:
+    key, sep, value = override.partition("=")
+    if key not in overrides:
+        return True
+    return bool(sep) and overrides[key].strip("'\"").lower() != value.lower()
+
+
+def run_preflight(
+    profile: Profile, device: str, argv: Sequence[str], environ: Mapping[str, str], seams: Seams
+) -> Preflight:
+    """Problems (doctor failures, the DAPO + filter_groups combination) and hints (missing overrides, site env)."""
+    overrides = scan_overrides(argv, environ)
+    result = Preflight(overrides)
+    failures = seams.doctor_failures(profile, device)
+    if failures is None:
+        result.hints.append(Finding("doctor", "doctor not run: run `ascendfix doctor` before a long job"))
+    for message in failures or ():
+        result.problems.append(Finding("doctor", message))
+    states = seams.patch_states(profile, device)
+    wanted = profile.devices[device].patches
+    filter_groups = _truthy(overrides.get(FILTER_GROUPS))
+    if states is None:
+        result.hints.append(Finding("patches", "patch status unknown: run `ascendfix status` before a long job"))
+    else:
+        for pid in wanted:
+            state, reason = states.get(pid, ("", ""))
+            because = f" ({reason})" if reason else ""
+            if state in ("drifted", "partial"):
+                result.problems.append(Finding("patches", f"patch {pid} is {state}{because}: see `ascendfix status`"))
+            elif state == "not-applied" and pid == DAPO_PATCH and filter_groups:
+                result.hints.append(Finding("patches", f"{DAPO_PATCH} is not applied, as {FILTER_GROUPS} requires"))
+            elif state == "not-applied":
+                result.problems.append(Finding("patches", f"patch {pid} is not applied: run `ascendfix apply`"))
+        if states.get(DAPO_PATCH, ("", ""))[0] == "applied" and filter_groups:
+            result.problems.append(
+                Finding(
+                    "patches",
+                    f"{DAPO_PATCH} is applied and the job sets {FILTER_GROUPS}={overrides[FILTER_GROUPS]}: "
+                    "the trainer's batch[:traj_bsz] truncation then keeps partial groups (verl PR #3770); "
+                    f"revert {DAPO_PATCH} or disable filter_groups",
+                )
+            )
+    for hint in profile.hints:
+        if _hint_missing(hint.override, overrides):
+            result.hints.append(Finding("overrides", f"consider {hint.override}: {hint.why}"))
+    result.hints.extend(Finding("overrides", m) for m in batch_size_hints(overrides))
+    return result
+
+
+def _int(overrides: Mapping[str, str], key: str) -> int | None:
+    try:
+        return int(overrides[key].strip("'\""))
+    except (KeyError, ValueError):
+        return None
+
+
+def batch_size_hints(overrides: Mapping[str, str]) -> list[str]:
+    """verl's batch-size divisibility rules, checked before Ray spends minutes starting the job."""
+    prompts, n = _int(overrides, "data.train_batch_size"), _int(overrides, "actor_rollout_ref.rollout.n")
+    mini = _int(overrides, "actor_rollout_ref.actor.ppo_mini_batch_size")
+    nodes, per_node = _int(overrides, "trainer.nnodes"), _int(overrides, "trainer.n_gpus_per_node")
+    found = []
+    if prompts and mini and prompts % mini:
+        found.append(
+            f"data.train_batch_size={prompts} is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size={mini}"
+        )
+    if prompts and n and nodes and per_node and (prompts * n) % (nodes * per_node):
+        found.append(
+            f"data.train_batch_size × rollout.n = {prompts * n} samples do not split evenly over "
+            f"{nodes} × {per_node} devices (verl's check_config asserts divisibility)"
+        )
+    return found
+
+
+def _engine_states(profile: Profile, device: str) -> dict[str, tuple[str, str]]:
+    from ascendfix import engine
+
+    return {s.id: (s.state, s.reason) for s in engine.status(engine.select(profile, device))}
+
+
+# run sets the profile's environment itself, and preflight reads the patch states directly.
+PREFLIGHT_SKIPS = ("patches", "env")
+
+
+def _doctor_failures(profile: Profile, device: str) -> list[str]:
+    """Doctor's fail-level findings for this interpreter, one line per failed check."""
+    from ascendfix.doctor import registry, runner
+    from ascendfix.doctor.context import Context
+
+    checks = [cid for cid in registry.CHECKS if cid not in PREFLIGHT_SKIPS]
+    report = runner.run(Context(profile, device), checks)
+    return [f"{r.title}: {r.messages[0] if r.messages else 'failed'}" for r in report.checks if r.status == "fail"]
+
+
+def default_seams() -> Seams:
+    """Doctor's fail-level checks and the patch engine's status, in this interpreter."""
+    return Seams(doctor_failures=_doctor_failures, patch_states=_engine_states)
+
+
+def total_steps(overrides: Mapping[str, str]) -> int | None:
+    """The job's step count when its overrides give ``trainer.total_training_steps``."""
+    return _int(overrides, TOTAL_STEPS)

@@ -1,0 +1,190 @@
+"""Run reports and comparisons: parsed steps in, plain dicts (and an optional PNG) out."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ascendfix import metrics
+from ascendfix.errors import UsageError
+from ascendfix.metrics import Series, Step, StepParser
+
+SPARK = "▁▂▃▄▅▆▇█"
+CURVES = {
+    "reward": metrics.REWARD,
+    "response_length": metrics.RESPONSE_LENGTH,
+    "prompt_length": metrics.PROMPT_LENGTH,
+    "timing_s/step": metrics.STEP_TIME,
+    "e2e_tps": metrics.E2E,
+}
+COMPARED = ("timing_s/step", "e2e_tps", "update_tps", "vllm_tps", "reward")
+
+
+@dataclass
+class Run:
+    """The parsed steps of one run and where they came from."""
+
+    label: str
+    parser: StepParser
+
+    @property
+    def series(self) -> Series:
+        """The run's training steps."""
+        return Series.of(self.parser.steps.values())
+
+
+def load_run(path: Path) -> Run:
+    """Parse a log file, a Ray session logs directory (recursively) or a JSONL file."""
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    if not metrics.log_files(path):
+        raise UsageError(f"{path}: no log files (*.log, *.out, *.err, *.jsonl, *.txt) in this directory")
+    return Run(str(path), metrics.parse_paths([path]))
+
+
+def reward_key(steps: Sequence[Step]) -> str:
+    """``critic/rewards/mean`` when logged, else ``critic/score/mean``."""
+    return metrics.REWARD if any(metrics.REWARD in s.values for s in steps) else metrics.SCORE
+
+
+def _first_last(steps: Sequence[Step], key: str) -> dict[str, float | None]:
+    values = [s.get(key) for s in steps if s.get(key) is not None]
+    return {"first": values[0] if values else None, "last": values[-1] if values else None}
+
+
+def _share(steps: Sequence[Step], name: str) -> float | None:
+    ratios = []
+    for s in steps:
+        part, total = s.get(f"timing_s/{name}"), s.get(metrics.STEP_TIME)
+        if part is not None and total:
+            ratios.append(part / total)
+    return metrics.median(ratios)
+
+
+def report_data(run: Run, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Per-run figures: steps, reward first → last, lengths, timing shares, steady-state tokens/s."""
+    series = run.series
+    steps, basis = series.steps, series.basis()
+    stats = run.parser.stats
+    rkey = reward_key(steps)
+    data: dict[str, Any] = {
+        "run": run.label,
+        "steps_seen": len(steps),
+        "first_step": steps[0].step if steps else None,
+        "last_step": steps[-1].step if steps else None,
+        "total_steps": stats.total_steps,
+        "steady_steps": len(series.steady),
+        "parse": {
+            "files": stats.files,
+            "step_lines": stats.step_lines,
+            "duplicates": stats.duplicates,
+            "skipped": stats.skipped,
+        },
+        "reward_key": rkey,
+        "reward_mean": _first_last(steps, rkey),
+        "response_length": {
+            **_first_last(steps, metrics.RESPONSE_LENGTH),
+            "median": series.steady_median(metrics.RESPONSE_LENGTH),
+        },
+        "prompt_length": {
+            **_first_last(steps, metrics.PROMPT_LENGTH),
+            "median": series.steady_median(metrics.PROMPT_LENGTH),
+        },
+        "timing_s/step": series.steady_median(metrics.STEP_TIME),
+        "timing_share": {name: _share(basis, name) for name in metrics.BREAKDOWN},
+        "throughput": series.steady_throughput(),
+        "metrics": {key: series.steady_median(key) for key in extra},
+    }
+    return data
+
+
+def curve(run: Run, key: str) -> list[tuple[int, float]]:
+    """(step, value) pairs of one metric, in step order; ``e2e_tps``-style names map to their verl key."""
+    key = CURVES.get(key, key)
+    if key == metrics.REWARD:
+        key = reward_key(run.series.steps)
+    return [(s.step, v) for s in run.series.steps if (v := s.get(key)) is not None]
+
+
+def sparkline(values: Sequence[float], width: int = 40) -> str:
+    """A one-line unicode chart; long series are averaged into ``width`` buckets, nan shows as a blank."""
+    if len(values) > width:
+        buckets = [values[len(values) * i // width : len(values) * (i + 1) // width] for i in range(width)]
+        values = [metrics.median(b) if metrics.median(b) is not None else math.nan for b in buckets]
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return " " * len(values)
+    low, high = min(finite), max(finite)
+    span = high - low or 1.0
+    return "".join(SPARK[round((v - low) / span * (len(SPARK) - 1))] if math.isfinite(v) else " " for v in values)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return b / a if a and b is not None and math.isfinite(a) and math.isfinite(b) else None
+
+
+def compare_data(a: Run, b: Run) -> dict[str, Any]:
+    """B against A: steady step time, e2e/update/vllm tokens/s and reward as ratios B/A, and the reward gap."""
+    ra, rb = report_data(a), report_data(b)
+
+    def figures(r: dict[str, Any], run: Run) -> dict[str, float | None]:
+        reward = run.series.steady_median(r["reward_key"])
+        return {"timing_s/step": r["timing_s/step"], **{k: r["throughput"][k] for k in COMPARED[1:4]}, "reward": reward}
+
+    fa, fb = figures(ra, a), figures(rb, b)
+    rows = [{"metric": k, "a": fa[k], "b": fb[k], "ratio": _ratio(fa[k], fb[k])} for k in COMPARED]
+    reward_a, reward_b = dict(curve(a, "reward")), dict(curve(b, "reward"))
+    common = sorted(set(reward_a) & set(reward_b))
+    gaps = [reward_b[s] - reward_a[s] for s in common]
+    finite = [g for g in gaps if math.isfinite(g)]
+    return {
+        "a": ra["run"],
+        "b": rb["run"],
+        "rows": rows,
+        "reward_difference": {
+            "common_steps": len(common),
+            "mean": sum(finite) / len(finite) if finite else None,
+            "max_abs": max((abs(g) for g in finite), default=None),
+            "steps": [{"step": s, "difference": g} for s, g in zip(common, gaps, strict=True)],
+        },
+    }
+
+
+def plot(runs: Sequence[Run], file: Path) -> Path:
+    """Write a PNG: reward mean, response length, step time and e2e tokens/s against the step number."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'ascendfix[plot]'") from None
+    titles = {
+        "reward": "reward mean",
+        "response_length": "response length (tokens)",
+        "timing_s/step": "step time (s)",
+        "e2e_tps": "e2e tokens/s per device",
+    }
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
+    for ax, (key, title) in zip(axes.flat, titles.items(), strict=True):
+        for run in runs:
+            points = curve(run, key)
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, label=Path(run.label).name or run.label)
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    axes[0][0].legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    try:
+        fig.savefig(file, dpi=110)
+    except OSError as e:
+        raise UsageError(f"{file}: cannot write the plot: {e.strerror}") from None
+    finally:
+        plt.close(fig)
+    return file

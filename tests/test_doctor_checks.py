@@ -1,0 +1,374 @@
+"""doctor's checks one by one: a venv with the wrong stack, fake Ascend roots, fake smi tools, the runner, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ascendfix import manifest
+from ascendfix.doctor import ascend, host, pyenv, runner
+from ascendfix.doctor.context import Context
+from ascendfix.doctor.model import Finding
+from ascendfix.doctor.registry import CHECKS
+
+from tests import machine
+from tests.machine import doctor
+
+IDS = ["python", "packages", "commits", "integrity", "patches", "conflicts"]
+IDS += ["cann", "driver", "npu", "cuda", "env", "hazards"]
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return manifest.load_profile("verl-796871d")
+
+
+@pytest.fixture(scope="module")
+def wrong(tmp_path_factory):
+    """A venv with the wrong stack: old torch, unpaired torch_npu, old tensordict, verl 0.9 from a wheel."""
+    root = tmp_path_factory.mktemp("wrong")
+    wheels = root / "wheels"
+    built = [
+        machine.make_wheel(wheels, "torch", "2.5.0", {"torch/__init__.py": b"", "torch/utils.py": b"A = 1\n"}),
+        machine.make_wheel(wheels, "torch-npu", "2.7.1", {"torch_npu/__init__.py": b""}, ("torch==2.7.1",)),
+        machine.make_wheel(wheels, "tensordict", "0.9.1", {"tensordict/__init__.py": b""}),
+        machine.make_wheel(wheels, "verl", "0.9.0", {"verl/__init__.py": b""}, ("tensordict>=0.8.0",)),
+        machine.make_wheel(wheels, "vllm", "0.9.2.dev1+g38217877a", {"vllm/__init__.py": b""}),
+        machine.make_wheel(
+            wheels,
+            "mindspeed",
+            "0.12.1",
+            {"mindspeed/__init__.py": b"", "mindspeed/features_manager/ckpt_acceleration/__init__.py": b""},
+        ),
+        machine.make_wheel(
+            wheels,
+            "needs-missing",
+            "1.0",
+            {"needs_missing/__init__.py": b""},
+            (
+                "not-installed-dep>=1",
+                "windows-only-dep; sys_platform == 'win32'",
+                "extra-only-dep; extra == 'gpu'",
+            ),
+        ),
+    ]
+    python = machine.make_venv(root / "venv")
+    machine.pip_install(python, *map(str, built))
+    site = machine.site_packages(python)
+    (site / "torch" / "utils.py").write_text("A = 2  # edited after install\n")
+    (site / "torch" / "__init__.py").unlink()
+    return python
+
+
+def run_checks(profile, python, *only, device="npu", **kw):
+    ctx = Context(profile, device, "test", str(python) if python else None, **kw)
+    return {r.id: r for r in runner.run(ctx, only).checks}
+
+
+def test_wrong_versions_and_unpaired_torch_npu_fail_packages(profile, wrong):
+    result = run_checks(profile, wrong, "packages")["packages"]
+    assert result.status == "fail"
+    assert "torch 2.5.0 is installed; the profile pins 2.7.1" in result.messages
+    assert "tensordict 0.9.1 is installed; the profile pins 0.10.0" in result.messages
+    assert "torch-npu 2.7.1 is built for torch 2.7.1, but torch 2.5.0 is installed" in result.messages
+    assert "vllm-ascend is not installed (the profile pins 1de16ead8eecfec8903ec1b330b27a4fa2593c35)" in result.messages
+    assert "ray: not installed (not pinned)" in result.messages
+    assert result.fix.splitlines()[-1] == f"{wrong} -m pip install torch==2.7.1 tensordict==0.10.0"
+    assert "git clone https://github.com/volcengine/verl.git verl" not in result.fix  # installed, wrong way: commits
+
+
+def test_version_pins_are_compared_as_versions():
+    assert pyenv._matches("2.7.1+cpu", "2.7.1")
+    assert pyenv._matches("3.10.13", "3.10")
+    assert not pyenv._matches("3.1.0", "3.10")
+    assert not pyenv._matches("2.7.10", "2.7.1")
+    assert not pyenv._matches("not-a-version", "2.7.1")
+
+
+def test_pip_check_conflicts_and_missing_requirements_fail(profile, wrong):
+    result = run_checks(profile, wrong, "conflicts")["conflicts"]
+    assert result.status == "fail"
+    assert result.messages == [
+        "needs-missing 1.0 requires not-installed-dep>=1, which is not installed",
+        "torch-npu 2.7.1 requires torch==2.7.1, but 2.5.0 is installed",
+    ]
+    assert result.fix == f"{wrong} -m pip install 'not-installed-dep>=1'\n{wrong} -m pip install torch==2.7.1"
+
+
+def test_changed_and_missing_files_fail_integrity(profile, wrong):
+    result = run_checks(profile, wrong, "integrity")["integrity"]
+    assert result.status == "fail"
+    expected = "torch 2.5.0: 2 file(s) differ from the wheel's RECORD: torch/__init__.py (missing), torch/utils.py"
+    assert result.messages == [expected]
+    assert f"{wrong} -m pip install --force-reinstall --no-deps torch==2.5.0" in result.fix
+
+
+def test_commits_from_version_and_unknown_origin(profile, wrong):
+    result = run_checks(profile, wrong, "commits")["commits"]
+    assert result.status == "warn"
+    assert "verl 0.9.0: installed without a record of its commit" in result.messages
+    assert "mindspeed 0.12.1: installed without a record of its commit" in result.messages
+    assert "vllm: 38217877a (from its version 0.9.2.dev1+g38217877a)" in result.messages
+    assert "git clone https://github.com/volcengine/verl.git verl" in result.fix
+
+
+def test_a_checkout_given_by_root_that_is_not_a_git_tree(profile, wrong, tmp_path):
+    (tmp_path / "verl").mkdir()
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'verl'\n")
+    result = run_checks(profile, wrong, "commits", roots={"verl": tmp_path})["commits"]
+    assert result.status == "warn"
+    assert f"verl: {tmp_path} is not a readable git checkout (InvalidGitRepositoryError)" in result.messages
+
+
+def test_hazards_verl_platform_and_mindspeed_ckpt_acceleration(profile, wrong):
+    result = run_checks(profile, wrong, "hazards")["hazards"]
+    assert result.status == "warn"
+    assert result.messages[0].startswith("verl 0.9.0 selects the device through verl.plugin.platform")
+    assert "has ckpt_acceleration" in result.messages[1]
+    assert "torch-shard-overlap-check, torch-global-plan-check are redundant" in result.messages[1]
+    assert result.fix == "export VERL_PLATFORM=npu"
+    on_cuda = run_checks(profile, wrong, "hazards", device="cuda")["hazards"]
+    assert on_cuda.status == "ok" and "has ckpt_acceleration" in on_cuda.messages[0]  # no cuda-probe patch there
+
+
+def test_strict_makes_warnings_fatal(wrong):
+    assert doctor("--python", str(wrong), "--only", "hazards").returncode == 0
+    strict = doctor("--python", str(wrong), "--only", "hazards", "--strict")
+    assert strict.returncode == 1 and "  ! Known hazards — verl 0.9.0 selects" in strict.stdout
+
+
+def test_an_interpreter_that_cannot_run_the_probe_fails_the_checks_that_need_it(profile):
+    python2 = Path(sys.base_prefix).parent / "2.7.18" / "bin" / "python2.7"
+    if not python2.exists():
+        pytest.skip("no Python 2.7 here")
+    results = run_checks(profile, python2, "python", "packages")
+    assert results["python"].status == results["packages"].status == "fail"
+    assert results["python"].messages[0].startswith(f"--python {python2}: the interpreter failed to run the probe")
+    assert results["python"].messages == results["packages"].messages  # probed once, the same answer
+
+
+def test_python_version_of_the_target(profile, wrong):
+    result = run_checks(profile, wrong, "python")["python"]
+    version = ".".join(map(str, sys.version_info[:3]))
+    if sys.version_info[:2] == (3, 10):
+        assert result.status == "ok"
+    else:
+        assert result.status == "fail"
+        assert result.messages[0] == (
+            f"{wrong} is Python {version}; the profile needs 3.10: "
+            + manifest.load_profile("verl-796871d").component("python").why
+        )
+
+
+def test_python_310_interpreter_passes_python_check(profile):
+    if not machine.PY310.exists():
+        pytest.skip("Python 3.10 is not installed")
+    result = run_checks(profile, machine.PY310, "python")["python"]
+    assert result.status == "ok" and result.messages[0].startswith("Python 3.10.")
+
+
+def test_an_interrupted_ascendfix_run_fails_patches(profile, tmp_path):
+    (tmp_path / ".ascendfix").mkdir()
+    (tmp_path / ".ascendfix" / "journal.json").write_text("{}")
+    result = run_checks(profile, None, "patches", roots={"torch": tmp_path, "verl": tmp_path})["patches"]
+    assert result.status == "fail" and result.messages == [f"an ascendfix run was interrupted in {tmp_path}"]
+    assert result.fix.startswith("ascendfix status --profile verl-796871d --device npu --root")
+
+
+# --- Ascend stack ----------------------------------------------------------------------------------
+
+
+def ascend_ctx(profile, home: Path, env: dict[str, str]) -> Context:
+    return Context(profile, "npu", "test", ascend_home=home, environ=env)
+
+
+def test_ascend_a2_that_matches(profile, tmp_path):
+    env = machine.fake_ascend(tmp_path)
+    ctx = ascend_ctx(profile, tmp_path, env)
+    cann, driver, npu = ascend.check_cann(ctx), ascend.check_driver(ctx), ascend.check_npu(ctx)
+    assert cann.status == driver.status == npu.status == "ok"
+    assert (
+        cann.messages[0]
+        == f"CANN 8.3.RC1 at {tmp_path / 'ascend-toolkit' / 'latest'} (from ascend_toolkit_install.info)"
+    )
+    assert npu.messages[1] == "NPU 0 910B4-1: OK, HBM 3200/65536 MB used"
+
+
+def test_wrong_cann_and_driver_fail(profile, tmp_path):
+    env = machine.fake_ascend(tmp_path, cann="8.1.RC1", driver="24.1.0")
+    ctx = ascend_ctx(profile, tmp_path, env)
+    cann, driver = ascend.check_cann(ctx), ascend.check_driver(ctx)
+    assert cann.status == "fail" and cann.messages[0].endswith("; the profile needs 8.3.RC1")
+    assert cann.fix == "install the CANN 8.3.RC1 toolkit"
+    assert driver.status == "fail" and driver.messages[0].startswith("driver 24.1.0")
+    assert driver.fix == "install the Ascend HDK 25.2.0 driver"
+
+
+def test_cann_from_version_cfg_and_the_85_layout(profile, tmp_path):
+    env = machine.fake_ascend(tmp_path, cann="8.5.0", layout="cann")
+    del env["ASCEND_TOOLKIT_HOME"], env["ASCEND_HOME_PATH"]  # found through --ascend-home alone
+    toolkit = tmp_path / "cann-8.5.0"
+    found = ascend.find_toolkit(ascend_ctx(profile, tmp_path, env))
+    assert (found.home, found.version) == (toolkit, "8.5.0")
+    (toolkit / "aarch64-linux" / "ascend_toolkit_install.info").unlink()
+    (toolkit / "version.cfg").write_text("runtime_running_version=[7.7.T20.0.B210:8.3.RC1]\n")
+    result = ascend.check_cann(ascend_ctx(profile, tmp_path, env))
+    assert result.status == "ok" and result.messages[0] == f"CANN 8.3.RC1 at {toolkit} (from version.cfg)"
+
+
+def test_toolkit_environment_variables_win_over_the_install_root(profile, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    env = machine.fake_ascend(elsewhere, cann="8.1.RC1")
+    machine.fake_ascend(tmp_path / "root")
+    ctx = ascend_ctx(profile, tmp_path / "root", env)
+    assert ascend.find_toolkit(ctx).version == "8.1.RC1"
+
+
+def test_unhealthy_npu_fails_and_busy_hbm_warns(profile, tmp_path):
+    npus = [("910B4-1", "OK", 3200, 65536), ("910B4-1", "Alarm", 3200, 65536)]
+    ctx = ascend_ctx(profile, tmp_path, machine.fake_ascend(tmp_path, npus=npus))
+    result = ascend.check_npu(ctx)
+    assert result.status == "fail" and result.messages[0] == "2 NPU(s): 910B4-1; NPU 1 is Alarm"
+    busy = [("910B4-1", "OK", 61825, 65536)]
+    ctx = ascend_ctx(profile, tmp_path, machine.fake_ascend(tmp_path, npus=busy))
+    result = ascend.check_npu(ctx)
+    assert result.status == "warn" and "HBM already in use on NPU 0" in result.messages[0]
+
+
+def test_npu_smi_missing_while_the_driver_is_there(profile, tmp_path):
+    env = machine.fake_ascend(tmp_path)
+    env["PATH"] = "/usr/bin:/bin"
+    result = ascend.check_npu(ascend_ctx(profile, tmp_path, env))
+    assert result.status == "fail" and result.messages == ("npu-smi is not on PATH",)
+    assert result.fix == f"export PATH={tmp_path}/driver/tools:$PATH"
+
+
+def test_no_ascend_stack_is_a_report_not_a_crash(profile, tmp_path):
+    ctx = ascend_ctx(profile, tmp_path / "none", {"PATH": "/usr/bin:/bin"})
+    cann, driver, npu = ascend.check_cann(ctx), ascend.check_driver(ctx), ascend.check_npu(ctx)
+    assert cann.status == "fail" and cann.messages[0].startswith("no Ascend stack found")
+    assert driver.status == npu.status == "skip"
+    assert driver.messages[0].startswith("no Ascend stack found") and npu.messages == driver.messages
+
+
+def test_parse_npu_smi_reads_the_real_table_format():
+    table = machine.npu_smi_table([("910B4-1", "OK", 0, 65536), ("910B4-1", "Warning", 61825, 65536)])
+    npus = ascend.parse_npu_smi(table)
+    assert [(n.index, n.name, n.health, n.hbm_used_mb, n.hbm_total_mb) for n in npus] == [
+        (0, "910B4-1", "OK", 0, 65536),
+        (1, "910B4-1", "Warning", 61825, 65536),
+    ]
+
+
+# --- CUDA, environment ---------------------------------------------------------------------------
+
+
+def test_cuda_stack_from_nvidia_smi(profile, tmp_path):
+    rows = "0, NVIDIA H100 80GB HBM3, 550.54.15, 81559, 1\n1, NVIDIA H100 80GB HBM3, 550.54.15, 81559, 1\n"
+    machine.write_executable(tmp_path / "bin" / "nvidia-smi", f"#!/bin/sh\nprintf '{rows}'\n")
+    ctx = Context(profile, "cuda", "test", environ={"PATH": str(tmp_path / "bin")})
+    result = host.check_cuda(ctx)
+    assert result.status == "ok" and result.messages[0] == "2 GPU(s): NVIDIA H100 80GB HBM3, driver 550.54.15"
+    missing = host.check_cuda(Context(profile, "cuda", "test", environ={"PATH": str(tmp_path)}))
+    assert missing.status == "fail" and missing.messages[0].startswith("nvidia-smi is not on PATH")
+    assert host.check_cuda(Context(profile, "npu", "test")).status == "skip"
+
+
+def test_env_wrong_missing_and_unknown_interface(profile):
+    env = {var.name: var.value for var in profile.devices["npu"].env if var.value is not None}
+    env.update(TASK_QUEUE_ENABLE="0", HCCL_SOCKET_IFNAME="nosuchnic9", GLOO_SOCKET_IFNAME="lo")
+    del env["HCCL_EXEC_TIMEOUT"]
+    result = host.check_env(Context(profile, "npu", "test", environ=env))
+    assert result.status == "fail"
+    assert result.messages[0].endswith(" problem(s) with the environment the job inherits")  # 4 if ulimit is low
+    assert list(result.messages[1:4]) == [
+        "HCCL_EXEC_TIMEOUT is unset; the profile sets '3600': "
+        + next(v.why for v in profile.devices["npu"].env if v.name == "HCCL_EXEC_TIMEOUT"),
+        result.messages[2],
+        "TASK_QUEUE_ENABLE is '0'; the profile sets '2': "
+        + next(v.why for v in profile.devices["npu"].env if v.name == "TASK_QUEUE_ENABLE"),
+    ]
+    assert result.messages[2].startswith("HCCL_SOCKET_IFNAME=nosuchnic9 names no interface of this host (it has: ")
+    assert "GLOO_SOCKET_IFNAME=lo" in result.messages
+    assert "export HCCL_EXEC_TIMEOUT=3600" in result.fix and "export TASK_QUEUE_ENABLE=2" in result.fix
+
+
+def test_socket_ifname_forms():
+    here = {"lo", "eth0", "enp1s0"}
+    assert host._names_interface("eth0", here) and host._names_interface("enp", here)
+    assert host._names_interface("=eth0", here) and not host._names_interface("=eth", here)
+    assert host._names_interface("nope,eth0", here) and not host._names_interface("^eth0", here)
+
+
+# --- runner and CLI -------------------------------------------------------------------------------
+
+
+def test_a_crashing_check_becomes_a_failed_result(profile, monkeypatch):
+    def crash(ctx):
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(CHECKS, "env", CHECKS["env"].__class__("env", "Runtime environment", "Host", crash))
+    (result,) = runner.run(Context(profile, "npu", "test"), ["env"]).checks
+    assert (result.status, result.messages) == ("fail", ["the check crashed: RuntimeError: boom"])
+
+
+def test_a_hanging_check_times_out_without_holding_the_others(profile, monkeypatch):
+    def hang(ctx):
+        time.sleep(30)
+        return Finding("ok")
+
+    monkeypatch.setitem(CHECKS, "driver", CHECKS["driver"].__class__("driver", "Ascend driver", "Ascend", hang))
+    ctx = Context(profile, "cuda", "test", timeout=0.5)
+    report = runner.run(ctx, ["driver", "cann"])
+    assert [(r.id, r.status) for r in report.checks] == [("cann", "skip"), ("driver", "fail")]
+    assert report.checks[1].messages == ["the check did not finish within 0.5 s"]
+
+
+def test_list_and_bad_input():
+    listed = doctor("--list", "--json")
+    assert listed.returncode == 0 and [c["id"] for c in json.loads(listed.stdout)] == IDS
+    bad = doctor("--only", "gpu")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == f"error: --only gpu: unknown check (valid ids: {', '.join(IDS)})"
+    missing = doctor("--python", "/nonexistent/python3")
+    assert missing.returncode == 2 and "--python /nonexistent/python3: no such executable" in missing.stderr
+    assert doctor("--device", "tpu").returncode == 2
+
+
+def test_bare_machine_reports_what_cannot_be_checked_and_exits_1(tmp_path):
+    bare = machine.make_venv(tmp_path / "bare")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    result = doctor("--python", str(bare), "--ascend-home", str(tmp_path / "none"), "--json", env=env, cwd=tmp_path)
+    data = json.loads(result.stdout)
+    assert result.returncode == 1
+    assert (data["profile"], data["device"]) == ("verl-796871d", "npu")
+    assert set(data) == {"profile", "device", "checks", "summary"}
+    checks = {c["id"]: c for c in data["checks"]}
+    assert list(checks) == IDS
+    assert all(set(c) == {"id", "title", "status", "messages", "fix"} for c in checks.values())
+    assert {cid: c["status"] for cid, c in checks.items() if c["status"] == "skip"} == {
+        "commits": "skip",
+        "integrity": "skip",
+        "driver": "skip",
+        "npu": "skip",
+        "cuda": "skip",
+    }
+    assert "no accelerator detected; checking for npu" in checks["cann"]["messages"][0]
+    assert checks["packages"]["status"] == "fail" and checks["env"]["status"] == "fail"
+    assert data["summary"] == {
+        s: sum(c["status"] == s for c in checks.values()) for s in ("ok", "warn", "fail", "skip")
+    }
+    human = doctor("--python", str(bare), "--ascend-home", str(tmp_path / "none"), env=env, cwd=tmp_path)
+    assert human.returncode == 1 and human.stdout.splitlines()[-1].startswith("not ready: ")
+    assert "fix: " in human.stdout and "Traceback" not in human.stdout + human.stderr
+
+
+def test_doctor_in_this_interpreter_never_crashes(tmp_path):
+    result = doctor("--json", "--ascend-home", str(tmp_path), env={**os.environ, "PATH": "/usr/bin:/bin"})
+    checks = json.loads(result.stdout)["checks"]
+    assert result.returncode == 1  # at least the Ascend stack is missing here
+    assert not [c for c in checks if any("crashed" in m or "did not finish" in m for m in c["messages"])]

@@ -1,0 +1,191 @@
+"""Preflight: overrides read from the script, hints, refusals, and the manifest's [[hints]]."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from pathlib import Path
+
+import pytest
+from ascendfix import cli, manifest, preflight
+from ascendfix.errors import UsageError
+from ascendfix.preflight import Seams, run_preflight, scan_overrides
+from click.testing import CliRunner
+
+PROFILE = manifest.load_profile("verl-796871d")
+ALL_APPLIED = Seams(lambda p, d: [], lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches})
+
+
+def write_script(tmp_path, body: str):
+    path = tmp_path / "train.sh"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_scan_reads_continuations_variables_defaults_and_quotes(tmp_path):
+    script = write_script(
+        tmp_path,
+        """\
+        #!/bin/bash
+        set -x
+        export NNODES=16
+        train_prompt_bsz=128  # prompts per step
+        n_resp_per_prompt=16
+        # algorithm.filter_groups.enable=True  (commented out: must not count)
+        python3 -m verl.trainer.main_ppo \\
+            data.train_batch_size=${train_prompt_bsz} \\
+            actor_rollout_ref.rollout.n=$n_resp_per_prompt \\
+            trainer.nnodes="$NNODES" \\
+            trainer.val_before_train=${VAL:-False} \\
+            'trainer.logger=["console","tensorboard"]' \\
+            +actor_rollout_ref.actor.megatron.override_transformer_config.moe_router_dtype=fp32 \\
+            trainer.total_training_steps=${STEPS} \\
+            "$@"
+        """,
+    )
+    overrides = scan_overrides(["bash", str(script), "trainer.n_gpus_per_node=8"], {"STEPS": "300"})
+    assert overrides == {
+        "data.train_batch_size": "128",
+        "actor_rollout_ref.rollout.n": "16",
+        "trainer.nnodes": "16",
+        "trainer.val_before_train": "False",
+        "trainer.logger": '["console","tensorboard"]',
+        "actor_rollout_ref.actor.megatron.override_transformer_config.moe_router_dtype": "fp32",
+        "trainer.total_training_steps": "300",
+        "trainer.n_gpus_per_node": "8",
+    }
+    assert preflight.total_steps(overrides) == 300
+
+
+def test_a_command_without_a_script_is_scanned_from_its_arguments():
+    argv = ["python3", "-m", "verl.trainer.main_ppo", "algorithm.filter_groups.enable=True", "FOO=bar"]
+    assert scan_overrides(argv, {}) == {"algorithm.filter_groups.enable": "True"}
+
+
+def test_hints_name_missing_or_different_overrides_and_never_refuse(tmp_path):
+    script = write_script(tmp_path, "python3 x.py trainer.val_before_train=True data.train_batch_size=100\n")
+    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {}, ALL_APPLIED)
+    assert result.problems == []
+    messages = [h.message for h in result.hints]
+    assert any(m.startswith("consider trainer.val_before_train=False") for m in messages)
+    assert any(m.startswith("consider actor_rollout_ref.rollout.n:") for m in messages)
+    assert not any("data.train_batch_size:" in m for m in messages)  # set, so that hint is satisfied
+
+
+def test_batch_size_hints():
+    overrides = {
+        "data.train_batch_size": "100",
+        "actor_rollout_ref.rollout.n": "3",
+        "actor_rollout_ref.actor.ppo_mini_batch_size": "32",
+        "trainer.nnodes": "16",
+        "trainer.n_gpus_per_node": "8",
+    }
+    hints = preflight.batch_size_hints(overrides)
+    assert len(hints) == 2
+    assert "300 samples do not split evenly over 16 × 8 devices" in hints[1]
+    good = dict(overrides, **{"data.train_batch_size": "128", "actor_rollout_ref.rollout.n": "16"})
+    assert preflight.batch_size_hints(good) == []
+
+
+@pytest.mark.parametrize("value", ["True", "true", "'True'", "1"])
+def test_dapo_patch_with_filter_groups_is_refused_naming_both(value):
+    argv = ["python3", "-m", "recipe.dapo.main_dapo", f"algorithm.filter_groups.enable={value}"]
+    [problem] = run_preflight(PROFILE, "npu", argv, {}, ALL_APPLIED).problems
+    assert "verl-dapo-no-interleave is applied" in problem.message
+    assert f"algorithm.filter_groups.enable={value}" in problem.message
+
+
+def test_filter_groups_without_the_dapo_patch_is_fine():
+    states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
+    states["verl-dapo-no-interleave"] = ("not-applicable", "recipe/ ships only in a checkout")
+    seams = Seams(lambda p, d: [], lambda p, d: states)
+    argv = ["python3", "x.py", "algorithm.filter_groups.enable=True"]
+    assert run_preflight(PROFILE, "npu", argv, {}, seams).problems == []
+
+
+def test_doctor_failures_and_bad_patch_states_are_problems():
+    states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
+    states.update({"verl-cuda-probe-off": ("not-applied", ""), "torch-shard-overlap-check": ("drifted", "x.py gone")})
+    seams = Seams(lambda p, d: ["CANN 8.1.RC1 found, profile pins 8.3.RC1"], lambda p, d: states)
+    problems = run_preflight(PROFILE, "npu", ["true"], {}, seams).problems
+    assert [p.source for p in problems] == ["doctor", "patches", "patches"]
+    assert "verl-cuda-probe-off is not applied" in problems[1].message
+    assert "torch-shard-overlap-check is drifted (x.py gone)" in problems[2].message
+
+
+def test_unknown_seams_are_hints_not_problems():
+    result = run_preflight(PROFILE, "npu", ["true"], {}, Seams(lambda p, d: None, lambda p, d: None))
+    assert result.problems == []
+    assert {h.source for h in result.hints} >= {"doctor", "patches"}
+
+
+def test_cli_run_refuses_with_the_reasons_and_exit_1(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "default_seams", lambda: ALL_APPLIED)
+    script = write_script(tmp_path, "echo should-not-run\npython3 x.py algorithm.filter_groups.enable=True\n")
+    result = CliRunner().invoke(cli.main, ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)])
+    assert result.exit_code == 1
+    assert "verl-dapo-no-interleave" in result.output and "algorithm.filter_groups.enable=True" in result.output
+    assert "preflight found 1 problem(s)" in result.output and "should-not-run" not in result.output
+    assert not (tmp_path / "logs").exists()
+
+
+def write_manifest(tmp_path, hints: str):
+    base = PROFILE.source.read_text().split("# Hydra overrides the guide")[0]
+    path = tmp_path / "m.toml"
+    path.write_text(base + hints)
+    return path
+
+
+def test_manifest_hints_are_validated_strictly(tmp_path):
+    ok = write_manifest(tmp_path, '[[hints]]\noverride = "trainer.nnodes"\nwhy = "x"\n')
+    assert manifest.load_profile(str(ok)).hints == (manifest.Hint("trainer.nnodes", "x"),)
+    bad_key = write_manifest(tmp_path, '[[hints]]\noverride = "trainer.nnodes=2"\nwhy = "x"\nreason = "y"\n')
+    with pytest.raises(UsageError, match=r"m\.toml: hints\[0\]\.reason: unknown key"):
+        manifest.load_profile(str(bad_key))
+    bad_override = write_manifest(tmp_path, '[[hints]]\noverride = "nnodes 2"\nwhy = "x"\n')
+    with pytest.raises(UsageError, match=r"hints\[0\]\.override: 'nnodes 2' is not a Hydra override"):
+        manifest.load_profile(str(bad_override))
+    no_why = write_manifest(tmp_path, '[[hints]]\noverride = "a.b=1"\n')
+    with pytest.raises(UsageError, match=r"hints\[0\]\.why: missing required field"):
+        manifest.load_profile(str(no_why))
+
+
+def test_bundled_profile_carries_the_guides_hints():
+    assert "trainer.val_before_train=False" in [h.override for h in PROFILE.hints]
+
+
+def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypatch):
+    from ascendfix import engine
+
+    from tests.stack import make_stack
+
+    stack = make_stack(tmp_path / "stack")
+    select = engine.select
+    monkeypatch.setattr(engine, "select", lambda profile, device: select(profile, device, roots=stack.roots()))
+    engine.apply(engine.select(PROFILE, "npu"))
+    script = write_script(tmp_path, "echo launched\necho python3 x.py algorithm.filter_groups.enable=${FILTER}\n")
+    args = ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)]
+    refused = CliRunner().invoke(cli.main, args, env={"FILTER": "True"})
+    assert refused.exit_code == 1 and "verl-dapo-no-interleave is applied" in refused.output
+    engine.revert(select(PROFILE, "npu", ("verl-dapo-no-interleave",), roots=stack.roots()))
+    engine_only = dataclasses.replace(preflight.default_seams(), doctor_failures=lambda profile, device: [])
+    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {"FILTER": "True"}, engine_only)
+    assert result.problems == []  # the DAPO patch reverted, as filter_groups needs: nothing to refuse
+    assert "verl-dapo-no-interleave is not applied, as algorithm.filter_groups.enable requires" in str(result.hints)
+    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {"FILTER": "False"}, engine_only)
+    assert [p.message for p in result.problems] == [
+        "patch verl-dapo-no-interleave is not applied: run `ascendfix apply`"
+    ]
+    launched = CliRunner().invoke(cli.main, ["run", "--no-preflight", *args[1:]], env={"FILTER": "False"})
+    assert launched.exit_code == 0, launched.output
+    assert (tmp_path / "logs" / "train.log").read_text().startswith("launched")
+
+
+def test_default_preflight_asks_the_real_doctor(tmp_path):
+    if Path("/usr/local/Ascend").exists():
+        pytest.skip("this machine has an Ascend stack")
+    script = write_script(tmp_path, "echo python3 x.py trainer.val_before_train=False\n")
+    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {}, preflight.default_seams())
+    doctor = [p.message for p in result.problems if p.source == "doctor"]
+    assert any(m.startswith("CANN toolkit: no Ascend stack found") for m in doctor)
+    assert not any(m.startswith(("Runtime environment", "Patches")) for m in doctor)  # run handles those itself

@@ -1,0 +1,141 @@
+"""`ascendfix report` and `compare` on logs, Ray session directories and JSONL."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ascendfix import cli, report
+from click.testing import CliRunner
+
+from tests.verl_lines import GUIDE_STEP1, RAY_PREFIX, REMOTE_PREFIX, run_steps, step_line
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def invoke(*args):
+    result = CliRunner().invoke(cli.main, list(args))
+    return result
+
+
+def write_log(path: Path, steps: list[dict], prefix: str = RAY_PREFIX, style: str = "repr") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{prefix}{step_line(n, v, style)}\n" for n, v in enumerate(steps, 1)))
+    return path
+
+
+def test_report_on_the_guide_step_line_gives_e2e_8035_and_update_vllm(tmp_path):
+    log = tmp_path / "guide.log"
+    log.write_text(f"{RAY_PREFIX}{step_line(1, GUIDE_STEP1)}\n")
+    result = invoke("report", str(log), "--json")
+    assert result.exit_code == 0, result.output
+    [data] = json.loads(result.output)
+    tps = data["throughput"]
+    assert round(tps["e2e_tps"], 3) == 8.035 and tps["world_size"] == 128
+    assert round(tps["update_tps"], 3) == 26.830  # 2,894,754 / (128 × 842.91)
+    assert round(tps["vllm_tps"], 3) == 14.841  # 2,894,754 / (128 × 1523.87)
+    assert data["steps_seen"] == 1 and data["steady_steps"] == 0
+    assert data["timing_share"]["gen"] == pytest.approx(1523.87 / 2814.45)
+    assert data["timing_share"]["reshard"] is None
+    text = invoke("report", str(log))
+    assert "e2e 8.035 · update 26.830 · vllm 14.841 (world 128)" in text.output
+
+
+def test_report_on_a_ray_session_directory(tmp_path):
+    steps = run_steps(10, validate_every=5, save_every=10)
+    logs = tmp_path / "session_latest" / "logs"
+    write_log(logs / "worker-1.out", steps, prefix="")
+    write_log(logs / "job-driver-raysubmit_1.log", steps, prefix=REMOTE_PREFIX, style="repr")
+    (logs / "gcs_server.out").write_text("nothing to see\n" * 100)
+    data = report.report_data(report.load_run(logs))
+    assert data["steps_seen"] == 10 and data["steady_steps"] == 7  # not 1, 5 (validated), 10 (validated, saved)
+    assert data["parse"]["duplicates"] == 10 and data["parse"]["files"] == 3
+    assert data["reward_mean"]["first"] == pytest.approx(0.2841796875)
+    assert data["reward_mean"]["last"] == pytest.approx(0.38)
+    assert data["response_length"]["median"] == pytest.approx(1300 + 5 * 6)  # steady steps 2,3,4,6,7,8,9
+
+
+def test_report_extra_metrics_and_jsonl(tmp_path):
+    path = tmp_path / "exp.jsonl"
+    path.write_text("".join(json.dumps({"step": n, "data": v}) + "\n" for n, v in enumerate(run_steps(4), 1)))
+    [data] = json.loads(invoke("report", str(path), "--json", "--metrics", "actor/entropy,missing/key").output)
+    assert data["metrics"] == {"actor/entropy": pytest.approx(0.44775390625), "missing/key": None}
+
+
+def test_report_errors_are_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "ascendfix", "report", str(tmp_path / "nope.log")],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert (
+        result.returncode == 2 and result.stderr.strip() == f"error: {tmp_path / 'nope.log'}: no such file or directory"
+    )
+    (tmp_path / "empty").mkdir()
+    assert invoke("report", str(tmp_path / "empty")).exit_code == 2
+
+
+def test_sparkline():
+    assert report.sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
+    assert report.sparkline([1.0, float("nan"), 1.0]) == "▁ ▁"
+    assert len(report.sparkline(list(range(1000)), width=40)) == 40
+
+
+def test_compare_gives_ratios_b_over_a_and_the_reward_gap(tmp_path):
+    a_steps = run_steps(6)
+    b_steps = []
+    for values in run_steps(8):
+        v = dict(values)
+        v["timing_s/step"] *= 2
+        v["perf/time_per_step"] *= 2
+        v["perf/throughput"] /= 2
+        v["timing_s/gen"] *= 4
+        v["critic/rewards/mean"] += 0.05
+        b_steps.append(v)
+    a = write_log(tmp_path / "h100.log", a_steps)
+    b = write_log(tmp_path / "npu.log", b_steps)
+    result = invoke("compare", str(a), str(b), "--json")
+    data = json.loads(result.output)
+    rows = {r["metric"]: r for r in data["rows"]}
+    # steady steps: A 2..6, B 2..8; B's step times double, e2e halves, vllm quarters, update unchanged
+    # A's steady step times 2620 2605 2610 2625 2600 → 2610; B's (doubled) 2..8 → 2 × 2615 = 5230
+    assert rows["timing_s/step"]["ratio"] == pytest.approx(5230 / 2610)
+    assert rows["update_tps"]["ratio"] == pytest.approx(
+        report.report_data(report.load_run(b))["throughput"]["update_tps"]
+        / report.report_data(report.load_run(a))["throughput"]["update_tps"]
+    )
+    gap = data["reward_difference"]
+    assert gap["common_steps"] == 6 and gap["mean"] == pytest.approx(0.05) and gap["max_abs"] == pytest.approx(0.05)
+    text = invoke("compare", str(a), str(b)).output
+    assert "B/A" in text and "reward B − A over 6 common steps: mean 0.050" in text
+
+
+def test_compare_same_run_is_all_ones(tmp_path):
+    a = write_log(tmp_path / "a.log", run_steps(5))
+    data = report.compare_data(report.load_run(a), report.load_run(a))
+    assert [r["ratio"] for r in data["rows"]] == pytest.approx([1.0] * 5)
+
+
+def test_plot_writes_a_png_against_step_numbers(tmp_path):
+    pytest.importorskip("matplotlib")
+    steps = run_steps(12, validate_every=5)
+    log = tmp_path / "shuffled.log"
+    order = [5, 0, 11, 3, 2, 7, 1, 9, 4, 10, 8, 6]
+    log.write_text("".join(f"{RAY_PREFIX}{step_line(n + 1, steps[n])}\n" for n in order))
+    run = report.load_run(log)
+    assert [s for s, _ in report.curve(run, "reward")] == list(range(1, 13))  # step order, not line order
+    png = tmp_path / "run.png"
+    result = invoke("report", str(log), "--plot", str(png))
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    log = write_log(tmp_path / "a.log", run_steps(3))
+    result = invoke("report", str(log), "--plot", str(tmp_path / "x.png"))
+    assert result.exit_code == 2 and "pip install 'ascendfix[plot]'" in result.output

@@ -1,0 +1,279 @@
+"""`ascendfix run` / `env` on a realistic fake job: env handling, signals, exit codes, log files, summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from ascendfix import launch, manifest
+from ascendfix.metrics import StepParser
+
+from tests.verl_lines import RAY_PREFIX, run_steps, step_line
+
+ROOT = Path(__file__).resolve().parent.parent
+STEP_LINE = re.compile(r"\x1b\[0m step:\d+ - ")
+
+FAKE_JOB = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    mode, status, steps = sys.argv[1], int(sys.argv[2]), json.loads(open(sys.argv[3]).read())
+    state = os.environ["FAKE_STATE"]
+    names = ["HCCL_CONNECT_TIMEOUT", "TASK_QUEUE_ENABLE", "PYTHONUNBUFFERED", "HCCL_SOCKET_IFNAME", "API_TOKEN"]
+    record = {"env": {n: os.environ.get(n) for n in names}, "argv": sys.argv[4:], "pgid": os.getpgid(0),
+              "nofile": __import__("resource").getrlimit(__import__("resource").RLIMIT_NOFILE)[0]}
+    with open(state + ".json", "w") as f:
+        json.dump(record, f)
+
+    def on_term(signum, frame):
+        open(state + ".signal", "w").write(signal.Signals(signum).name)
+        if mode == "obey":
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    prefix = "\\x1b[36m(TaskRunner pid=%d)\\x1b[0m " % os.getpid()
+    print(prefix + "Total training steps: %d" % len(steps))
+    print("(WorkerDict pid=12) warming up", file=sys.stderr)
+    for n, line in enumerate(steps, 1):
+        print(prefix + line)
+        if n % 2 == 0:
+            print(prefix + line + " [repeated 2x across cluster]")
+    sys.stdout.flush()
+    if mode in ("obey", "ignore"):
+        open(state + ".ready", "w").write("1")
+        for _ in range(600):
+            time.sleep(0.05)
+    sys.exit(status)
+    """
+)
+
+
+@pytest.fixture
+def job(tmp_path):
+    """Write the fake job and its train.sh; return a function building the run command."""
+    (tmp_path / "fake_job.py").write_text(FAKE_JOB)
+    steps = [step_line(n, v) for n, v in enumerate(run_steps(6, validate_every=5), 1)]
+    (tmp_path / "steps.json").write_text(json.dumps(steps))
+    script = tmp_path / "train.sh"
+    script.write_text(
+        textwrap.dedent(
+            f"""\
+            #!/bin/bash
+            set -e
+            MODE=${{MODE:-exit}}
+            BATCH=128
+            {sys.executable} {tmp_path}/fake_job.py $MODE ${{STATUS:-0}} {tmp_path}/steps.json \\
+                data.train_batch_size=$BATCH \\
+                actor_rollout_ref.rollout.n=16 \\
+                algorithm.filter_groups.enable=${{FILTER:-False}} \\
+                "$@"
+            """
+        )
+    )
+    return tmp_path
+
+
+def cli_env(tmp_path, **extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("HCCL_CONNECT_TIMEOUT", "TASK_QUEUE_ENABLE")}
+    env.update(PYTHONPATH=str(ROOT), FAKE_STATE=str(tmp_path / "state"), COLUMNS="200", **extra)
+    return env
+
+
+def run_cli(tmp_path, *args, **extra):
+    return subprocess.run(
+        [sys.executable, "-m", "ascendfix", *args],
+        env=cli_env(tmp_path, **extra),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_run_streams_output_writes_logs_and_returns_the_exit_status(job):
+    proc = run_cli(
+        job, "run", "--device", "npu", "--no-preflight", "--log-dir", "logs", "--json-metrics", "m.jsonl",
+        "train.sh", "trainer.total_epochs=1", STATUS="3", HCCL_CONNECT_TIMEOUT="99", API_TOKEN="s3cret",
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert len(STEP_LINE.findall(proc.stdout)) == 9  # 6 lines + 3 repeated, passed through unchanged
+    assert RAY_PREFIX + "Total training steps: 6" in proc.stdout.replace(f"pid={_pid(proc.stdout)}", "pid=11069")
+    assert "(WorkerDict pid=12) warming up" in proc.stderr
+    log = (job / "logs" / "train.log").read_text()
+    assert len(STEP_LINE.findall(log)) == 9 and "warming up" in log
+    state = json.loads((job / "state.json").read_text())
+    # the user's value wins, the profile fills the rest, PYTHONUNBUFFERED is set, the unset site var stays unset
+    assert state["env"] == {
+        "HCCL_CONNECT_TIMEOUT": "99",
+        "TASK_QUEUE_ENABLE": "2",
+        "PYTHONUNBUFFERED": "1",
+        "HCCL_SOCKET_IFNAME": None,
+        "API_TOKEN": "s3cret",
+    }
+    assert state["argv"] == [
+        "data.train_batch_size=128",
+        "actor_rollout_ref.rollout.n=16",
+        "algorithm.filter_groups.enable=False",
+        "trainer.total_epochs=1",
+    ]
+    assert state["pgid"] != os.getpgid(0)
+    assert "HCCL_CONNECT_TIMEOUT=99 (yours) wins over the profile's 1800" in proc.stderr
+    assert "HCCL_SOCKET_IFNAME must be set per site" in proc.stderr
+    record = json.loads((job / "logs" / "run.json").read_text())
+    assert record["exit_status"] == 3 and record["steps"] == 6 and record["device"] == "npu"
+    assert record["command"][:2] == ["bash", "train.sh"]
+    assert record["environment"]["API_TOKEN"] == "<redacted>" and "s3cret" not in json.dumps(record)
+    env = {e["name"]: e for e in record["env"]}
+    assert env["HCCL_CONNECT_TIMEOUT"]["source"] == "user" and env["TASK_QUEUE_ENABLE"]["source"] == "profile"
+    assert env["HCCL_SOCKET_IFNAME"]["source"] == "missing"
+    assert record["overrides"]["actor_rollout_ref.rollout.n"] == "16"
+    assert record["ulimit_nofile"]["wanted"] == 32768 and state["nofile"] == record["ulimit_nofile"]["after"]
+    metrics_lines = [json.loads(line) for line in (job / "m.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics_lines] == [1, 2, 3, 4, 5, 6]
+    # summary: steady steps are 2, 3, 4, 6 (1 is warm-up, 5 validated); see tests/verl_lines.run_steps
+    assert "6 steady" not in proc.stderr and "4 steady" in proc.stderr
+    assert "0.284 → 0.340" in proc.stderr  # reward first (the guide's step 1) → last (0.28 + 0.01 × 6)
+    assert "exit status 3" in proc.stderr
+
+
+def _pid(stdout: str) -> str:
+    return stdout.split("(TaskRunner pid=", 1)[1].split(")", 1)[0]
+
+
+def test_run_summary_numbers_match_hand_computed_values(job):
+    proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--log-dir", "logs", "train.sh")
+    assert proc.returncode == 0, proc.stderr
+    # steady steps 2, 3, 4, 6: step time = 1400 + 10 (n % 3) + 800 + 5 (n % 2) + 400
+    # = 2620, 2605, 2610, 2600 → median (2605 + 2610) / 2 = 2607.50
+    assert "2607.50 s" in proc.stderr
+    # e2e per step = (2,800,000 + 1000 n) / (t × 128): 8.3552, 8.4061, 8.3931, 8.4315 → median 8.3996
+    assert "e2e 8.400" in proc.stderr and "(world 128)" in proc.stderr
+
+
+def wait_for(path: Path, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signals_are_forwarded_and_the_job_status_returned(job, signum, status):
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ascendfix",
+            "run",
+            "--device",
+            "cuda",
+            "--no-preflight",
+            "--log-dir",
+            "logs",
+            "train.sh",
+        ],
+        env=cli_env(job, MODE="obey"),
+        cwd=job,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(job / "state.ready")
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=60)
+    assert (job / "state.signal").read_text() == signum.name
+    assert proc.returncode == status, stderr
+    record = json.loads((job / "logs" / "run.json").read_text())
+    assert record["forwarded"] == signum.name and record["killed"] is False and record["exit_status"] == status
+    assert "6 steps" not in stderr and "steps seen" in stderr  # the summary still comes on Ctrl-C
+
+
+def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_period(job, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_STATE", str(job / "state"))
+    (tmp_path / "logs").mkdir()
+    timer = threading.Thread(target=lambda: (wait_for(job / "state.ready"), os.kill(os.getpid(), signal.SIGTERM)))
+    timer.start()
+    parser = StepParser()
+    argv = [sys.executable, str(job / "fake_job.py"), "ignore", "0", str(job / "steps.json")]
+    result = launch.launch(argv, dict(os.environ), tmp_path / "logs", parser, grace_s=0.5)
+    timer.join()
+    assert (job / "state.signal").read_text() == "SIGTERM"
+    assert (result.exit_status, result.forwarded, result.killed) == (137, "SIGTERM", True)
+    assert sorted(parser.steps) == [1, 2, 3, 4, 5, 6]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
+
+
+def test_run_refuses_a_missing_command_and_an_unknown_device(job):
+    proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--log-dir", "logs", "no-such-command-xyz")
+    assert proc.returncode == 2 and "no-such-command-xyz: command not found" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_preflight_refuses_dapo_patch_with_filter_groups(job, monkeypatch):
+    from ascendfix import preflight
+
+    profile = manifest.load_profile("verl-796871d")
+    seams = preflight.Seams(
+        doctor_failures=lambda p, d: [],
+        patch_states=lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches},
+    )
+    argv = ["bash", str(job / "train.sh")]
+    ok = preflight.run_preflight(profile, "npu", argv, {}, seams)
+    assert ok.problems == []
+    bad = preflight.run_preflight(profile, "npu", argv, {"FILTER": "True"}, seams)
+    [problem] = bad.problems
+    assert "verl-dapo-no-interleave" in problem.message and "algorithm.filter_groups.enable=True" in problem.message
+
+
+def test_env_prints_exports_that_bash_can_eval(tmp_path):
+    proc = run_cli(tmp_path, "env", "--profile", "verl-796871d", "--device", "npu")
+    assert proc.returncode == 0, proc.stderr
+    assert "export HCCL_CONNECT_TIMEOUT=1800" in proc.stdout
+    assert "# HCCL_SOCKET_IFNAME must be set per site" in proc.stdout
+    shell = subprocess.run(
+        ["bash", "-c", 'eval "$1" && echo "$PYTORCH_NPU_ALLOC_CONF|$VLLM_USE_V1|$(ulimit -n)"', "_", proc.stdout],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+    )
+    values = shell.stdout.strip().split("|")
+    assert values[:2] == ["expandable_segments:True", "1"]
+    as_json = json.loads(run_cli(tmp_path, "env", "--device", "cuda", "--shell", "json").stdout)
+    assert as_json["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and "HCCL_CONNECT_TIMEOUT" not in as_json["env"]
+    assert {v["name"] for v in as_json["site_specific"]} == {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}
+    assert as_json["ulimit_nofile"] == 32768
+
+
+def test_secrets_are_redacted_in_the_command_and_environment():
+    argv = ["train.sh", "WANDB_API_KEY=abc", "trainer.project_name=x", "HF_TOKEN=t"]
+    assert launch.redact_argv(argv) == [
+        "train.sh",
+        "WANDB_API_KEY=<redacted>",
+        "trainer.project_name=x",
+        "HF_TOKEN=<redacted>",
+    ]
+    env = launch.redact_env({"AWS_SECRET_ACCESS_KEY": "k", "MY_PASSWORD": "p", "HCCL_EXEC_TIMEOUT": "3600"})
+    assert env == {"AWS_SECRET_ACCESS_KEY": "<redacted>", "HCCL_EXEC_TIMEOUT": "3600", "MY_PASSWORD": "<redacted>"}
+
+
+def test_env_resolution_sources():
+    profile = manifest.load_profile("verl-796871d")
+    settings = {
+        s.name: s for s in launch.resolve_env(profile, "npu", {"HCCL_SOCKET_IFNAME": "eth0", "TASK_QUEUE_ENABLE": "2"})
+    }
+    assert settings["HCCL_SOCKET_IFNAME"].source == "user" and settings["HCCL_SOCKET_IFNAME"].value == "eth0"
+    assert settings["TASK_QUEUE_ENABLE"].source == "user"  # set explicitly, even to the same value
+    assert settings["GLOO_SOCKET_IFNAME"].source == "missing" and settings["GLOO_SOCKET_IFNAME"].value is None
+    assert settings["PYTHONUNBUFFERED"].source == "ascendfix"
+    env = launch.job_environment(settings.values(), {"PATH": "/bin"})
+    assert "GLOO_SOCKET_IFNAME" not in env and env["HCCL_EXEC_TIMEOUT"] == "3600" and env["PATH"] == "/bin"
