@@ -328,3 +328,33 @@ def test_template_runs_on_python39():
     assert old.returncode == 0, old.stderr
     assert old.stdout == new.stdout
     assert new.stdout.startswith("[(0, 2)] [(0, 1), (0, 2)]\n")  # a zero-size box strictly inside counts
+
+
+# --- through the engine, as `ascendfix apply --variant ...=fast-validate` does it ---------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_engine_applies_switches_and_reverts_the_variants(copy_tree, version):
+    from ascendfix import engine, manifest
+
+    profile = manifest.load_profile("verl-796871d")
+    ids = ("torch-shard-overlap-check", "torch-global-plan-check")
+    root = copy_tree(upstream.torch_tree(version))
+    before = {p: (root / p).read_bytes() for p in (upstream.SHARD_INTERNALS, upstream.DEFAULT_PLANNER)}
+
+    def select(variant):
+        return engine.select(profile, "npu", ids, roots={"torch": root}, variants=dict.fromkeys(ids, variant))
+
+    assert {(s.state, s.variant) for s in engine.apply(select("fast-validate"))} == {("applied", "fast-validate")}
+    planner = (root / upstream.DEFAULT_PLANNER).read_bytes()
+    assert b"_ascendfix_overlaps = _ascendfix_chunks_overlapping" in planner
+    stock, _ = load(before[upstream.DEFAULT_PLANNER], PLAN_FUNCTIONS)
+    patched, _ = load(planner, PLAN_FUNCTIONS)
+    assert stock["_validate_global_plan"]([0, 1], Metadata({})) == patched["_validate_global_plan"](
+        [0, 1], Metadata({})
+    )
+    assert {s.variant for s in engine.status(select("fast-validate"))} == {"fast-validate"}
+    assert {(s.state, s.variant) for s in engine.apply(select("skip"))} == {("applied", "skip")}
+    assert b"_ascendfix_" not in (root / upstream.DEFAULT_PLANNER).read_bytes()
+    engine.revert(select("skip"))
+    assert {p: (root / p).read_bytes() for p in before} == before
