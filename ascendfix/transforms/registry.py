@@ -6,6 +6,7 @@ import dataclasses
 import typing
 from typing import Any
 
+from ascendfix.transforms.fast_overlap import FastOverlapScan
 from ascendfix.transforms.return_early import ReturnEarly
 from ascendfix.transforms.set_assignment import SetAssignment
 from ascendfix.transforms.set_keyword import SetKeyword
@@ -14,6 +15,7 @@ TRANSFORMS: dict[str, type] = {
     "set-assignment": SetAssignment,
     "return-early": ReturnEarly,
     "set-keyword": SetKeyword,
+    "fast-overlap-scan": FastOverlapScan,
 }
 
 

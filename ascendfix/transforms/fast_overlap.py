@@ -1,0 +1,273 @@
+"""Narrow a pairwise overlap scan to the pairs an exact, fast helper from a template finds."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import textwrap
+from dataclasses import dataclass
+
+from ascendfix.resources import data_dir
+from ascendfix.transforms.base import Outcome, TransformError, marker
+
+PREFIX = "_ascendfix_"
+RESULT = "_ascendfix_overlaps"  # the local that holds the helper's answer in the patched function
+UNSET = f"{RESULT} is None"
+
+
+def _canonical(node) -> str:
+    """An AST as text, the same on every Python version (no context, no empty fields)."""
+    if isinstance(node, ast.AST):
+        skip = ("ctx", "kind", "type_comment", "type_params")
+        fields = (f"{k}={_canonical(v)}" for k, v in ast.iter_fields(node) if k not in skip and v not in (None, []))
+        return f"{type(node).__name__}({','.join(fields)})"
+    if isinstance(node, list):
+        return f"[{','.join(_canonical(v) for v in node)}]"
+    return repr(node)
+
+
+def _canonical_code(code: str) -> str:
+    return _canonical(ast.parse(textwrap.dedent(code)))
+
+
+def fingerprint(module, func) -> str:
+    """sha256 of ``func`` and the module-level functions it calls; formatting and comments do not count."""
+    import libcst as cst
+
+    from ascendfix.transforms.cst_util import code_of, walk
+
+    called = {n.func.value for n, _ in walk(func) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)}
+    parts = [code_of(func)]
+    parts += [code_of(s) for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value in called]
+    return hashlib.sha256("\n".join(_canonical_code(p) for p in parts).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Template:
+    replaces: dict[str, dict]
+    functions: dict[str, str]  # name -> source, in file order
+    uses: dict[str, set[str]]  # name -> the template functions it calls
+
+
+@functools.cache
+def _load_template(relative: str) -> _Template:
+    path = data_dir("patches") / relative
+    try:
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, UnicodeDecodeError) as e:
+        raise TransformError(f"cannot read template {path}: {e}") from None
+    lines = text.splitlines()
+    replaces: dict[str, dict] = {}
+    functions: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["REPLACES"]:
+            replaces = ast.literal_eval(node.value)
+        elif isinstance(node, ast.FunctionDef) and node.name.startswith(PREFIX):
+            functions[node.name] = "\n".join(lines[node.lineno - 1 : node.end_lineno])
+    uses = {
+        name: {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name) and n.id in functions} - {name}
+        for name, code in functions.items()
+    }
+    return _Template(replaces, functions, uses)
+
+
+def _helper_defs(template: _Template, helper: str, patch_id: str) -> list:
+    """``helper`` and every template function it needs, in template order, each line marked."""
+    import libcst as cst
+
+    needed, todo = set(), [helper]
+    while todo:
+        name = todo.pop()
+        if name not in template.functions:
+            raise TransformError(f"the template has no function {name}()")
+        if name not in needed:
+            needed.add(name)
+            todo.extend(template.uses[name])
+    defs = []
+    for name, code in template.functions.items():
+        if name not in needed:
+            continue
+        marked = "\n".join(f"{line}  {marker(patch_id)}" if line.strip() else line for line in code.splitlines())
+        if _canonical_code(marked) != _canonical_code(code):
+            raise TransformError(f"template function {name}() has a multi-line string a marker would land in")
+        (func,) = cst.parse_module(marked + "\n").body
+        defs.append(func.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
+    return defs
+
+
+def _parts(module, func, patch_id: str) -> tuple[list, list, list]:
+    """This patch's helper defs in ``module``, its call statements and narrowed loops in ``func``."""
+    import libcst as cst
+
+    from ascendfix.transforms.cst_util import code_of, has_marker, walk
+
+    helpers = [
+        s
+        for s in module.body
+        if isinstance(s, cst.FunctionDef)
+        and s.name.value.startswith(PREFIX)
+        and isinstance(s.body, cst.IndentedBlock)
+        and has_marker(s.body.header, patch_id)
+    ]
+    calls, loops = [], []
+    for node, above in walk(func):
+        if (
+            isinstance(node, cst.SimpleStatementLine)
+            and isinstance(node.body[0], cst.Assign)
+            and code_of(node.body[0].targets[0].target) == RESULT
+            and has_marker(node.trailing_whitespace, patch_id)
+        ):
+            calls.append((node, above[-1]))
+        elif (
+            isinstance(node, cst.For)
+            and isinstance(node.iter, cst.IfExp)
+            and code_of(node.iter.test) == UNSET
+            and isinstance(node.body, cst.IndentedBlock)
+            and has_marker(node.body.header, patch_id)
+        ):
+            loops.append(node)
+    return helpers, calls, loops
+
+
+@dataclass(frozen=True)
+class FastOverlapScan:
+    """Matches the module-level ``def <function>`` holding an overlap scan that ``template`` knows.
+
+    A scan is a ``for`` loop over positions with one inner ``for`` over candidate partners. The
+    function is known when its :func:`fingerprint` (it and the module functions it calls) is a key
+    of the template's ``REPLACES`` table, which names the scan's outer loop and the helper that
+    replays it; any other version is refused, not mangled. Apply inserts that helper and the
+    template functions it uses right before the function (each line marked), calls it before the
+    loop, and narrows the inner loop (and, for a sweep, the outer loop) to the helper's answer;
+    the stock loop keeps its own test, messages, warnings and return value. Revert removes
+    exactly those lines and unwraps the loops.
+    """
+
+    function: str
+    template: str
+
+    def _find(self, module):
+        import libcst as cst
+
+        found = [
+            (i, s)
+            for i, s in enumerate(module.body)
+            if isinstance(s, cst.FunctionDef) and s.name.value == self.function
+        ]
+        return found[0] if len(found) == 1 else None
+
+    def _scan(self, module, func):
+        """The stock scan's outer loop, the block holding it, its inner loop, and the template's form."""
+        import libcst as cst
+
+        from ascendfix.transforms.cst_util import code_of, walk
+
+        form = _load_template(self.template).replaces.get(fingerprint(module, func))
+        if form is None:
+            raise TransformError(
+                f"{self.function}() is not a version that {self.template} knows "
+                "(a torch it was not written for): use the skip variant"
+            )
+        header = _canonical_code(f"{form['loop']}:\n    pass\n")
+        outers = [
+            (node, above[-1])
+            for node, above in walk(func)
+            if isinstance(node, cst.For)
+            and _canonical_code(f"for {code_of(node.target)} in {code_of(node.iter)}:\n    pass\n") == header
+        ]
+        inners = [s for node, _ in outers for s in node.body.body if isinstance(s, cst.For)]
+        if len(outers) != 1 or len(inners) != 1:
+            raise TransformError(f"{self.template}: {form['loop']!r} is not one loop with one inner loop")
+        return (*outers[0], inners[0], form)
+
+    def _narrow(self, func, patch_id: str, module):
+        import libcst as cst
+
+        from ascendfix.transforms.cst_util import add_marker, edit
+
+        outer, block, inner, form = self._scan(module, func)
+
+        def wrap(orelse):
+            def narrowed(loop):
+                iterable = cst.IfExp(
+                    test=cst.parse_expression(UNSET),
+                    body=loop.iter,
+                    orelse=cst.parse_expression(orelse),
+                    lpar=[cst.LeftParen()],
+                    rpar=[cst.RightParen()],
+                )
+                header = add_marker(loop.body.header, patch_id)
+                return loop.with_changes(iter=iterable, body=loop.body.with_changes(header=header))
+
+            return narrowed
+
+        at = next(i for i, s in enumerate(block.body) if s is outer)
+        call = cst.parse_statement(f"{RESULT} = {form['helper']}({form['args']})\n")
+        call = call.with_changes(
+            trailing_whitespace=add_marker(call.trailing_whitespace, patch_id), leading_lines=outer.leading_lines
+        )
+
+        def insert(new_block):
+            body = list(new_block.body)
+            body[at] = body[at].with_changes(leading_lines=[])
+            return new_block.with_changes(body=[*body[:at], call, *body[at:]])
+
+        edits = {id(inner): wrap(f"{RESULT}[{form['index']}]"), id(block): insert}
+        if form["narrow_outer"]:
+            edits[id(outer)] = wrap(RESULT)
+        return edit(func, edits), _helper_defs(_load_template(self.template), form["helper"], patch_id)
+
+    @staticmethod
+    def _restore(func, calls, loops, patch_id: str):
+        from ascendfix.transforms.cst_util import drop_marker, edit
+
+        def unwrap(loop):
+            header = drop_marker(loop.body.header, patch_id)
+            return loop.with_changes(iter=loop.iter.body, body=loop.body.with_changes(header=header))
+
+        def remove(call):
+            def without(block):
+                body = list(block.body)
+                at = next(i for i, s in enumerate(body) if s is call)
+                following = body[at + 1].with_changes(leading_lines=call.leading_lines)
+                return block.with_changes(body=[*body[:at], following, *body[at + 2 :]])
+
+            return without
+
+        edits = {id(loop): unwrap for loop in loops}
+        edits.update({id(block): remove(call) for call, block in calls})
+        return edit(func, edits)
+
+    def _rewrite(self, source: bytes, patch_id: str, forward: bool) -> Outcome:
+        from ascendfix.transforms.cst_util import parse
+
+        if self.function.encode() not in source:
+            return Outcome(source, 0, 0)
+        module = parse(source)
+        found = self._find(module)
+        if found is None:
+            return Outcome(source, 0, 0)
+        index, func = found
+        helpers, calls, loops = _parts(module, func, patch_id)
+        if (helpers or calls or loops) and not (helpers and len(calls) == 1 and loops):
+            raise TransformError(f"{self.function}() carries only part of this patch; restore the file and apply again")
+        is_done = bool(helpers)
+        if forward == is_done:
+            return Outcome(source, int(not is_done), int(is_done))
+        if forward:
+            new_func, inserted = self._narrow(func, patch_id, module)
+            body = [*module.body[:index], *inserted, new_func, *module.body[index + 1 :]]
+        else:
+            new_func = self._restore(func, calls, loops, patch_id)
+            body = [new_func if s is func else s for s in module.body if not any(s is h for h in helpers)]
+        return Outcome(module.with_changes(body=body).bytes, int(not is_done), int(is_done))
+
+    def apply(self, source: bytes, patch_id: str) -> Outcome:
+        """Insert the fast helper and narrow the stock scan, unless already done."""
+        return self._rewrite(source, patch_id, forward=True)
+
+    def revert(self, source: bytes, patch_id: str) -> Outcome:
+        """Remove the helper and restore the stock scan this patch narrowed."""
+        return self._rewrite(source, patch_id, forward=False)

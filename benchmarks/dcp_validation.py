@@ -1,0 +1,213 @@
+"""Checkpoint validation speed on Qwen3-235B-A22B, stock torch vs skip vs fast-validate, in one run.
+
+The functions timed are the real bodies from the torch wheels (downloaded into the test cache,
+never committed), run with stand-ins for the torch types (tests/torch_standins.py):
+``validate_non_overlapping_shards_metadata`` (every load) and ``_validate_global_plan`` (every
+save), stock 2.7.1 (the A2's torch), stock 2.14.1 (newest; it has 2.10's sort-and-sweep), the
+guide's ``skip`` and ascendfix's ``fast-validate`` on both.
+
+The layout is Megatron's distributed checkpoint of Qwen3-235B-A22B on 128 NPUs, TP4 PP8 EP4
+(expert TP 1): 94 layers stacked on a leading axis, PP stages of 12,12,12,12,12,12,11,11 layers;
+hidden 4096, 64 query / 4 key-value heads of 128, 128 experts of moe_intermediate 1536, vocab
+151936. The expert fc1 weight is the guide's 94 x 128 x 2 = 24,064-chunk tensor (one chunk per
+layer, expert and gate/up half); chunks are listed in rank order, as the global plan lists them.
+Stock torch runs once per tensor (minutes on the expert tensors); skip and fast-validate take
+the best of three. Whole checkpoint = the sum over its tensors (both functions work per tensor).
+
+Targets: fast-validate < 1 s for the whole checkpoint; >= 1000x stock 2.7.1 on the expert tensor.
+
+    python benchmarks/dcp_validation.py [--layers N] [--equivalence EXAMPLES]
+
+``--equivalence 10000`` also runs the hypothesis equivalence properties of
+tests/test_fast_validate.py with that many examples per function and torch version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from ascendfix.transforms import registry  # noqa: E402
+from tests import upstream  # noqa: E402
+from tests.torch_standins import (  # noqa: E402
+    PLAN_FUNCTIONS,
+    SHARD_FUNCTIONS,
+    ChunkStorageMetadata,
+    Metadata,
+    ShardMetadata,
+    Size,
+    TensorStorageMetadata,
+    load,
+    outcome,
+)
+
+TEMPLATE = "templates/fast_overlap.py"
+SHARDS, PLAN = "validate_non_overlapping_shards_metadata", "_validate_global_plan"
+TP, PP, EP, WORLD = 4, 8, 4, 128
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, EXPERTS, MOE_FFN, VOCAB = 4096, 64, 4, 128, 128, 1536, 151936
+
+
+@dataclass
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    boxes: list[tuple[tuple[int, ...], tuple[int, ...]]]  # (offsets, sizes), in global plan order
+
+
+def stages(layers: int) -> list[range]:
+    """Layers per PP stage: as even as possible, the larger stages first."""
+    sizes = [layers // PP + (s < layers % PP) for s in range(PP)]
+    starts = [sum(sizes[:s]) for s in range(PP)]
+    return [range(a, a + n) for a, n in zip(starts, sizes, strict=True)]
+
+
+def qwen3_235b(layers: int) -> list[Tensor]:
+    """The checkpoint's tensors and their chunks, rank by rank."""
+    qkv = (HEADS + 2 * KV_HEADS) * HEAD_DIM
+    tensors = []
+
+    def stacked(name, shape, split_dim=None):  # one chunk per layer (and TP rank when split)
+        parts = TP if split_dim is not None else 1
+        boxes = []
+        for stage in stages(layers):
+            for tp in range(parts):
+                for layer in stage:
+                    offsets, sizes = [layer, *[0] * len(shape)], [1, *shape]
+                    if split_dim is not None:
+                        sizes[1 + split_dim] = shape[split_dim] // TP
+                        offsets[1 + split_dim] = tp * sizes[1 + split_dim]
+                    boxes.append((tuple(offsets), tuple(sizes)))
+        tensors.append(Tensor(f"decoder.layers.{name}", (layers, *shape), boxes))
+
+    def experts(name, rows, cols, halves):  # one chunk per layer, expert and half; EP rank owns 32 experts
+        boxes = []
+        for stage in stages(layers):
+            for ep in range(EP):
+                for layer in stage:
+                    for expert in range(ep * EXPERTS // EP, (ep + 1) * EXPERTS // EP):
+                        for half in range(halves):
+                            boxes.append(((layer, expert, half * rows // halves, 0), (1, 1, rows // halves, cols)))
+        tensors.append(Tensor(f"decoder.layers.mlp.experts.experts.{name}", (layers, EXPERTS, rows, cols), boxes))
+
+    def vocab(name):
+        rows = VOCAB // TP
+        boxes = [((tp * rows, 0), (rows, HIDDEN)) for tp in range(TP)]
+        tensors.append(Tensor(name, (VOCAB, HIDDEN), boxes))
+
+    vocab("embedding.word_embeddings.weight")
+    stacked("self_attention.linear_qkv.layer_norm_weight", (HIDDEN,))
+    stacked("self_attention.linear_qkv.weight", (qkv, HIDDEN), split_dim=0)
+    stacked("self_attention.q_layernorm.weight", (HEAD_DIM,))
+    stacked("self_attention.k_layernorm.weight", (HEAD_DIM,))
+    stacked("self_attention.linear_proj.weight", (HIDDEN, HEADS * HEAD_DIM), split_dim=1)
+    stacked("pre_mlp_layernorm.weight", (HIDDEN,))
+    stacked("mlp.router.weight", (EXPERTS, HIDDEN))
+    experts("linear_fc1.weight", 2 * MOE_FFN, HIDDEN, halves=2)
+    experts("linear_fc2.weight", HIDDEN, MOE_FFN, halves=1)
+    tensors.append(Tensor("decoder.final_layernorm.weight", (HIDDEN,), [((0,), (HIDDEN,))]))
+    vocab("output_layer.weight")
+    return tensors
+
+
+def variants() -> dict[str, dict[str, tuple]]:
+    """name -> {function: (callable, logger)} for every column of the table."""
+    columns = {}
+    for version in upstream.TORCH_WHEELS:
+        root = upstream.torch_tree(version)
+        shard_src = (root / upstream.SHARD_INTERNALS).read_bytes()
+        plan_src = (root / upstream.DEFAULT_PLANNER).read_bytes()
+        fast_shards = registry.build(
+            "fast-overlap-scan", {"function": "_find_nd_overlapping_shards", "template": TEMPLATE}
+        )
+        fast_plan = registry.build("fast-overlap-scan", {"function": PLAN, "template": TEMPLATE})
+        sources = {
+            f"stock {version}": (shard_src, plan_src),
+            f"fast {version}": (fast_shards.apply(shard_src, "x").code, fast_plan.apply(plan_src, "x").code),
+        }
+        if version == "2.7.1":
+            skip_shards = registry.build("return-early", {"function": SHARDS})
+            skip_plan = registry.build("return-early", {"function": PLAN})
+            sources["skip 2.7.1"] = (skip_shards.apply(shard_src, "x").code, skip_plan.apply(plan_src, "x").code)
+        for name, (shards, plan) in sources.items():
+            shard_ns, shard_log = load(shards, SHARD_FUNCTIONS)
+            plan_ns, plan_log = load(plan, PLAN_FUNCTIONS)
+            columns[name] = {SHARDS: (shard_ns[SHARDS], shard_log), PLAN: (plan_ns[PLAN], plan_log)}
+    order = ["stock 2.7.1", "stock 2.14.1", "skip 2.7.1", "fast 2.7.1", "fast 2.14.1"]
+    return {name: columns[name] for name in order}
+
+
+def arguments(function: str, tensor: Tensor) -> tuple:
+    if function == SHARDS:
+        return ([ShardMetadata(list(o), list(s)) for o, s in tensor.boxes],)
+    chunks = [ChunkStorageMetadata(Size(o), Size(s)) for o, s in tensor.boxes]
+    return [object()] * WORLD, Metadata({tensor.name: TensorStorageMetadata(Size(tensor.shape), chunks)})
+
+
+def timed(func, logger, args, runs: int) -> tuple[float, tuple]:
+    best, result = float("inf"), None
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = outcome(func, logger, *args)
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def equivalence(examples: int) -> None:
+    env = {**os.environ, "ASCENDFIX_EQUIVALENCE_EXAMPLES": str(examples), "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_fast_validate.py"]
+    cmd += ["-k", "unchanged or same_pair"]
+    print(f"\nequivalence, {examples} examples per function and torch version: {shlex.join(cmd[2:])}")
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    print(result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr.strip()[-2000:])
+    if result.returncode != 0:
+        print(result.stdout[-4000:])
+        raise SystemExit(1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=94, help="model depth (94 is Qwen3-235B-A22B)")
+    parser.add_argument("--equivalence", type=int, metavar="EXAMPLES", help="also run the equivalence properties")
+    args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # rows as they are measured: stock takes minutes
+    tensors = qwen3_235b(args.layers)
+    columns = variants()
+    names = list(columns)
+    total_chunks = sum(len(t.boxes) for t in tensors)
+    print(f"Qwen3-235B-A22B, {args.layers} layers, TP{TP} PP{PP} EP{EP}: {len(tensors)} tensors, {total_chunks} chunks")
+    for function in (SHARDS, PLAN):
+        print(f"\n{function}: seconds (stock: one run; skip, fast: best of 3)")
+        print(f"{'tensor':58} {'chunks':>6} " + " ".join(f"{n:>12}" for n in names) + f" {'2.7.1/fast':>11}")
+        whole = dict.fromkeys(names, 0.0)
+        for tensor in sorted(tensors, key=lambda t: -len(t.boxes)):
+            args_ = arguments(function, tensor)
+            times, results = {}, {}
+            for name, funcs in columns.items():
+                times[name], results[name] = timed(*funcs[function], args_, 1 if name.startswith("stock") else 3)
+                whole[name] += times[name]
+            for version in upstream.TORCH_WHEELS:
+                if results[f"fast {version}"] != results[f"stock {version}"]:
+                    raise SystemExit(f"{tensor.name}: fast {version} differs from stock: {results}")
+            ratio = times["stock 2.7.1"] / times["fast 2.7.1"]
+            row = " ".join(f"{times[n]:12.5f}" for n in names)
+            print(f"{tensor.name[-58:]:58} {len(tensor.boxes):6} {row} {ratio:10.0f}x")
+        ratio = whole["stock 2.7.1"] / whole["fast 2.7.1"]
+        row = " ".join(f"{whole[n]:12.4f}" for n in names)
+        print(f"{'whole checkpoint':58} {total_chunks:6} {row} {ratio:10.0f}x")
+        speedup_newest = whole["stock 2.14.1"] / whole["fast 2.14.1"]
+        print(f"  fast-validate vs stock 2.14.1 on the whole checkpoint: {speedup_newest:.0f}x; results identical")
+    if args.equivalence:
+        equivalence(args.equivalence)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,360 @@
+"""fast-validate: the patched torch checkpoint validators behave exactly like the stock ones.
+
+The stock and patched functions are the real bodies from the torch wheels (see
+tests/torch_standins.py). ``ASCENDFIX_EQUIVALENCE_EXAMPLES`` sets the examples per property
+(benchmarks/dcp_validation.py --equivalence runs 10,000); CI runs a fixed, derandomized set.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import difflib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ascendfix.resources import data_dir
+from ascendfix.transforms import registry
+from ascendfix.transforms.base import TransformError, marker
+from ascendfix.transforms.fast_overlap import FastOverlapScan
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests import upstream
+from tests.torch_standins import (
+    PLAN_FUNCTIONS,
+    SHARD_FUNCTIONS,
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    ShardMetadata,
+    Size,
+    TensorStorageMetadata,
+    load,
+    outcome,
+)
+
+pytestmark = pytest.mark.upstream
+
+VERSIONS = list(upstream.TORCH_WHEELS)
+TEMPLATE = "templates/fast_overlap.py"
+SHARD = FastOverlapScan("_find_nd_overlapping_shards", TEMPLATE)
+PLAN = FastOverlapScan("_validate_global_plan", TEMPLATE)
+CASES = [(SHARD, upstream.SHARD_INTERNALS), (PLAN, upstream.DEFAULT_PLANNER)]
+EXAMPLES = int(os.environ.get("ASCENDFIX_EQUIVALENCE_EXAMPLES", "250"))
+EQUIVALENCE = settings(
+    max_examples=EXAMPLES,
+    derandomize=EXAMPLES <= 1000,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def _source(version: str, path: str) -> bytes:
+    return (upstream.torch_tree(version) / path).read_bytes()
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def pair(request):
+    """(stock, patched) namespaces of both modules of one torch version, each with its logger."""
+    version = request.param
+    loaded = {}
+    for transform, path, names in (
+        (SHARD, upstream.SHARD_INTERNALS, SHARD_FUNCTIONS),
+        (PLAN, upstream.DEFAULT_PLANNER, PLAN_FUNCTIONS),
+    ):
+        stock = _source(version, path)
+        patched = transform.apply(stock, "torch-check").code
+        loaded[path] = (load(stock, names), load(patched, names))
+    return version, loaded
+
+
+# --- layouts ---------------------------------------------------------------------------------
+
+
+def _grid(draw, shape):
+    """Chunks that tile ``shape`` (a few pieces per dimension)."""
+    per_dim = []
+    for size in shape:
+        cuts = draw(st.lists(st.integers(1, max(size - 1, 1)), max_size=3 if len(shape) <= 2 else 2, unique=True))
+        points = [0, *sorted(c for c in cuts if 0 < c < size), size]
+        per_dim.append([(a, b - a) for a, b in zip(points, points[1:], strict=False)])
+    boxes = [((), ())]
+    for ranges in per_dim:
+        boxes = [(o + (a,), s + (n,)) for o, s in boxes for a, n in ranges]
+    return [(list(o), list(s)) for o, s in boxes]
+
+
+@st.composite
+def layouts(draw, lowest: int):
+    """(tensor shape, [(offsets, sizes)]) in 1-4 dims: tilings with gaps, duplicates, shifts,
+    zero and (when ``lowest`` < 0) negative values, stray boxes, and now and then a box of another rank."""
+    ndim = draw(st.integers(1, 4))
+    shape = [draw(st.integers(0, 6)) for _ in range(ndim)]
+    value = st.integers(lowest, 7)
+    box = st.tuples(st.lists(value, min_size=ndim, max_size=ndim), st.lists(value, min_size=ndim, max_size=ndim))
+    if draw(st.booleans()):
+        boxes = _grid(draw, shape)
+    else:
+        boxes = [(list(o), list(s)) for o, s in draw(st.lists(box, min_size=1, max_size=12))]
+    for _ in range(draw(st.integers(0, 4))):
+        op = draw(st.sampled_from(["drop", "duplicate", "shift", "resize", "add", "rank"]))
+        k = draw(st.integers(0, len(boxes) - 1)) if boxes else 0
+        d = draw(st.integers(0, ndim - 1))
+        if op == "drop" and len(boxes) > 1:
+            boxes.pop(k)
+        elif op == "duplicate" and boxes:
+            boxes.insert(draw(st.integers(0, len(boxes))), (list(boxes[k][0]), list(boxes[k][1])))
+        elif op == "shift" and boxes and d < len(boxes[k][0]):  # a box of another rank may lack d
+            boxes[k][0][d] = max(lowest, boxes[k][0][d] + draw(st.sampled_from([-2, -1, 1, 2])))
+        elif op == "resize" and boxes and d < len(boxes[k][1]):
+            boxes[k][1][d] = draw(st.integers(max(lowest, -1), 4))
+        elif op == "add":
+            o, s = draw(box)
+            boxes.append((list(o), list(s)))
+        elif op == "rank" and boxes and draw(st.integers(0, 4)) == 0:
+            o, s = boxes[k]
+            boxes[k] = (o[:-1], s[:-1]) if draw(st.booleans()) else (o + [0], s + [1])
+    return shape, boxes
+
+
+@st.composite
+def plans(draw):
+    """(global_plan, Metadata) with a few tensors, a bytes entry and a 0-dim tensor now and then."""
+    entries = {}
+    for n in range(draw(st.integers(1, 3))):
+        shape, boxes = draw(layouts(lowest=-2))
+        chunks = [ChunkStorageMetadata(Size(o), Size(s)) for o, s in boxes]
+        entries[f"w{n}"] = TensorStorageMetadata(Size(shape), chunks)
+    if draw(st.booleans()):
+        entries["extra"] = draw(
+            st.sampled_from(
+                [BytesStorageMetadata(), TensorStorageMetadata(Size([]), [ChunkStorageMetadata(Size([]), Size([]))])]
+            )
+        )
+    return [object()] * draw(st.integers(1, 2)), Metadata(entries)
+
+
+# --- equivalence -----------------------------------------------------------------------------
+
+
+@given(layout=layouts(lowest=0))
+@EQUIVALENCE
+def test_shard_validation_is_unchanged(pair, layout):
+    _, loaded = pair
+    (stock, stock_log), (patched, patched_log) = loaded[upstream.SHARD_INTERNALS]
+    _, boxes = layout
+    shards = [ShardMetadata(o, s) for o, s in boxes]
+    name = "validate_non_overlapping_shards_metadata"
+    assert outcome(patched[name], patched_log, shards) == outcome(stock[name], stock_log, shards)
+
+
+@given(layout=layouts(lowest=0))
+@EQUIVALENCE
+def test_nd_scan_reports_the_same_pair(pair, layout):
+    _, loaded = pair
+    (stock, stock_log), (patched, patched_log) = loaded[upstream.SHARD_INTERNALS]
+    shape, boxes = layout
+    shards = [ShardMetadata(o, s) for o, s in boxes]
+    sharded_dims = list(range(len(shape)))  # every dimension, also those the caller would not pass
+    name = "_find_nd_overlapping_shards"
+    assert outcome(patched[name], patched_log, shards, sharded_dims) == outcome(
+        stock[name], stock_log, shards, sharded_dims
+    )
+
+
+@given(plan=plans())
+@EQUIVALENCE
+def test_plan_validation_is_unchanged(pair, plan):
+    _, loaded = pair
+    (stock, stock_log), (patched, patched_log) = loaded[upstream.DEFAULT_PLANNER]
+    name = "_validate_global_plan"
+    assert outcome(patched[name], patched_log, *plan) == outcome(stock[name], stock_log, *plan)
+
+
+def _experts(layers: int) -> list[tuple[list[int], list[int]]]:
+    """A Megatron expert weight as the checkpoint lists it: one chunk per layer, expert and gate/up half."""
+    return [
+        ([layer, e, h * 1536, 0], [1, 1, 1536, 4096]) for e in range(128) for layer in range(layers) for h in (0, 1)
+    ]
+
+
+DAMAGE = {
+    "clean": lambda boxes: boxes,
+    "duplicate": lambda boxes: boxes + [boxes[300]],  # a chunk saved twice: still a grid
+    "misaligned": lambda boxes: [*boxes[:5], ([0, 2, 1000, 0], [1, 1, 1536, 4096]), *boxes[5:]],  # a sweep
+    "zero-size": lambda boxes: [*boxes, ([1, 7, 100, 0], [1, 1, 0, 4096])],  # inside another chunk
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_realistic_layouts_with_damage(pair, damage):
+    """The expert tensor of the benchmark, 2 layers deep, clean and damaged: the same answer at scale."""
+    _, loaded = pair
+    boxes = DAMAGE[damage](_experts(2))
+    shape = Size([2, 128, 3072, 4096])
+    (stock, stock_log), (patched, patched_log) = loaded[upstream.SHARD_INTERNALS]
+    shards = [ShardMetadata(o, s) for o, s in boxes]
+    name = "validate_non_overlapping_shards_metadata"
+    assert outcome(patched[name], patched_log, shards) == outcome(stock[name], stock_log, shards)
+    (stock, stock_log), (patched, patched_log) = loaded[upstream.DEFAULT_PLANNER]
+    chunks = [ChunkStorageMetadata(Size(o), Size(s)) for o, s in boxes]
+    plan = ([object()] * 2, Metadata({"experts": TensorStorageMetadata(shape, chunks)}))
+    expected = outcome(stock[PLAN.function], stock_log, *plan)
+    assert outcome(patched[PLAN.function], patched_log, *plan) == expected
+    assert bool(expected[2]) == (damage != "clean")  # damage is reported, a clean layout is not
+
+
+def test_helpers_take_the_fast_path(pair):
+    """The equivalence above is not won by falling back: int boxes get an answer, grid or not."""
+    version, loaded = pair
+    (_, _), (patched, _) = loaded[upstream.DEFAULT_PLANNER]
+    grid = [ChunkStorageMetadata(Size([r, c]), Size([2, 3])) for r in (0, 2) for c in (0, 3, 6)]
+    ragged = [*grid, ChunkStorageMetadata(Size([1, 1]), Size([1, 3])), ChunkStorageMetadata(Size([1, 4]), Size([0, 0]))]
+    if version == "2.7.1":
+        later = patched["_ascendfix_chunks_overlapping_later"]
+        assert [list(c) for c in later(grid + grid[:1])] == [[grid[0]], [], [], [], [], [], []]
+        assert later(ragged)[0] == [ragged[6]] and later(ragged)[1] == [ragged[6], ragged[7]]
+    else:
+        sweep = patched["_ascendfix_chunks_overlapping_in_sweep"]
+        assert sweep(grid, list(range(len(grid))), 1) == {}
+        assert sweep(ragged, list(range(len(ragged))), 1) == {6: [(3, 0), (6, 1)], 7: [(6, 1)]}
+    assert patched["_ascendfix_boxes"]([[0, 1.0]], [[1, 1]], None) is None  # not ints: stock scan runs
+
+
+# --- the transform on the real files ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("transform", "path"), CASES, ids=["shards", "plan"])
+def test_apply_is_idempotent_marked_and_reverts_exactly(version, transform, path):
+    stock = _source(version, path)
+    applied = transform.apply(stock, "torch-check")
+    assert (applied.pending, applied.done) == (1, 0)
+    compile(applied.code, path, "exec")
+    again = transform.apply(applied.code, "torch-check")
+    assert (again.code, again.pending, again.done) == (applied.code, 0, 1)
+    reverted = transform.revert(applied.code, "torch-check")
+    assert (reverted.code, reverted.pending, reverted.done) == (stock, 0, 1)
+    assert transform.revert(stock, "torch-check").code == stock
+    diff = difflib.ndiff(stock.decode().splitlines(), applied.code.decode().splitlines())
+    added = [line[2:] for line in diff if line.startswith("+ ") and line[2:].strip()]
+    assert added and all(line.endswith(marker("torch-check")) for line in added)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("transform", "path"), CASES, ids=["shards", "plan"])
+def test_a_changed_scan_is_refused(version, transform, path):
+    stock = _source(version, path).decode()
+    # the overlap test now counts touching boxes: a torch this template was not written for
+    changed = stock.replace("_offsets[i] >= shard2", "_offsets[i] > shard2").replace(
+        "box0.offsets[i] >= box1", "box0.offsets[i] > box1"
+    )
+    if version == "2.7.1" and transform is SHARD:
+        changed = stock.replace("interval_i[0] > interval_j[1]", "interval_i[0] >= interval_j[1]")
+    assert changed != stock
+    with pytest.raises(TransformError, match="use the skip variant"):
+        transform.apply(changed.encode(), "torch-check")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_partly_applied_file_is_refused(version):
+    applied = PLAN.apply(_source(version, upstream.DEFAULT_PLANNER), "torch-check").code.decode()
+    without_call = "\n".join(line for line in applied.splitlines() if "_ascendfix_overlaps = " not in line)
+    with pytest.raises(TransformError, match="only part of this patch"):
+        PLAN.apply(without_call.encode(), "torch-check")
+    with pytest.raises(TransformError, match="only part of this patch"):
+        PLAN.revert(without_call.encode(), "torch-check")
+
+
+def test_a_file_without_the_function_has_no_site():
+    source = b"def other():\n    return 1\n"
+    assert (PLAN.apply(source, "x").pending, PLAN.apply(source, "x").done) == (0, 0)
+
+
+def test_registered_with_its_parameters():
+    cls = registry.get("fast-overlap-scan")
+    assert cls is FastOverlapScan
+    assert registry.check_params(cls, {"function": "_validate_global_plan", "template": TEMPLATE}) is None
+
+
+def test_template_is_self_contained_python39():
+    """Inserted code parses as Python 3.9 (torch 2.7.1's oldest) and uses only builtins, some stdlib and itself."""
+    text = (data_dir("patches") / TEMPLATE).read_text()
+    tree = ast.parse(text, feature_version=(3, 9))
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert functions and all(name.startswith("_ascendfix_") for name in functions)
+    stdlib = {"heapq", "itertools", "operator"}
+    allowed = set(dir(builtins)) | functions
+    for func in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        imports = [n for n in ast.walk(func) if isinstance(n, ast.Import | ast.ImportFrom)]
+        assert {n.module if isinstance(n, ast.ImportFrom) else a.name for n in imports for a in n.names} <= stdlib
+        bound = {a.asname or a.name for n in imports for a in n.names}
+        bound |= {a.arg for a in ast.walk(func) if isinstance(a, ast.arg)}
+        bound |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        free = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - bound
+        assert free <= allowed, (func.name, free - allowed)
+
+
+PROBES = """
+boxes = [((0, 0), (2, 3)), ((2, 0), (2, 3)), ((0, 0), (2, 3))]
+ragged = [((0, 0), (2, 3)), ((1, 1), (1, 3)), ((1, 2), (0, 0)), ((-1, 2), (-2, 5))]
+print(_ascendfix_overlapping_pairs(boxes), sorted(_ascendfix_overlapping_pairs(ragged)))
+print(_ascendfix_boxes([[0, 1], (2, 3)], [[1, 1], (1, 1)], None), _ascendfix_boxes([[0, 1]], [[1, 1.0]], None))
+print(_ascendfix_boxes([[0, 1, 2]], [[1, 1, 1]], [0, 2]), _ascendfix_boxes([[0, 1, 2]], [[1, 1, 1]], [1]))
+print(_ascendfix_later([(0, 2), (0, 1)], range(3)), _ascendfix_in_sweep_order([(0, 1)], boxes, [1, 0], 1))
+"""
+
+
+def _python39() -> str | None:
+    candidates = [shutil.which("python3.9"), *map(str, Path.home().glob(".pyenv/versions/3.9*/bin/python3.9"))]
+    for path in filter(None, candidates):
+        if subprocess.run([path, "-c", "pass"], capture_output=True).returncode == 0:
+            return path
+    return None
+
+
+@pytest.mark.skipif(_python39() is None, reason="no python3.9 on this machine")
+def test_template_runs_on_python39():
+    """torch 2.7.1 still supports Python 3.9: the inserted functions give the same answers there."""
+    program = (data_dir("patches") / TEMPLATE).read_text() + PROBES
+    old = subprocess.run([_python39(), "-c", program], capture_output=True, text=True, timeout=60)
+    new = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert old.returncode == 0, old.stderr
+    assert old.stdout == new.stdout
+    assert new.stdout.startswith("[(0, 2)] [(0, 1), (0, 2)]\n")  # a zero-size box strictly inside counts
+
+
+# --- through the engine, as `ascendfix apply --variant ...=fast-validate` does it ---------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_engine_applies_switches_and_reverts_the_variants(copy_tree, version):
+    from ascendfix import engine, manifest
+
+    profile = manifest.load_profile("verl-796871d")
+    ids = ("torch-shard-overlap-check", "torch-global-plan-check")
+    root = copy_tree(upstream.torch_tree(version))
+    before = {p: (root / p).read_bytes() for p in (upstream.SHARD_INTERNALS, upstream.DEFAULT_PLANNER)}
+
+    def select(variant):
+        return engine.select(profile, "npu", ids, roots={"torch": root}, variants=dict.fromkeys(ids, variant))
+
+    assert {(s.state, s.variant) for s in engine.apply(select("fast-validate"))} == {("applied", "fast-validate")}
+    planner = (root / upstream.DEFAULT_PLANNER).read_bytes()
+    assert b"_ascendfix_overlaps = _ascendfix_chunks_overlapping" in planner
+    stock, _ = load(before[upstream.DEFAULT_PLANNER], PLAN_FUNCTIONS)
+    patched, _ = load(planner, PLAN_FUNCTIONS)
+    assert stock["_validate_global_plan"]([0, 1], Metadata({})) == patched["_validate_global_plan"](
+        [0, 1], Metadata({})
+    )
+    assert {s.variant for s in engine.status(select("fast-validate"))} == {"fast-validate"}
+    assert {(s.state, s.variant) for s in engine.apply(select("skip"))} == {("applied", "skip")}
+    assert b"_ascendfix_" not in (root / upstream.DEFAULT_PLANNER).read_bytes()
+    engine.revert(select("skip"))
+    assert {p: (root / p).read_bytes() for p in before} == before
