@@ -447,7 +447,7 @@ def demo(folder: Path | None) -> None:
 
     base = folder or Path(tempfile.mkdtemp(prefix="ascendfix-demo-"))
     workspace = demo_workspace.build(base)
-    prof = manifest.load_profile("verl-796871d")
+    prof = manifest.load_profile(str(workspace.profile))
     selection = engine.select(prof, "npu", roots=workspace.roots())
     out.print(f"[bold]ascendfix demo[/] — profile {prof.name}, device npu, workspace {base}\n")
     out.print("[bold]1. status before[/]  (ascendfix status --profile verl-796871d --device npu --root ...)")

@@ -129,6 +129,19 @@ for n in range(1, steps + 1):
 """
 
 
+# The demo's torch files are stand-ins, and fast-validate accepts only the torch versions its
+# template was written for (it refuses anything else): the demo takes the torch patches' skip variant.
+PROFILE_TOML = b"""# The demo's profile: verl-796871d, with the guide's `skip` variant of the torch patches,
+# because the demo's torch files are stand-ins that fast-validate (rightly) does not recognise.
+extends = "verl-796871d"
+name = "verl-796871d-demo"
+
+[variants]
+torch-shard-overlap-check = "skip"
+torch-global-plan-check = "skip"
+"""
+
+
 @dataclass(frozen=True)
 class Workspace:
     """Where the demo's package roots are."""
@@ -140,6 +153,11 @@ class Workspace:
     def roots(self) -> dict[str, Path]:
         """The ``--root`` mapping for the engine."""
         return {"verl": self.verl, "torch": self.torch}
+
+    @property
+    def profile(self) -> Path:
+        """The demo's profile file."""
+        return self.folder / "profile.toml"
 
     @property
     def train_sh(self) -> Path:
@@ -158,6 +176,7 @@ def build(folder: Path, checkout: bool = True) -> Workspace:
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
+    workspace.profile.write_bytes(PROFILE_TOML)
     workspace.train_sh.write_bytes(TRAIN_SH)
     workspace.train_sh.chmod(0o755)
     (folder / "fake_verl.py").write_bytes(FAKE_VERL)

@@ -153,6 +153,10 @@ def _evaluate_file(
     try:
         outcome = chosen.build().apply(code, patch.id)
     except TransformError as e:
+        held = _held_variant(patch, chosen, code, want)
+        if held is not None:
+            reason = f"{pfile.path}: holds variant {held[0].name}; cannot switch to {chosen.name}: {e}"
+            return replace(base, state=DRIFTED, variant=held[0].name, reason=reason)
         return replace(base, state=DRIFTED, reason=f"{pfile.path}: {e}")
     if outcome.done == want and outcome.pending == 0:
         if record is not None and digest != record.patched_sha256:

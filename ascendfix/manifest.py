@@ -494,9 +494,12 @@ def load_profile(ref: str) -> Profile:
                 top.fail("devices", f"patches {other!r} and {patch.id!r} both edit {f.path}; one patch per file")
     variants = {}
     vtable = top.table("variants", required=False)
+    own = read_toml(path).get("variants", {})
     for pid, choice in vtable.data.items() if vtable else []:
         if pid not in patches:
-            vtable.fail(vtable.field(pid), f"not a patch of this profile (its patches: {', '.join(patches)})")
+            if pid in own:  # an inherited choice for a patch this profile dropped is simply moot
+                vtable.fail(vtable.field(pid), f"not a patch of this profile (its patches: {', '.join(patches)})")
+            continue
         names = [v.name for v in patches[pid].variants]
         if choice not in names:
             vtable.fail(vtable.field(pid), f"unknown variant {choice!r} (expected one of {', '.join(names)})")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascendfix import demo
+from ascendfix import demo, manifest
 
 PATCHED = [
     ("verl", "verl/utils/device.py"),
@@ -20,6 +21,7 @@ PATCHED = [
 class Stack:
     verl: Path
     torch: Path
+    profile: Path  # verl-796871d with the skip variant of the torch patches (the stand-ins are not real torch)
 
     def root(self, package: str) -> Path:
         return {"verl": self.verl, "torch": self.torch}[package]
@@ -34,10 +36,18 @@ class Stack:
         return {"verl": self.verl, "torch": self.torch}
 
     def root_args(self) -> list[str]:
-        return ["--root", f"verl={self.verl}", "--root", f"torch={self.torch}"]
+        return ["--profile", str(self.profile), "--root", f"verl={self.verl}", "--root", f"torch={self.torch}"]
 
 
 def make_stack(base: Path, checkout: bool = True) -> Stack:
     """The demo's fake verl checkout (or site-packages layout) and torch site-packages under ``base``."""
     workspace = demo.build(base, checkout)
-    return Stack(workspace.verl, workspace.torch)
+    return Stack(workspace.verl, workspace.torch, workspace.profile)
+
+
+# The demo profile as an object, for tests that call the engine directly.
+DEMO_PROFILE = dataclasses.replace(
+    manifest.load_profile("verl-796871d"),
+    name="verl-796871d-demo",
+    variants={"torch-shard-overlap-check": "skip", "torch-global-plan-check": "skip"},
+)

@@ -29,12 +29,12 @@ def stack(tmp_path):
 
 def test_apply_status_revert_through_the_cli(stack):
     before = stack.snapshot()
-    applied = run("apply", "--profile", "verl-796871d", "--device", "npu", *stack.root_args(), "--json")
+    applied = run("apply", "--device", "npu", *stack.root_args(), "--json")
     assert applied.returncode == 0, applied.stderr
     data = json.loads(applied.stdout)
-    assert data["profile"] == "verl-796871d" and data["device"] == "npu"
+    assert data["profile"] == "verl-796871d-demo" and data["device"] == "npu"
     assert [p["state"] for p in data["patches"]] == ["applied"] * 5
-    status = run("status", "--profile", "verl-796871d", "--device", "npu", *stack.root_args(), "--json")
+    status = run("status", "--device", "npu", *stack.root_args(), "--json")
     assert status.returncode == 0
     assert {p["id"]: p["state"] for p in json.loads(status.stdout)["patches"]}["verl-grpo-no-interleave"] == "applied"
     reverted = run("revert", *stack.root_args())
@@ -115,5 +115,5 @@ def test_demo_runs_the_whole_job_and_leaves_the_workspace_as_it_found_it(tmp_pat
     assert (tmp_path / "demo" / "run" / "train.log").read_text().count(" - training/global_step:") == 6
     assert json.loads((tmp_path / "demo" / "run" / "run.json").read_text())["exit_status"] == 0
     pristine = make_stack(tmp_path / "compare")
-    demo_stack = type(pristine)(tmp_path / "demo" / "verl-checkout", tmp_path / "demo" / "site-packages")
+    demo_stack = type(pristine)(tmp_path / "demo" / "verl-checkout", tmp_path / "demo" / "site-packages", None)
     assert demo_stack.snapshot() == pristine.snapshot()

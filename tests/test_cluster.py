@@ -37,7 +37,7 @@ def ray_cluster(tmp_path_factory, upstream_files):
     base = tmp_path_factory.mktemp("nodes")
     trees = {name: _tree(base / name, upstream_files) for name in ("head", "w0", DRIFTED_NODE)}
     shard = trees[DRIFTED_NODE] / SHARD
-    shard.write_text(shard.read_text().replace("def validate_non_overlapping_shards_metadata(", "def validate_it("))
+    shard.write_text(shard.read_text().replace("def _find_nd_overlapping_shards(", "def _find_it("))
     small = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
 
     def env(name):

@@ -12,9 +12,9 @@ import pytest
 from ascendfix import engine, manifest
 from ascendfix.errors import RefusedError, UsageError
 
-from tests.stack import PATCHED, make_stack
+from tests.stack import DEMO_PROFILE, PATCHED, make_stack
 
-PROFILE = manifest.load_profile("verl-796871d")
+PROFILE = DEMO_PROFILE
 IDS = list(PROFILE.patches)
 
 
@@ -174,7 +174,7 @@ def test_mode_kept_bytecode_dropped_symlinked_package_followed(tmp_path):
 
 
 def test_unknown_only_and_device_are_usage_errors(stack):
-    with pytest.raises(UsageError, match="--only nope: not a patch of profile verl-796871d"):
+    with pytest.raises(UsageError, match="--only nope: not a patch of profile verl-796871d-demo"):
         select(stack, only=["nope"])
 
 

@@ -157,22 +157,22 @@ def test_bundled_profile_carries_the_guides_hints():
 def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypatch):
     from ascendfix import engine
 
-    from tests.stack import make_stack
+    from tests.stack import DEMO_PROFILE, make_stack
 
     stack = make_stack(tmp_path / "stack")
     select = engine.select
     monkeypatch.setattr(engine, "select", lambda profile, device: select(profile, device, roots=stack.roots()))
-    engine.apply(engine.select(PROFILE, "npu"))
+    engine.apply(engine.select(DEMO_PROFILE, "npu"))
     script = write_script(tmp_path, "echo launched\necho python3 x.py algorithm.filter_groups.enable=${FILTER}\n")
     args = ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)]
     refused = CliRunner().invoke(cli.main, args, env={"FILTER": "True"})
     assert refused.exit_code == 1 and "verl-dapo-no-interleave is applied" in refused.output
-    engine.revert(select(PROFILE, "npu", ("verl-dapo-no-interleave",), roots=stack.roots()))
+    engine.revert(select(DEMO_PROFILE, "npu", ("verl-dapo-no-interleave",), roots=stack.roots()))
     engine_only = dataclasses.replace(preflight.default_seams(), doctor_failures=lambda profile, device: [])
-    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {"FILTER": "True"}, engine_only)
+    result = run_preflight(DEMO_PROFILE, "npu", ["bash", str(script)], {"FILTER": "True"}, engine_only)
     assert result.problems == []  # the DAPO patch reverted, as filter_groups needs: nothing to refuse
     assert "verl-dapo-no-interleave is not applied, as algorithm.filter_groups.enable requires" in str(result.hints)
-    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {"FILTER": "False"}, engine_only)
+    result = run_preflight(DEMO_PROFILE, "npu", ["bash", str(script)], {"FILTER": "False"}, engine_only)
     assert [p.message for p in result.problems] == [
         "patch verl-dapo-no-interleave is not applied: run `ascendfix apply`"
     ]

@@ -67,16 +67,29 @@ def test_verl_0_5_device_py_is_a_known_original():
     assert status.files[0].preimage == "verl 796871d (identical to the 0.5.0 wheel)"
 
 
-def test_torch_2_7_1_known_originals_patch_without_warnings(copy_tree):
+SKIP = {"torch-shard-overlap-check": "skip", "torch-global-plan-check": "skip"}
+
+
+def test_torch_2_7_1_keeps_validating_by_default_and_skip_is_one_switch_away(copy_tree):
     root = copy_tree(upstream.torch_tree("2.7.1"))
     before = tree_bytes(root)
     selection = engine.select(PROFILE, "npu", tuple(TORCH_IDS), roots={"torch": root})
-    result = engine.apply(selection, strict=True)
-    assert [(s.state, s.warnings) for s in result] == [("applied", ())] * 2
+    result = engine.apply(selection, strict=True)  # known originals: no warnings, nothing refused
+    assert [(s.state, s.variant, s.warnings) for s in result] == [("applied", "fast-validate", ())] * 2
+    shards = (root / upstream.SHARD_INTERNALS).read_text()
+    planner = (root / upstream.DEFAULT_PLANNER).read_text()
+    assert "def _ascendfix_" in shards and "def _ascendfix_" in planner
+    assert 'shards.\n    """\n    return  # ascendfix:' not in shards  # the check still runs
+    assert "-> bool:\n    return True  # ascendfix:" not in planner
+
+    skip = engine.select(PROFILE, "npu", tuple(TORCH_IDS), roots={"torch": root}, variants=SKIP)
+    assert [s.action for s in engine.apply(skip, strict=True)] == ["switched", "switched"]
     shards = (root / upstream.SHARD_INTERNALS).read_text()
     planner = (root / upstream.DEFAULT_PLANNER).read_text()
     assert '        ``ValueError`` if there\'s overlap in any two shards.\n    """\n    return  # ascendfix:' in shards
     assert "-> bool:\n    return True  # ascendfix: torch-global-plan-check\n" in planner
+    assert "_ascendfix_" not in shards.replace("# ascendfix:", "")
+    assert [s.variant for s in engine.status(skip)] == ["skip", "skip"]
     engine.revert(engine.select(PROFILE, None, tuple(TORCH_IDS), roots={"torch": root}))
     assert tree_bytes(root) == before
 
@@ -84,7 +97,7 @@ def test_torch_2_7_1_known_originals_patch_without_warnings(copy_tree):
 def test_torch_2_14_returns_an_empty_error_list(copy_tree):
     root = copy_tree(upstream.torch_tree("2.14.1"))
     before = tree_bytes(root)
-    selection = engine.select(PROFILE, "npu", tuple(TORCH_IDS), roots={"torch": root})
+    selection = engine.select(PROFILE, "npu", tuple(TORCH_IDS), roots={"torch": root}, variants=SKIP)
     with pytest.raises(RefusedError, match="not a known original"):
         engine.apply(selection, strict=True)
     result = engine.apply(selection)
