@@ -58,6 +58,16 @@ def main() -> None:
             rows["no-op apply"].append(timed([*cli, "apply", *target]))
             rows["status"].append(timed([*cli, "status", *target]))
             rows["revert"].append(timed([*cli, "revert", *roots]))
+        # The same no-op work in-process, and the interpreter's own start-up: what the CLI figures
+        # are made of (the hash fast path parses nothing when nothing changed).
+        from ascendfix import engine, manifest
+
+        timed([*cli, "apply", *target])
+        selection = engine.select(manifest.load_profile("verl-796871d"), "npu", roots={"verl": verl, "torch": torch})
+        rows["no-op apply, in-process"] = [_clock(lambda: engine.apply(selection)) for _ in range(args.runs)]
+        rows["status, in-process"] = [_clock(lambda: engine.status(selection)) for _ in range(args.runs)]
+        rows["python -c pass (floor)"] = [timed([sys.executable, "-c", "pass"]) for _ in range(args.runs)]
+        timed([*cli, "revert", *roots])
         # The peer: the same edits as a plain diff, applied and checked by git.
         diff = subprocess.run([*cli, "diff", *target], capture_output=True, text=True, env={**os.environ}).stdout
         for tree, name in ((verl, "verl.diff"), (torch, "torch.diff")):
@@ -87,6 +97,12 @@ def main() -> None:
         print(f"status < 0.25 s: {stat:.2f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _clock(func) -> float:
+    start = time.perf_counter()
+    func()
+    return time.perf_counter() - start
 
 
 def _split(diff: str) -> list[str]:
