@@ -81,7 +81,7 @@ def show(profile: str, as_json: bool) -> None:
     if as_json:
         emit_json(manifest.as_dict(prof))
         return
-    out.print(f"[bold]{prof.name}[/] — {prof.description}\n[dim]{prof.source}[/]\n")
+    out.print(f"[bold]{escape(prof.name)}[/] — {escape(prof.description)}\n[dim]{escape(str(prof.source))}[/]\n")
     table = Table("component", "pin", "devices", "why", box=None, title="Components", title_justify="left")
     for c in prof.components:
         pin = c.commit or c.tag or c.version or ""
@@ -91,20 +91,21 @@ def show(profile: str, as_json: bool) -> None:
     out.print(table)
     for conflict in prof.accepted_conflicts:
         out.print(
-            f"\n[yellow]accepted conflict[/]: {conflict.requirer} requires {conflict.requirement} — {conflict.why}"
+            f"\n[yellow]accepted conflict[/]: {conflict.requirer} requires {conflict.requirement} — "
+            + escape(conflict.why)
         )
     for device in prof.devices.values():
         out.print(f"\n[bold]{device.name}[/]: {device.description}")
         for var in device.env:
             value = var.value if var.value is not None else "<set per site>"
-            out.print(f"  {var.name}={value}  [dim]{var.why}[/]")
+            out.print(f"  {var.name}={escape(value)}  [dim]{escape(var.why)}[/]")
         if device.ulimit_nofile:
             out.print(f"  ulimit -n {device.ulimit_nofile}")
         out.print(f"  patches: {', '.join(device.patches) or '-'}")
     for patch in prof.patches.values():
         out.print(f"\n[bold]{patch.id}[/] ({patch.package}: {', '.join(f.path for f in patch.files)})")
-        out.print(f"  [dim]why:[/] {' '.join(patch.why.split())}")
-        out.print(f"  [dim]drop when:[/] {' '.join(patch.drop_when.split())}")
+        out.print(f"  [dim]why:[/] {escape(' '.join(patch.why.split()))}")
+        out.print(f"  [dim]drop when:[/] {escape(' '.join(patch.drop_when.split()))}")
 
 
 # --- the whole Ray cluster: --ray [ADDRESS] on status / apply / doctor ------------------------------
@@ -231,9 +232,9 @@ def _render_patches(statuses: list[engine.PatchStatus], verb: str | None = None)
         variant = f" [{s.variant}]" if s.variant and s.variant != manifest.DEFAULT_VARIANT else ""
         out.print(f"[{style}]{s.state:15}[/] {s.id}{escape(variant)}{action}")
         if s.reason:
-            out.print(f"                [dim]{s.reason}[/]")
+            out.print(f"                [dim]{escape(s.reason)}[/]")
         for w in s.warnings:
-            err.print(f"[yellow]warning:[/] {s.id}: {w}")
+            err.print(f"[yellow]warning:[/] {s.id}: {escape(w)}")
 
 
 def _json_report(selection: engine.Selection, statuses: list[engine.PatchStatus], **extra) -> dict:
@@ -449,7 +450,7 @@ def demo(folder: Path | None) -> None:
     workspace = demo_workspace.build(base)
     prof = manifest.load_profile(str(workspace.profile))
     selection = engine.select(prof, "npu", roots=workspace.roots())
-    out.print(f"[bold]ascendfix demo[/] — profile {prof.name}, device npu, workspace {base}\n")
+    out.print(f"[bold]ascendfix demo[/] — profile {prof.name}, device npu, workspace {escape(str(base))}\n")
     out.print("[bold]1. status before[/]  (ascendfix status --profile verl-796871d --device npu --root ...)")
     _render_patches(engine.status(selection))
     out.print("\n[bold]2. diff[/]  (what apply will change)")
@@ -467,7 +468,7 @@ def demo(folder: Path | None) -> None:
     subprocess.run([*job, "--log-dir", str(base / "run"), str(workspace.train_sh)], cwd=base, check=False)
     run_data = report.load_run(base / "run" / "train.log")
     first = metrics.throughput(run_data.series.steps[0])
-    out.print(f"\n[bold]6. report[/]  (ascendfix report {base / 'run'})")
+    out.print(f"\n[bold]6. report[/]  (ascendfix report {escape(str(base / 'run'))})")
     out.print(f"   step 1, as the guide computes it: e2e {first['e2e_tps']:.3f} tokens/s per device")
     out.print(f"   (world {first['world_size']}, update {first['update_tps']:.3f}, vllm {first['vllm_tps']:.3f})")
     out.print("\n[bold]7. revert[/]  (byte for byte)")

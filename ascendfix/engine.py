@@ -100,6 +100,12 @@ def select(
         raise UsageError(f"--only {unknown[0]}: not a patch of profile {profile.name} (its patches: {known})")
     if device is not None and device not in profile.devices:
         raise UsageError(f"--device {device}: profile {profile.name} defines only {', '.join(profile.devices)}")
+    known = sorted({p.package for p in profile.patches.values()})
+    stray = sorted(set(roots or {}) - set(known))
+    if stray:
+        raise UsageError(
+            f"--root {stray[0]}=...: not a package of profile {profile.name} (its packages: {', '.join(known)})"
+        )
     patches = tuple(p for pid, p in profile.patches.items() if not only or pid in only)
     packages = sorted({p.package for p in patches})
     return Selection(profile, device, patches, locate(packages, python, roots), dict(variants or {}))
@@ -154,9 +160,8 @@ def _evaluate_file(
         outcome = chosen.build().apply(code, patch.id)
     except TransformError as e:
         held = _held_variant(patch, chosen, code, want)
-        if held is not None:
-            reason = f"{pfile.path}: holds variant {held[0].name}; cannot switch to {chosen.name}: {e}"
-            return replace(base, state=DRIFTED, variant=held[0].name, reason=reason)
+        if held is not None:  # the chosen variant cannot read the patched file, but maybe its original
+            return _switch(base, patch, chosen, held[0].name, held[1], want)
         return replace(base, state=DRIFTED, reason=f"{pfile.path}: {e}")
     if outcome.done == want and outcome.pending == 0:
         if record is not None and digest != record.patched_sha256:

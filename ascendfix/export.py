@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ascendfix.errors import UsageError
-from ascendfix.manifest import Component, Profile
+from ascendfix.manifest import Component, Profile, bundled_profiles, find_manifest
 
 IMAGE_DEVICE = "npu"
 DOCTOR_CHECKS = ("python", "packages", "commits", "integrity", "patches", "conflicts")
@@ -100,7 +100,16 @@ def constraints(profile: Profile, device: str = IMAGE_DEVICE) -> str:
 
 
 def dockerfile(profile: Profile) -> str:
-    """The Dockerfile of the profile's NPU image: the ``stack`` stage, then the ascendfix build step."""
+    """The Dockerfile of the profile's NPU image: the ``stack`` stage, then the ascendfix build step.
+
+    Only bundled profiles: the build step copies ascendfix's own manifests/ and patches/ into
+    the image, so a team's profile file would not be there to apply.
+    """
+    if profile.name not in bundled_profiles() or find_manifest(profile.name).resolve() != profile.source.resolve():
+        raise UsageError(
+            f"{profile.source}: export dockerfile takes a bundled profile ({', '.join(bundled_profiles())}); "
+            "bundle a team profile into manifests/ first"
+        )
     components = _components(profile, IMAGE_DEVICE)
     image, origin = base_image(profile)
     python = _find(components, "python")

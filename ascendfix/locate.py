@@ -132,7 +132,10 @@ def probe(python: str | None, packages: list[str], distributions: list[str] = ()
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise UsageError(f"--python {python}: the interpreter failed to run the probe: {last}")
-    return json.loads(result.stdout)
+    try:
+        return json.loads(result.stdout)
+    except ValueError:
+        raise UsageError(f"--python {python}: did not answer like a Python interpreter") from None
 
 
 def _clean_env() -> dict[str, str]:

@@ -231,8 +231,9 @@ def log_files(path: Path) -> list[Path]:
     found = []
     for root, _dirs, names in os.walk(path):
         for name in names:
-            if name.endswith((".log", ".out", ".err", ".jsonl", ".txt")):
-                found.append(Path(root) / name)
+            candidate = Path(root) / name
+            if name.endswith((".log", ".out", ".err", ".jsonl", ".txt")) and candidate.is_file():
+                found.append(candidate)  # a dangling link or a vanished file is not a log
     return sorted(found)
 
 

@@ -265,7 +265,7 @@ def test_switching_variant_is_one_write_and_revert_stays_exact(tmp_path, lose_st
     original = device.read_bytes()
 
     def sel(variants=None):
-        return engine.select(profile, "npu", roots=stack.roots(), variants=variants)
+        return engine.select(profile, "npu", roots={"verl": stack.verl}, variants=variants)
 
     (first,) = engine.apply(sel())
     assert (first.action, first.variant) == ("applied", "off")
@@ -278,7 +278,7 @@ def test_switching_variant_is_one_write_and_revert_stays_exact(tmp_path, lose_st
     assert (switched.action, switched.variant) == ("switched", "none")
     assert b"is_cuda_available = None  # ascendfix: team-probe" in device.read_bytes()
     assert engine.status(sel({"team-probe": "none"}))[0].variant == "none"
-    engine.revert(engine.select(profile, None, roots=stack.roots()))
+    engine.revert(engine.select(profile, None, roots={"verl": stack.verl}))
     assert device.read_bytes() == original
 
 

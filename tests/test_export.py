@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ascendfix import export, manifest
+from ascendfix import export, manifest, resources
 from ascendfix.cli import main
 from click.testing import CliRunner
 from dockerfile_parse import DockerfileParser
@@ -116,23 +116,31 @@ def test_build_step_is_its_own_stage_on_stack_image():
     assert patched["run"] == ["python3 -m pip install /opt/ascendfix", APPLY, DOCTOR]
 
 
-def test_dockerfile_follows_the_manifest(tmp_path):
+def bundle(tmp_path, monkeypatch, text: str) -> None:
+    """Make ``text`` the bundled verl-796871d manifest (export takes bundled profiles only)."""
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "manifests" / f"{PROFILE}.toml").write_text(text)
+    real = resources.data_dir
+    monkeypatch.setattr(resources, "data_dir", lambda name: tmp_path / name if name == "manifests" else real(name))
+
+
+def test_dockerfile_follows_the_manifest(tmp_path, monkeypatch):
     text = (REPO / "manifests" / f"{PROFILE}.toml").read_text()
     moved = text.replace('version = "0.10.0"', 'version = "0.10.1"').replace(
         "796871d7d092f7cbc6a64e7f4a3796f7a2217f5e", "0123456789abcdef0123456789abcdef01234567"
     )
-    (tmp_path / "moved.toml").write_text(moved)
-    result = CliRunner().invoke(main, ["export", "dockerfile", "--profile", str(tmp_path / "moved.toml")])
+    bundle(tmp_path, monkeypatch, moved)
+    result = CliRunner().invoke(main, ["export", "dockerfile", "--profile", PROFILE])
     assert result.exit_code == 0, result.output
     assert "ARG TENSORDICT_VERSION=0.10.1" in result.output
     assert "ARG VERL_COMMIT=0123456789abcdef0123456789abcdef01234567" in result.output
     assert result.output != COMMITTED.read_text()
 
 
-def test_unknown_cann_python_pair_is_one_clear_error(tmp_path):
+def test_unknown_cann_python_pair_is_one_clear_error(tmp_path, monkeypatch):
     text = (REPO / "manifests" / f"{PROFILE}.toml").read_text().replace('version = "8.3.RC1"', 'version = "8.2.RC1"')
-    (tmp_path / "old.toml").write_text(text)
-    result = CliRunner().invoke(main, ["export", "dockerfile", "--profile", str(tmp_path / "old.toml")])
+    bundle(tmp_path, monkeypatch, text)
+    result = CliRunner().invoke(main, ["export", "dockerfile", "--profile", PROFILE])
     assert result.exit_code == 2
     assert "no known base image for CANN 8.2.RC1 with Python 3.10" in result.output
     assert "Traceback" not in result.output
@@ -175,3 +183,9 @@ def test_the_doctor_step_runs_exactly_the_six_checks_it_names():
     assert result.exit_code in (0, 1), result.output
     checks = [c["id"] for c in json.loads(result.stdout)["checks"]]
     assert checks == ["python", "packages", "commits", "integrity", "patches", "conflicts"]
+
+
+def test_a_team_profile_file_is_refused_with_the_reason(tmp_path):
+    (tmp_path / "team.toml").write_text('extends = "verl-796871d"\nname = "team"\n')
+    result = CliRunner().invoke(main, ["export", "dockerfile", "--profile", str(tmp_path / "team.toml")])
+    assert result.exit_code == 2 and "export dockerfile takes a bundled profile" in result.output

@@ -90,11 +90,12 @@ def has_marker(ws: cst.TrailingWhitespace, patch_id: str) -> bool:
 
 
 def add_marker(ws: cst.TrailingWhitespace, patch_id: str) -> cst.TrailingWhitespace:
-    """The same line ending with the marker appended (after any comment already there)."""
+    """The same line ending with the marker appended (after any comment or trailing spaces already there)."""
     if has_marker(ws, patch_id):
         return ws
     if ws.comment is None:
-        return ws.with_changes(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(marker(patch_id)))
+        spaces = cst.SimpleWhitespace(ws.whitespace.value + "  ")
+        return ws.with_changes(whitespace=spaces, comment=cst.Comment(marker(patch_id)))
     return ws.with_changes(comment=cst.Comment(f"{ws.comment.value}  {marker(patch_id)}"))
 
 
@@ -104,7 +105,7 @@ def drop_marker(ws: cst.TrailingWhitespace, patch_id: str) -> cst.TrailingWhites
         return ws
     value = ws.comment.value
     if value == marker(patch_id):
-        return ws.with_changes(whitespace=cst.SimpleWhitespace(""), comment=None)
+        return ws.with_changes(whitespace=cst.SimpleWhitespace(ws.whitespace.value[:-2]), comment=None)
     return ws.with_changes(comment=cst.Comment(value[: -len(marker(patch_id))].removesuffix("  ")))
 
 

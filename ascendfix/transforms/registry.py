@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import typing
 from typing import Any
@@ -47,7 +48,21 @@ def check_params(cls: type, params: dict[str, Any]) -> tuple[str, str] | None:
                 return key, "expected a non-empty array of strings"
         elif not isinstance(value, hint) or isinstance(value, bool) and hint is not bool:
             return key, f"expected {hint.__name__}"
+        elif key in CODE_PARAMS and not _is_expression(value):
+            return key, f"{value!r} is not a Python expression"
     return None
+
+
+# Parameters whose value is Python source the transform writes into (or matches in) a file.
+CODE_PARAMS = ("original", "value")
+
+
+def _is_expression(text: str) -> bool:
+    try:
+        ast.parse(text, mode="eval")
+    except SyntaxError:
+        return False
+    return True
 
 
 def build(name: str, params: dict[str, Any]):

@@ -62,7 +62,7 @@ class ReturnEarly:
             if isinstance(s, cst.FunctionDef) and s.name.value == self.function
         ]
         if len(found) != 1 or not isinstance(found[0][1].body, cst.IndentedBlock):
-            return Outcome(source, 0, len(found) > 1)  # absent, duplicated or one-line: not a site we know
+            return Outcome(source, 0, 0)  # absent, defined twice, or a one-line def: not a site we know
         index, func = found[0]
         statements = list(func.body.body)
         first = statements[0] if statements else None
