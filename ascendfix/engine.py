@@ -214,9 +214,7 @@ def evaluate(selection: Selection) -> list[PatchStatus]:
     statuses = []
     for patch in selection.patches:
         if selection.device is not None and patch not in selection.profile.patches_for(selection.device):
-            reason = f"not used on {selection.device} (the profile applies it on {_devices_of(selection, patch)})"
-            files = tuple(FileStatus(f.path, None, NOT_APPLICABLE) for f in patch.files)
-            statuses.append(PatchStatus(patch.id, NOT_APPLICABLE, reason, files))
+            statuses.append(_off_device(selection, patch))
             continue
         target = selection.targets[patch.package]
         recs, store = records.get(patch.package, {}), stores.get(patch.package)
@@ -224,6 +222,25 @@ def evaluate(selection: Selection) -> list[PatchStatus]:
         files = [_evaluate_file(patch, chosen, f, target, recs, store) for f in patch.files]
         statuses.append(_aggregate(patch, files))
     return statuses
+
+
+def _off_device(selection: Selection, patch: Patch) -> PatchStatus:
+    """A patch this device does not take: not-applicable, unless its marker is in a file (drifted)."""
+    reason = f"not used on {selection.device} (the profile applies it on {_devices_of(selection, patch)})"
+    target = selection.targets.get(patch.package)
+    files, present = [], []
+    for f in patch.files:
+        path = target.root / f.path if target and target.root else None
+        code = path.read_bytes() if path is not None and path.is_file() else b""
+        if marker(patch.id).encode() in code:
+            present.append(f.path)
+            files.append(FileStatus(f.path, sha256_bytes(code), DRIFTED, absolute=path))
+        else:
+            files.append(FileStatus(f.path, None, NOT_APPLICABLE))
+    if present:
+        reason = f"applied in {', '.join(present)} but {reason}: ascendfix revert --only {patch.id}"
+        return PatchStatus(patch.id, DRIFTED, reason, tuple(files))
+    return PatchStatus(patch.id, NOT_APPLICABLE, reason, tuple(files))
 
 
 def _devices_of(selection: Selection, patch: Patch) -> str:
@@ -249,20 +266,31 @@ def recover(selection: Selection) -> list[str]:
 
 
 def _recover_root(store: Store) -> list[str]:
-    """Both interrupted operations end the same way: every journaled file back to its original."""
+    """Roll back an interrupted apply to exactly what was there; finish an interrupted revert."""
     pending = store.pending()
     if pending is None:
         return []
-    op, files = pending
+    op, files, previous = pending
     records = store.records()
     notes = []
     for rel, rec in files.items():
         path = store.root / rel
-        original = store.load_backup(rel, rec.original_sha256)
-        if path.is_file() and sha256_bytes(path.read_bytes()) == rec.patched_sha256 and original is not None:
-            write_atomic(path.resolve(), original)
-            drop_bytecode(path.resolve())
-            notes.append(f"{rel}: restored the original (an interrupted {op})")
+        written = path.is_file() and sha256_bytes(path.read_bytes()) == rec.patched_sha256
+        if op == "apply":
+            before = store.load_undo(rel)
+            if written and before is not None:
+                write_atomic(path.resolve(), before)
+                drop_bytecode(path.resolve())
+                notes.append(f"{rel}: rolled back (an interrupted apply)")
+            if previous.get(rel) is not None:
+                records[rel] = previous[rel]
+                continue
+        else:
+            original = store.load_backup(rel, rec.original_sha256)
+            if written and original is not None:
+                write_atomic(path.resolve(), original)
+                drop_bytecode(path.resolve())
+                notes.append(f"{rel}: restored the original (an interrupted revert)")
         records.pop(rel, None)
         store.drop_backup(rel)
     store.save_records(records)
@@ -333,7 +361,7 @@ def _write(selection: Selection, statuses: list[PatchStatus]) -> None:
         }
         for _pid, _variant, f in files:
             store.save_backup(f.path, f.original)
-        store.begin("apply", planned)
+        store.begin("apply", planned, before={f.path: f.old_code for _pid, _variant, f in files})
         for _pid, _variant, f in files:
             write_atomic(f.absolute.resolve(), f.new_code)
             drop_bytecode(f.absolute.resolve())
@@ -399,10 +427,16 @@ def _revert_patch(patch: Patch, target: Target, store: Store) -> PatchStatus:
                 touched[pfile.path] = (original, record)
                 files.append(FileStatus(pfile.path, record.original_sha256, NOT_APPLIED, absolute=path))
                 continue
-            reason = f"{pfile.path} changed since ascendfix wrote it; not touched (reinstall {patch.package})"
-            files.append(FileStatus(pfile.path, digest, DRIFTED, reason))
-            notes.append(reason)
-            continue
+            if marker(patch.id).encode() not in code:  # replaced since (an upgrade): nothing of ours is left
+                touched[pfile.path] = (None, record)
+                files.append(FileStatus(pfile.path, digest, NOT_APPLIED))
+                continue
+            if digest != record.patched_sha256:
+                reason = f"{pfile.path} changed since ascendfix wrote it; not touched (reinstall {patch.package})"
+                files.append(FileStatus(pfile.path, digest, DRIFTED, reason))
+                notes.append(reason)
+                continue
+            # what ascendfix wrote, but the backup is gone: undo it through the markers below
         outcome, problem = _inverse(patch, code)
         if problem:
             files.append(FileStatus(pfile.path, digest, DRIFTED, f"{pfile.path}: {problem}"))

@@ -3,8 +3,8 @@
 - ``state.json``: for each patched file (path relative to the root) the patch id and
   variant, the sha256 of the original and of what ascendfix wrote;
 - ``backup/<path>``: the original bytes, for a byte-exact revert;
-- ``journal.json``: present only while an apply or revert is writing; the next command
-  finds it and finishes (revert) or rolls back (apply) the interrupted run.
+- ``journal.json`` (and ``undo/``): present only while an apply or revert is writing; the
+  next command finds it and finishes (revert) or rolls back (apply) the interrupted run.
 """
 
 from __future__ import annotations
@@ -90,25 +90,48 @@ class Store:
         with contextlib.suppress(FileNotFoundError):
             self.backup_path(rel).unlink()
 
-    def begin(self, op: str, files: dict[str, Record]) -> None:
-        """Record that ``op`` ('apply' or 'revert') is about to write ``files``."""
+    def begin(self, op: str, files: dict[str, Record], before: dict[str, bytes] | None = None) -> None:
+        """Record that ``op`` ('apply' or 'revert') is about to write ``files``.
+
+        For an apply, ``before`` holds each file's bytes as they are now (the original, or the
+        variant being switched from) and the record each file has now is kept in the journal,
+        so an interrupted apply rolls back to exactly what was there.
+        """
         self.dir.mkdir(exist_ok=True)
-        data = {"op": op, "files": {rel: asdict(rec) for rel, rec in files.items()}}
+        current = self.records()
+        for rel, data in (before or {}).items():
+            path = self.dir / "undo" / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, data, 0o644)
+        data = {
+            "op": op,
+            "files": {rel: asdict(rec) for rel, rec in files.items()},
+            "previous": {rel: asdict(current[rel]) if rel in current else None for rel in files},
+        }
         write_atomic(self.journal_file, json.dumps(data).encode())
 
-    def pending(self) -> tuple[str, dict[str, Record]] | None:
-        """The interrupted operation, if a journal is left."""
+    def pending(self) -> tuple[str, dict[str, Record], dict[str, Record | None]] | None:
+        """The interrupted operation, if a journal is left: op, the records it was writing, the ones before."""
         try:
             data = json.loads(self.journal_file.read_text())
-            return data["op"], {rel: Record(**rec) for rel, rec in data["files"].items()}
+            files = {rel: Record(**rec) for rel, rec in data["files"].items()}
+            previous = {rel: Record(**rec) if rec else None for rel, rec in data.get("previous", {}).items()}
+            return data["op"], files, previous
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
-            # A journal is written atomically; an unreadable one means it never completed,
-            # so no file was touched yet.
-            return "apply", {}
+            # A journal is written atomically; an unreadable one was never completed, so no file was touched.
+            return "apply", {}, {}
+
+    def load_undo(self, rel: str) -> bytes | None:
+        """The bytes ``rel`` had before the interrupted apply, if kept."""
+        try:
+            return (self.dir / "undo" / rel).read_bytes()
+        except FileNotFoundError:
+            return None
 
     def end(self) -> None:
-        """The operation finished: drop the journal."""
+        """The operation finished: drop the journal and the undo copies."""
         with contextlib.suppress(FileNotFoundError):
             self.journal_file.unlink()
+        shutil.rmtree(self.dir / "undo", ignore_errors=True)

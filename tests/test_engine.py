@@ -106,6 +106,18 @@ def test_cuda_probe_patch_is_not_applicable_on_cuda(stack):
     assert result["verl-grpo-no-interleave"].state == "applied"
 
 
+def test_an_npu_only_patch_left_in_place_on_cuda_is_drifted(stack):
+    engine.apply(select(stack, device="npu"))
+    on_cuda = {s.id: s for s in engine.status(select(stack, device="cuda"))}
+    assert on_cuda["verl-cuda-probe-off"].state == "drifted"
+    assert "ascendfix revert --only verl-cuda-probe-off" in on_cuda["verl-cuda-probe-off"].reason
+    assert on_cuda["verl-grpo-no-interleave"].state == "applied"
+    with pytest.raises(RefusedError, match="verl-cuda-probe-off: drifted"):
+        engine.apply(select(stack, device="cuda"))
+    engine.revert(select(stack, device=None, only=["verl-cuda-probe-off"]))
+    assert engine.status(select(stack, device="cuda"))[0].state == "not-applicable"
+
+
 def test_foreign_edit_after_apply_is_drifted_and_revert_leaves_it(stack):
     engine.apply(select(stack))
     path = stack.file("verl", "verl/trainer/ppo/ray_trainer.py")
@@ -286,3 +298,52 @@ def test_unknown_variant_is_a_usage_error(tmp_path):
     profile = _two_variant_profile(tmp_path)
     with pytest.raises(UsageError, match="team-probe has the variants off, none"):
         manifest.parse_variants(profile, ["team-probe=fast"])
+
+
+@pytest.mark.parametrize("crash_after_write", [False, True])
+def test_an_interrupted_variant_switch_rolls_back_to_the_old_variant(tmp_path, monkeypatch, crash_after_write):
+    profile = _two_variant_profile(tmp_path)
+    stack = make_stack(tmp_path / "stack")
+    device = stack.file("verl", "verl/utils/device.py")
+    original = device.read_bytes()
+
+    def sel(variants=None):
+        return engine.select(profile, "npu", roots={"verl": stack.verl}, variants=variants)
+
+    engine.apply(sel())
+    held = device.read_bytes()
+    real_write = engine.write_atomic
+
+    def crash(path, data, mode=None):
+        if path == device.resolve():
+            if crash_after_write:
+                real_write(path, data, mode)
+            raise KeyboardInterrupt  # killed around the write of the switched file
+        real_write(path, data, mode)
+
+    monkeypatch.setattr(engine, "write_atomic", crash)
+    with pytest.raises(KeyboardInterrupt):
+        engine.apply(sel({"team-probe": "none"}))
+    monkeypatch.setattr(engine, "write_atomic", real_write)
+    (status,) = engine.status(sel())
+    assert (status.state, status.variant, status.reason) == ("applied", "off", "")
+    assert device.read_bytes() == held
+    engine.revert(engine.select(profile, None, roots={"verl": stack.verl}))
+    assert device.read_bytes() == original
+
+
+def test_revert_clears_a_stale_record_and_survives_a_lost_backup(stack):
+    before = stack.snapshot()
+    engine.apply(select(stack))
+    device = stack.file("verl", "verl/utils/device.py")
+    device.write_bytes(before[("verl", "verl/utils/device.py")] + b"# upgraded\n")  # pip upgraded verl since
+    shutil.rmtree(stack.torch / ".ascendfix" / "backup")  # and the torch backups were lost
+    result = {s.id: s for s in engine.revert(select(stack, device=None))}
+    assert result["verl-cuda-probe-off"].state == "not-applied"
+    assert result["torch-global-plan-check"].action == "reverted"
+    assert device.read_bytes().endswith(b"# upgraded\n")
+    after = stack.snapshot()
+    assert {k: v for k, v in after.items() if k[1] != "verl/utils/device.py"} == {
+        k: v for k, v in before.items() if k[1] != "verl/utils/device.py"
+    }
+    assert not (stack.verl / ".ascendfix").exists() and not (stack.torch / ".ascendfix").exists()
