@@ -451,7 +451,9 @@ def demo(folder: Path | None) -> None:
     prof = manifest.load_profile(str(workspace.profile))
     selection = engine.select(prof, "npu", roots=workspace.roots())
     out.print(f"[bold]ascendfix demo[/] — profile {prof.name}, device npu, workspace {escape(str(base))}\n")
-    out.print("[bold]1. status before[/]  (ascendfix status --profile verl-796871d --device npu --root ...)")
+    out.print("[bold]1. status before[/]  (ascendfix status --profile profile.toml --device npu --root ...)")
+    out.print("[dim]   profile.toml extends verl-796871d; its torch files are stand-ins, so the torch patches[/]")
+    out.print("[dim]   take the skip variant (fast-validate accepts only the real torch releases it knows)[/]")
     _render_patches(engine.status(selection))
     out.print("\n[bold]2. diff[/]  (what apply will change)")
     for line in engine.diff(engine.apply(selection, dry_run=True)).splitlines():
