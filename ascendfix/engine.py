@@ -437,7 +437,7 @@ def _revert_patch(patch: Patch, target: Target, store: Store) -> PatchStatus:
                 notes.append(reason)
                 continue
             # what ascendfix wrote, but the backup is gone: undo it through the markers below
-        outcome, problem = _inverse(patch, code)
+        outcome, problem = undo_patch(patch, code)
         if problem:
             files.append(FileStatus(pfile.path, digest, DRIFTED, f"{pfile.path}: {problem}"))
             notes.append(f"{pfile.path}: {problem}")
@@ -472,7 +472,7 @@ def _revert_patch(patch: Patch, target: Target, store: Store) -> PatchStatus:
     return PatchStatus(patch.id, state, "", tuple(files), action="reverted" if wrote else "unchanged")
 
 
-def _inverse(patch: Patch, code: bytes):
+def undo_patch(patch: Patch, code: bytes) -> tuple[Outcome | None, str | None]:
     """Undo whichever variant of ``patch`` marked ``code``: (outcome, None) or (None, problem)."""
     problem = None
     for variant in patch.variants:

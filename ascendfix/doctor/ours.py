@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ascendfix.engine import undo_patch
 from ascendfix.manifest import Profile
-from ascendfix.transforms.base import MARKER_PREFIX, TransformError, marker
+from ascendfix.transforms.base import MARKER_PREFIX, marker
 
 
 def without_patches(profile: Profile, path: str, code: bytes) -> tuple[bytes, list[str]]:
@@ -16,13 +17,8 @@ def without_patches(profile: Profile, path: str, code: bytes) -> tuple[bytes, li
     for patch in profile.patches.values():
         if marker(patch.id).encode() not in code or path not in {f.path for f in patch.files}:
             continue
-        for variant in patch.variants:
-            try:
-                outcome = variant.build().revert(code, patch.id)
-            except TransformError:
-                continue
-            if outcome.done:
-                code = outcome.code
-                found.append(patch.id)
-                break
+        outcome, _problem = undo_patch(patch, code)
+        if outcome is not None and outcome.done:
+            code = outcome.code
+            found.append(patch.id)
     return code, found
