@@ -58,7 +58,7 @@ class Table:
         """Every node answered, succeeded, and agrees with the others."""
         return not self.differing and not any(n.failed for n in self.nodes)
 
-    def as_json(self) -> dict:
+    def to_json(self) -> dict:
         """Plain data: the command, each node's answer (its own JSON under ``result``), cells, what differs."""
         return {
             "command": list(self.argv),

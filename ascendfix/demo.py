@@ -7,7 +7,10 @@ a verl source checkout and a torch site-packages folder.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DEVICE = b"""import torch
@@ -181,3 +184,54 @@ def build(folder: Path, checkout: bool = True) -> Workspace:
     workspace.train_sh.chmod(0o755)
     (folder / "fake_verl.py").write_bytes(FAKE_VERL)
     return workspace
+
+
+@dataclass(frozen=True)
+class DemoStep:
+    """One step of the demo as the CLI shows it: a title, the command it stands for, and what it produced."""
+
+    title: str
+    command: str = ""
+    notes: tuple[str, ...] = ()
+    statuses: list = field(default_factory=list)  # engine.PatchStatus, for status/apply/revert steps
+    diff: str = ""
+    figures: dict | None = None  # the guide's throughput of step 1, for the report step
+
+
+def steps(workspace: Workspace) -> Iterator[DemoStep]:
+    """Status, diff, apply, apply again, the job under ``ascendfix run``, its report, revert.
+
+    A generator: each step runs when the previous one has been shown (the job's own output
+    reaches the terminal between the "run" step and the "report" step).
+    """
+    from ascendfix import engine, manifest, metrics, report
+
+    prof = manifest.load_profile(str(workspace.profile))
+    selection = engine.select(prof, "npu", roots=workspace.roots())
+    yield DemoStep(
+        "status before",
+        "ascendfix status --profile profile.toml --device npu --root ...",
+        (
+            "profile.toml extends verl-796871d; its torch files are stand-ins, so the torch patches",
+            "take the skip variant (fast-validate accepts only the real torch releases it knows)",
+        ),
+        statuses=engine.status(selection),
+    )
+    yield DemoStep("diff", "what apply will change", diff=engine.diff(engine.apply(selection, dry_run=True)))
+    yield DemoStep(
+        "apply", "atomic, journaled; the demo files are not known upstream originals", statuses=engine.apply(selection)
+    )
+    yield DemoStep("apply again", "idempotent: nothing to do", statuses=engine.apply(selection))
+    log_dir = workspace.folder / "run"
+    yield DemoStep(
+        "run the job",
+        "ascendfix run --no-preflight --device npu train.sh",
+        ("preflight is skipped: this machine has no Ascend stack for doctor to pass",),
+    )
+    job = [sys.executable, "-m", "ascendfix", "run", "--no-preflight", "--device", "npu"]
+    subprocess.run([*job, "--log-dir", str(log_dir), str(workspace.train_sh)], cwd=workspace.folder, check=False)
+    run_data = report.load_run(log_dir / "train.log")
+    yield DemoStep("report", f"ascendfix report {log_dir}", figures=metrics.throughput(run_data.series.steps[0]))
+    yield DemoStep(
+        "revert", "byte for byte", statuses=engine.revert(engine.select(prof, None, roots=workspace.roots()))
+    )

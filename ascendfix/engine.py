@@ -16,14 +16,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ascendfix.errors import RefusedError, UsageError
-from ascendfix.fsutil import drop_bytecode, locked, sha256_bytes, write_atomic
-from ascendfix.journal import Record, Store
+from ascendfix.fsutil import leftover_temps, locked, remove_temps, sha256_bytes
+from ascendfix.journal import PlannedWrite, Record, Store, transaction
 from ascendfix.locate import Target, locate
 from ascendfix.manifest import Patch, PatchFile, Profile, Variant
+from ascendfix.states import Action, State
 from ascendfix.transforms.base import Outcome, TransformError, marker
-
-APPLIED, NOT_APPLIED, NOT_APPLICABLE = "applied", "not-applied", "not-applicable"
-DRIFTED, PARTIAL = "drifted", "partial"
 
 
 @dataclass(frozen=True)
@@ -32,29 +30,28 @@ class FileStatus:
 
     path: str
     sha256: str | None
-    state: str
+    state: State
     reason: str = ""
     absolute: Path | None = None
     preimage: str | None = None  # label of the known original this file is, if any
     variant: str | None = None  # the variant this file holds, when applied
-    new_code: bytes | None = field(default=None, repr=False)  # what apply would write
-    old_code: bytes | None = field(default=None, repr=False)  # what is on disk
-    original: bytes | None = field(default=None, repr=False)  # the unpatched file, when apply will write
+    code: bytes | None = field(default=None, repr=False)  # what is on disk
 
 
 @dataclass(frozen=True)
 class PatchStatus:
-    """A patch's state, aggregated over its files."""
+    """A patch's state, aggregated over its files, and what apply would write for it."""
 
     id: str
-    state: str
+    state: State
     reason: str
     files: tuple[FileStatus, ...]
     warnings: tuple[str, ...] = ()
-    action: str = ""
+    action: Action | None = None
     variant: str | None = None
+    writes: tuple[PlannedWrite, ...] = field(default=(), repr=False)
 
-    def as_json(self) -> dict:
+    def to_json(self) -> dict:
         """The JSON contract: id, state, reason, files[path, sha256, state]; plus variant and action."""
         data = {
             "id": self.id,
@@ -78,11 +75,15 @@ class Selection:
     device: str | None
     patches: tuple[Patch, ...]
     targets: dict[str, Target]
-    variants: dict[str, str] = field(default_factory=dict)
+    variants: dict[str, str] = field(default_factory=dict)  # --variant: the user's explicit choice
 
     def variant(self, patch: Patch) -> Variant:
-        """The variant to apply for ``patch`` (``--variant``, else the profile's choice)."""
+        """The variant to apply for ``patch`` where it is not applied yet (``--variant``, else the profile's)."""
         return self.profile.variant(patch.id, self.variants)
+
+    def roots(self) -> list[Path]:
+        """The located package roots."""
+        return [t.root for t in self.targets.values() if t.root is not None]
 
 
 def select(
@@ -98,8 +99,8 @@ def select(
     if unknown:
         known = ", ".join(profile.patches)
         raise UsageError(f"--only {unknown[0]}: not a patch of profile {profile.name} (its patches: {known})")
-    if device is not None and device not in profile.devices:
-        raise UsageError(f"--device {device}: profile {profile.name} defines only {', '.join(profile.devices)}")
+    if device is not None:
+        profile.device(device)
     known = sorted({p.package for p in profile.patches.values()})
     stray = sorted(set(roots or {}) - set(known))
     if stray:
@@ -111,100 +112,119 @@ def select(
     return Selection(profile, device, patches, locate(packages, python, roots), dict(variants or {}))
 
 
-def _held_variant(patch: Patch, chosen: Variant, code: bytes, want: int) -> tuple[Variant, bytes] | None:
-    """The other variant a file fully holds, and the file's original recovered through its inverse."""
+def _held_variant(patch: Patch, code: bytes, want: int) -> tuple[Variant, bytes] | None:
+    """The variant a marked file fully holds, and the file's original recovered through its inverse."""
     if marker(patch.id).encode() not in code:
         return None
-    for other in patch.variants:
-        if other is chosen:
-            continue
+    for variant in patch.variants:
         try:
-            held = other.build().apply(code, patch.id)
+            held = variant.build().apply(code, patch.id)
             if held.done == want and held.pending == 0:
-                return other, other.build().revert(code, patch.id).code
+                return variant, variant.build().revert(code, patch.id).code
         except TransformError:
             continue
     return None
 
 
+Evaluated = tuple[FileStatus, "PlannedWrite | None"]
+
+
 def _evaluate_file(
-    patch: Patch, chosen: Variant, pfile: PatchFile, target: Target, records: dict[str, Record], store: Store | None
-) -> FileStatus:
-    """Where one file stands. Parses only when the hash alone cannot tell."""
+    selection: Selection, patch: Patch, pfile: PatchFile, target: Target, records: dict[str, Record], store: Store
+) -> Evaluated:
+    """Where one file stands, and what apply would write. Parses only when the hash alone cannot tell.
+
+    The variant a file holds is the user's choice until they ask for another with ``--variant``:
+    only an explicit ``--variant`` switches it.
+    """
     if target.root is None:
-        return FileStatus(pfile.path, None, DRIFTED, f"{patch.package} {target.how}")
+        return FileStatus(pfile.path, None, State.DRIFTED, f"{patch.package} {target.how}"), None
     if pfile.only_in_checkout and not target.is_checkout:
         reason = (
             f"{pfile.path} ships only in a {patch.package} source checkout; {patch.package} here is "
             f"{target.how} at {target.root} (pass --root {patch.package}=CHECKOUT)"
         )
-        return FileStatus(pfile.path, None, NOT_APPLICABLE, reason)
+        return FileStatus(pfile.path, None, State.NOT_APPLICABLE, reason), None
     path = target.root / pfile.path
     try:
         code = path.read_bytes()
     except FileNotFoundError:
-        return FileStatus(pfile.path, None, DRIFTED, f"{path} is missing", path)
+        return FileStatus(pfile.path, None, State.DRIFTED, f"{path} is missing", path), None
     except OSError as e:
-        return FileStatus(pfile.path, None, DRIFTED, f"{path}: cannot read: {e.strerror}", path)
+        return FileStatus(pfile.path, None, State.DRIFTED, f"{path}: cannot read: {e.strerror}", path), None
     digest = sha256_bytes(code)
-    base = FileStatus(pfile.path, digest, "", absolute=path, preimage=pfile.preimage_label(digest), old_code=code)
+    label = pfile.preimage_label(digest)
+    base = FileStatus(pfile.path, digest, State.DRIFTED, absolute=path, preimage=label, code=code)
+    chosen, asked = selection.variant(patch), patch.id in selection.variants
     want = pfile.sites
     record = records.get(pfile.path)
     if record is not None and record.patch == patch.id and digest == record.patched_sha256:
-        if record.variant == chosen.name:
-            return replace(base, state=APPLIED, variant=chosen.name)
-        original = store.load_backup(pfile.path, record.original_sha256) if store else None
+        if not asked or record.variant == chosen.name:
+            return replace(base, state=State.APPLIED, variant=record.variant), None
+        original = store.load_backup(pfile.path, record.original_sha256)
         if original is not None:
             return _switch(base, patch, chosen, record.variant, original, want)
     try:
         outcome = chosen.build().apply(code, patch.id)
     except TransformError as e:
-        held = _held_variant(patch, chosen, code, want)
-        if held is not None:  # the chosen variant cannot read the patched file, but maybe its original
-            return _switch(base, patch, chosen, held[0].name, held[1], want)
-        return replace(base, state=DRIFTED, reason=f"{pfile.path}: {e}")
-    if outcome.done == want and outcome.pending == 0:
+        outcome, problem = None, e
+    if outcome is not None and outcome.done == want and outcome.pending == 0:
         if record is not None and digest != record.patched_sha256:
-            return replace(base, state=DRIFTED, reason=f"{pfile.path} changed since ascendfix wrote it")
+            return replace(base, reason=f"{pfile.path} changed since ascendfix wrote it"), None
         note = "marked by ascendfix (no record in .ascendfix)" if not record else ""
-        return replace(base, state=APPLIED, variant=chosen.name, reason=note)
-    held = _held_variant(patch, chosen, code, want)
+        return replace(base, state=State.APPLIED, variant=chosen.name, reason=note), None
+    held = _held_variant(patch, code, want)
     if held is not None:
-        return _switch(base, patch, chosen, held[0].name, held[1], want)
+        if asked and held[0] is not chosen:
+            return _switch(base, patch, chosen, held[0].name, held[1], want)
+        return replace(base, state=State.APPLIED, variant=held[0].name), None
+    if outcome is None:
+        return replace(base, reason=f"{pfile.path}: {problem}"), None
     if outcome.pending == want and outcome.done == 0:
-        return replace(base, state=NOT_APPLIED, new_code=outcome.code, original=code)
-    if outcome.pending + outcome.done == want:
-        return replace(base, state=PARTIAL, reason=f"{pfile.path}: {outcome.done} of {want} sites patched")
+        planned = PlannedWrite(pfile.path, outcome.code, _record(patch, chosen, code, outcome.code), original=code)
+        return replace(base, state=State.NOT_APPLIED), planned
     found = outcome.pending + outcome.done
-    return replace(base, state=DRIFTED, reason=f"{pfile.path}: expected {want} site(s) for {patch.id}, found {found}")
+    if found == want:
+        return replace(base, state=State.PARTIAL, reason=f"{pfile.path}: {outcome.done} of {want} sites patched"), None
+    return replace(base, reason=f"{pfile.path}: expected {want} site(s) for {patch.id}, found {found}"), None
 
 
-def _switch(base: FileStatus, patch: Patch, chosen: Variant, held: str, original: bytes, want: int) -> FileStatus:
+def _record(patch: Patch, variant: Variant, original: bytes, written: bytes) -> Record:
+    return Record(patch.id, variant.name, sha256_bytes(original), sha256_bytes(written))
+
+
+def _switch(base: FileStatus, patch: Patch, chosen: Variant, held: str, original: bytes, want: int) -> Evaluated:
     """A file that holds variant ``held`` while ``chosen`` is asked for: apply will switch it in one write."""
     try:
         outcome = chosen.build().apply(original, patch.id)
     except TransformError as e:
-        return replace(base, state=DRIFTED, variant=held, reason=f"{base.path}: cannot switch to {chosen.name}: {e}")
+        return replace(base, variant=held, reason=f"{base.path}: cannot switch to {chosen.name}: {e}"), None
     if outcome.pending != want:
         reason = f"{base.path}: the original behind variant {held} does not match variant {chosen.name}"
-        return replace(base, state=DRIFTED, variant=held, reason=reason)
+        return replace(base, variant=held, reason=reason), None
     reason = f"holds variant {held}; {chosen.name} is asked for (apply switches)"
-    return replace(base, state=APPLIED, variant=held, reason=reason, new_code=outcome.code, original=original)
+    planned = PlannedWrite(base.path, outcome.code, _record(patch, chosen, original, outcome.code), original=original)
+    return replace(base, state=State.APPLIED, variant=held, reason=reason), planned
 
 
-def _aggregate(patch: Patch, files: list[FileStatus]) -> PatchStatus:
+def _aggregate(patch: Patch, evaluated: list[Evaluated]) -> PatchStatus:
+    files = [f for f, _ in evaluated]
     states = {f.state for f in files}
     reasons = "; ".join(dict.fromkeys(f.reason for f in files if f.reason))
-    if states == {NOT_APPLICABLE}:
-        state = NOT_APPLICABLE
-    elif DRIFTED in states:
-        state = DRIFTED
-    elif PARTIAL in states or states - {NOT_APPLICABLE} == {APPLIED, NOT_APPLIED}:
-        state = PARTIAL
+    if states == {State.NOT_APPLICABLE}:
+        state = State.NOT_APPLICABLE
+    elif State.DRIFTED in states:
+        state = State.DRIFTED
+    elif State.PARTIAL in states or states - {State.NOT_APPLICABLE} == {State.APPLIED, State.NOT_APPLIED}:
+        state = State.PARTIAL
     else:
-        (state,) = states - {NOT_APPLICABLE}
+        (state,) = states - {State.NOT_APPLICABLE}
     variants = {f.variant for f in files if f.variant}
-    return PatchStatus(patch.id, state, reasons, tuple(files), variant=variants.pop() if len(variants) == 1 else None)
+    writes = tuple(w for _, w in evaluated if w is not None)
+    leftovers = [str(t) for f in files if f.absolute is not None for t in leftover_temps(f.absolute)]
+    warnings = tuple(f"{t}: left by a killed write; the next apply or revert removes it" for t in leftovers)
+    variant = variants.pop() if len(variants) == 1 else None
+    return PatchStatus(patch.id, state, reasons, tuple(files), warnings, variant=variant, writes=writes)
 
 
 def evaluate(selection: Selection) -> list[PatchStatus]:
@@ -218,8 +238,7 @@ def evaluate(selection: Selection) -> list[PatchStatus]:
             continue
         target = selection.targets[patch.package]
         recs, store = records.get(patch.package, {}), stores.get(patch.package)
-        chosen = selection.variant(patch)
-        files = [_evaluate_file(patch, chosen, f, target, recs, store) for f in patch.files]
+        files = [_evaluate_file(selection, patch, f, target, recs, store) for f in patch.files]
         statuses.append(_aggregate(patch, files))
     return statuses
 
@@ -234,13 +253,13 @@ def _off_device(selection: Selection, patch: Patch) -> PatchStatus:
         code = path.read_bytes() if path is not None and path.is_file() else b""
         if marker(patch.id).encode() in code:
             present.append(f.path)
-            files.append(FileStatus(f.path, sha256_bytes(code), DRIFTED, absolute=path))
+            files.append(FileStatus(f.path, sha256_bytes(code), State.DRIFTED, absolute=path))
         else:
-            files.append(FileStatus(f.path, None, NOT_APPLICABLE))
+            files.append(FileStatus(f.path, None, State.NOT_APPLICABLE))
     if present:
         reason = f"applied in {', '.join(present)} but {reason}: ascendfix revert --only {patch.id}"
-        return PatchStatus(patch.id, DRIFTED, reason, tuple(files))
-    return PatchStatus(patch.id, NOT_APPLICABLE, reason, tuple(files))
+        return PatchStatus(patch.id, State.DRIFTED, reason, tuple(files))
+    return PatchStatus(patch.id, State.NOT_APPLICABLE, reason, tuple(files))
 
 
 def _devices_of(selection: Selection, patch: Patch) -> str:
@@ -249,227 +268,186 @@ def _devices_of(selection: Selection, patch: Patch) -> str:
 
 
 def status(selection: Selection) -> list[PatchStatus]:
-    """Patch states after finishing or rolling back any interrupted run."""
+    """Patch states after rolling back any interrupted run."""
     recover(selection)
     return evaluate(selection)
 
 
 def recover(selection: Selection) -> list[str]:
-    """Finish an interrupted revert / roll back an interrupted apply, in every root. Returns what was done."""
+    """Roll back an interrupted apply or revert, in every root. Returns what was done."""
     done = []
-    for target in selection.targets.values():
-        if target.root is None or not (target.root / ".ascendfix" / "journal.json").exists():
-            continue
-        with locked([target.root]):
-            done += _recover_root(Store(target.root))
+    for root in selection.roots():
+        if (root / ".ascendfix" / "journal.json").exists():
+            with locked([root]):
+                done += Store(root).recover()
     return done
 
 
-def _recover_root(store: Store) -> list[str]:
-    """Roll back an interrupted apply to exactly what was there; finish an interrupted revert."""
-    pending = store.pending()
-    if pending is None:
-        return []
-    op, files, previous = pending
-    records = store.records()
-    notes = []
-    for rel, rec in files.items():
-        path = store.root / rel
-        written = path.is_file() and sha256_bytes(path.read_bytes()) == rec.patched_sha256
-        if op == "apply":
-            before = store.load_undo(rel)
-            if written and before is not None:
-                write_atomic(path.resolve(), before)
-                drop_bytecode(path.resolve())
-                notes.append(f"{rel}: rolled back (an interrupted apply)")
-            if previous.get(rel) is not None:
-                records[rel] = previous[rel]
-                continue
-        else:
-            original = store.load_backup(rel, rec.original_sha256)
-            if written and original is not None:
-                write_atomic(path.resolve(), original)
-                drop_bytecode(path.resolve())
-                notes.append(f"{rel}: restored the original (an interrupted revert)")
-        records.pop(rel, None)
-        store.drop_backup(rel)
-    store.save_records(records)
-    store.end()
-    return notes
+def _sweep(selection: Selection) -> None:
+    """Remove ascendfix temp files a killed write left beside the selected patches' files (under the lock)."""
+    for patch in selection.patches:
+        target = selection.targets.get(patch.package)
+        if target is not None and target.root is not None:
+            for f in patch.files:
+                remove_temps(target.root / f.path)
+            Store(target.root).sweep_temps()
 
 
 def apply(selection: Selection, strict: bool = False, dry_run: bool = False) -> list[PatchStatus]:
     """Apply every selected patch that concerns this device, all or nothing.
 
     Raises RefusedError (nothing written) when any applicable file is missing, does not
-    match its transform, is partially patched, or (with ``strict``) is not a known original.
+    match its transform, is partially patched, or (with ``strict``) is not a known original;
+    a WriteError (everything rolled back) when a write fails.
     """
     if not dry_run:
         recover(selection)
-    roots = [t.root for t in selection.targets.values() if t.root is not None]
-    with locked(roots) if not dry_run else contextlib.nullcontext():
+    with locked(selection.roots()) if not dry_run else contextlib.nullcontext():
         statuses = _plan(selection, evaluate(selection), strict)
         if dry_run:
-            return [replace(s, action="would-apply" if any(f.new_code for f in s.files) else "") for s in statuses]
-        _write(selection, statuses)
-    return [_applied(selection, s) for s in statuses]
+            return [replace(s, action=Action.WOULD_APPLY if s.writes else None) for s in statuses]
+        _sweep(selection)
+        _write(selection, "apply", statuses)
+    return [_applied(s) for s in statuses]
 
 
 def _plan(selection: Selection, statuses: list[PatchStatus], strict: bool) -> list[PatchStatus]:
     """Refuse the whole run if any applicable patch cannot be applied cleanly; add warnings."""
-    problems = [f"{s.id}: {s.state}: {s.reason}" for s in statuses if s.state in (DRIFTED, PARTIAL)]
+    problems = [f"{s.id}: {s.state}: {s.reason}" for s in statuses if s.state in (State.DRIFTED, State.PARTIAL)]
     planned = []
     for s in statuses:
-        unknown = [f.path for f in s.files if f.state == NOT_APPLIED and f.preimage is None]
-        warnings = tuple(f"{path}: not a known original of {s.id}; its sites matched exactly" for path in unknown)
+        unknown = [f.path for f in s.files if f.state == State.NOT_APPLIED and f.preimage is None]
+        warnings = s.warnings + tuple(
+            f"{path}: not a known original of {s.id}; its sites matched exactly" for path in unknown
+        )
         caveat = selection.profile.patches[s.id].caveat
-        if caveat and s.state == NOT_APPLIED:
+        if caveat and s.state == State.NOT_APPLIED:
             warnings += (" ".join(caveat.split()),)
         if strict and unknown:
             problems.append(f"{s.id}: {unknown[0]} is not a known original (sha256 differs) and --strict is set")
-        for f in s.files:
-            if f.new_code is not None:
-                folder = f.absolute.resolve().parent
-                if not os.access(folder, os.W_OK):
-                    problems.append(f"{s.id}: cannot write to {folder} (run as its owner, or use --root on a copy)")
-                try:
-                    compile(f.new_code, str(f.absolute), "exec", dont_inherit=True)
-                except SyntaxError as e:
-                    problems.append(f"{s.id}: the patched {f.path} does not compile: {e.msg}")
+        target = selection.targets.get(selection.profile.patches[s.id].package)
+        for w in s.writes:  # apply's writes always carry data
+            path = target.root / w.rel
+            folder = path.resolve().parent
+            if not os.access(folder, os.W_OK):
+                problems.append(f"{s.id}: cannot write to {folder} (run as its owner, or use --root on a copy)")
+            try:
+                compile(w.data, str(path), "exec", dont_inherit=True)
+            except SyntaxError as e:
+                problems.append(f"{s.id}: the patched {w.rel} does not compile: {e.msg}")
         planned.append(replace(s, warnings=warnings))
     if problems:
         raise RefusedError("refused, nothing was changed: " + " | ".join(problems))
     return planned
 
 
-def _write(selection: Selection, statuses: list[PatchStatus]) -> None:
-    """Back up, journal, write atomically, record; one root at a time."""
-    by_root: dict[Path, list[tuple[str, FileStatus]]] = {}
+def _write(selection: Selection, op: str, statuses: list[PatchStatus]) -> None:
+    """Write every planned file of ``statuses`` in one transaction across the package roots."""
+    by_root: dict[Path, list[PlannedWrite]] = {}
     for s in statuses:
-        patch = selection.profile.patches[s.id]
-        root = selection.targets[patch.package].root
-        variant = selection.variant(patch).name
-        for f in s.files:
-            if f.new_code is not None:
-                by_root.setdefault(root, []).append((s.id, variant, f))
-    for root, files in by_root.items():
-        store = Store(root)
-        records = store.records()
-        planned = {
-            f.path: Record(pid, variant, sha256_bytes(f.original), sha256_bytes(f.new_code))
-            for pid, variant, f in files
-        }
-        for _pid, _variant, f in files:
-            store.save_backup(f.path, f.original)
-        store.begin("apply", planned, before={f.path: f.old_code for _pid, _variant, f in files})
-        for _pid, _variant, f in files:
-            write_atomic(f.absolute.resolve(), f.new_code)
-            drop_bytecode(f.absolute.resolve())
-        store.save_records({**records, **planned})
-        store.end()
+        root = selection.targets[selection.profile.patches[s.id].package].root
+        by_root.setdefault(root, []).extend(s.writes)
+    plans = {root: [w.rel for w in writes] for root, writes in by_root.items() if writes}
+    if not plans:
+        return
+    with transaction(op, plans) as txs:
+        for root, writes in by_root.items():
+            for planned in writes:
+                txs[root].write(planned)
 
 
-def _applied(selection: Selection, s: PatchStatus) -> PatchStatus:
-    written = [f for f in s.files if f.new_code is not None]
-    if not written:
-        return replace(s, action="unchanged" if s.state == APPLIED else "skipped")
-    variant = selection.variant(selection.profile.patches[s.id]).name
+def _applied(s: PatchStatus) -> PatchStatus:
+    if not s.writes:
+        return replace(s, action=Action.UNCHANGED if s.state == State.APPLIED else Action.SKIPPED)
+    written = {w.rel: w for w in s.writes}
+    variant = s.writes[0].record.variant
     files = tuple(
-        replace(f, state=APPLIED, variant=variant, sha256=sha256_bytes(f.new_code), reason="")
-        if f.new_code is not None
+        replace(f, state=State.APPLIED, variant=variant, sha256=written[f.path].record.patched_sha256, reason="")
+        if f.path in written
         else f
         for f in s.files
     )
-    action = "switched" if s.state == APPLIED else "applied"
-    return replace(s, state=APPLIED, files=files, action=action, variant=variant, reason="")
+    action = Action.SWITCHED if s.state == State.APPLIED else Action.APPLIED
+    return replace(s, state=State.APPLIED, files=files, action=action, variant=variant, reason="")
 
 
 def revert(selection: Selection) -> list[PatchStatus]:
-    """Restore every patched file of the selection, byte for byte.
+    """Restore every patched file of the selection, byte for byte, in one transaction.
 
     From the backup when the file is still what ascendfix wrote; through the inverse
     transform when the state folder is gone but the markers are there. A file changed
-    since ascendfix wrote it is reported and left alone.
+    since ascendfix wrote it is reported and left alone (its patch is ``refused``), and so
+    is a patch whose package cannot be found.
     """
     recover(selection)
-    roots = [t.root for t in selection.targets.values() if t.root is not None]
-    results = []
-    with locked(roots):
+    with locked(selection.roots()):
         stores = {name: Store(t.root) for name, t in selection.targets.items() if t.root is not None}
+        results = []
         for patch in selection.patches:
             target = selection.targets[patch.package]
             if target.root is None:
-                results.append(PatchStatus(patch.id, DRIFTED, f"{patch.package} {target.how}", (), action="skipped"))
+                reason = f"{patch.package} {target.how}: nothing to revert there"
+                results.append(PatchStatus(patch.id, State.DRIFTED, reason, (), action=Action.REFUSED))
                 continue
-            results.append(_revert_patch(patch, target, stores[patch.package]))
-    return results
+            results.append(_plan_revert(patch, target, stores[patch.package]))
+        _sweep(selection)
+        _write(selection, "revert", [s for s in results if s.action != Action.REFUSED])
+    return [replace(s, writes=()) for s in results]
 
 
-def _revert_patch(patch: Patch, target: Target, store: Store) -> PatchStatus:
+def _plan_revert(patch: Patch, target: Target, store: Store) -> PatchStatus:
+    """What reverting ``patch`` writes: each file's original (backup, else through the markers)."""
     records = store.records()
-    files, notes, touched = [], [], {}
+    files, notes, writes = [], [], []
     for pfile in patch.files:
         path = target.root / pfile.path
         if not path.is_file():
-            state = NOT_APPLICABLE if pfile.only_in_checkout and not target.is_checkout else NOT_APPLIED
+            state = State.NOT_APPLICABLE if pfile.only_in_checkout and not target.is_checkout else State.NOT_APPLIED
             files.append(FileStatus(pfile.path, None, state))
             continue
         code = path.read_bytes()
         digest = sha256_bytes(code)
         record = records.get(pfile.path)
         if record is not None and record.patch == patch.id:
-            if digest == record.original_sha256:
-                touched[pfile.path] = (None, record)
-                files.append(FileStatus(pfile.path, digest, NOT_APPLIED))
-                continue
             original = store.load_backup(pfile.path, record.original_sha256)
             if digest == record.patched_sha256 and original is not None:
-                touched[pfile.path] = (original, record)
-                files.append(FileStatus(pfile.path, record.original_sha256, NOT_APPLIED, absolute=path))
+                writes.append(PlannedWrite(pfile.path, original, None))
+                files.append(FileStatus(pfile.path, record.original_sha256, State.NOT_APPLIED, absolute=path))
                 continue
-            if marker(patch.id).encode() not in code:  # replaced since (an upgrade): nothing of ours is left
-                touched[pfile.path] = (None, record)
-                files.append(FileStatus(pfile.path, digest, NOT_APPLIED))
+            if digest == record.original_sha256 or marker(patch.id).encode() not in code:
+                # already the original, or replaced since (an upgrade): nothing of ours is left
+                writes.append(PlannedWrite(pfile.path, None, None))  # only the record goes
+                files.append(FileStatus(pfile.path, digest, State.NOT_APPLIED))
                 continue
             if digest != record.patched_sha256:
                 reason = f"{pfile.path} changed since ascendfix wrote it; not touched (reinstall {patch.package})"
-                files.append(FileStatus(pfile.path, digest, DRIFTED, reason))
+                files.append(FileStatus(pfile.path, digest, State.DRIFTED, reason))
                 notes.append(reason)
                 continue
             # what ascendfix wrote, but the backup is gone: undo it through the markers below
         outcome, problem = undo_patch(patch, code)
         if problem:
-            files.append(FileStatus(pfile.path, digest, DRIFTED, f"{pfile.path}: {problem}"))
+            files.append(FileStatus(pfile.path, digest, State.DRIFTED, f"{pfile.path}: {problem}"))
             notes.append(f"{pfile.path}: {problem}")
             continue
         if outcome.done == 0:
-            files.append(FileStatus(pfile.path, digest, NOT_APPLIED))
+            files.append(FileStatus(pfile.path, digest, State.NOT_APPLIED))
             continue
         try:
             compile(outcome.code, str(path), "exec", dont_inherit=True)
         except SyntaxError as e:
-            files.append(FileStatus(pfile.path, digest, DRIFTED, f"{pfile.path}: the reverted file does not compile"))
-            notes.append(f"{pfile.path}: the reverted file does not compile ({e.msg}); not touched")
+            reason = f"{pfile.path}: the reverted file does not compile"
+            files.append(FileStatus(pfile.path, digest, State.DRIFTED, reason))
+            notes.append(f"{reason} ({e.msg}); not touched")
             continue
-        store.save_backup(pfile.path, outcome.code)  # lets recovery finish an interrupted revert
-        touched[pfile.path] = (outcome.code, Record(patch.id, "", sha256_bytes(outcome.code), digest))
-        files.append(FileStatus(pfile.path, sha256_bytes(outcome.code), NOT_APPLIED, absolute=path))
+        writes.append(PlannedWrite(pfile.path, outcome.code, None))
+        files.append(FileStatus(pfile.path, sha256_bytes(outcome.code), State.NOT_APPLIED, absolute=path))
     if notes:
-        return PatchStatus(patch.id, DRIFTED, "; ".join(notes), tuple(files), action="refused")
-    writes = {rel: rec for rel, (data, rec) in touched.items()}
-    if writes:
-        store.begin("revert", writes)
-        for rel, (data, _rec) in touched.items():
-            if data is not None:
-                write_atomic((target.root / rel).resolve(), data)
-                drop_bytecode((target.root / rel).resolve())
-            store.drop_backup(rel)
-            records.pop(rel, None)
-        store.save_records(records)
-        store.end()
-    wrote = any(data is not None for data, _ in touched.values())
-    state = NOT_APPLICABLE if all(f.state == NOT_APPLICABLE for f in files) else NOT_APPLIED
-    return PatchStatus(patch.id, state, "", tuple(files), action="reverted" if wrote else "unchanged")
+        return PatchStatus(patch.id, State.DRIFTED, "; ".join(notes), tuple(files), action=Action.REFUSED)
+    wrote = any(w.data is not None for w in writes)
+    state = State.NOT_APPLICABLE if all(f.state == State.NOT_APPLICABLE for f in files) else State.NOT_APPLIED
+    action = Action.REVERTED if wrote else Action.UNCHANGED
+    return PatchStatus(patch.id, state, "", tuple(files), action=action, writes=tuple(writes))
 
 
 def undo_patch(patch: Patch, code: bytes) -> tuple[Outcome | None, str | None]:
@@ -490,10 +468,9 @@ def diff(statuses: list[PatchStatus]) -> str:
     """A unified diff of what apply would write (from ``apply(..., dry_run=True)``)."""
     chunks = []
     for s in statuses:
-        for f in s.files:
-            if f.new_code is None:
-                continue
-            old = f.old_code.decode("utf-8", "replace").splitlines(keepends=True)
-            new = f.new_code.decode("utf-8", "replace").splitlines(keepends=True)
-            chunks.extend(difflib.unified_diff(old, new, f"a/{f.path}", f"b/{f.path}"))
+        on_disk = {f.path: f.code or b"" for f in s.files}
+        for w in s.writes:
+            old = on_disk[w.rel].decode("utf-8", "replace").splitlines(keepends=True)
+            new = w.data.decode("utf-8", "replace").splitlines(keepends=True)
+            chunks.extend(difflib.unified_diff(old, new, f"a/{w.rel}", f"b/{w.rel}"))
     return "".join(chunks)

@@ -40,8 +40,7 @@ def _arg(component: Component, what: str) -> str:
 
 
 def _components(profile: Profile, device: str) -> list[Component]:
-    if device not in profile.devices:
-        raise UsageError(f"profile {profile.name} has no {device} device (it defines {', '.join(profile.devices)})")
+    profile.device(device)
     return [c for c in profile.components if device in c.devices]
 
 

@@ -6,8 +6,10 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import tempfile
+import re
 from pathlib import Path
+
+TEMP_SUFFIX = ".ascendfix-tmp"
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -15,15 +17,43 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def temp_path(path: Path) -> Path:
+    """Where ``write_atomic`` stages ``path``'s new bytes: a fixed name beside it, known before it exists."""
+    return path.with_name(f".{path.name}{TEMP_SUFFIX}")
+
+
+def leftover_temps(path: Path) -> list[Path]:
+    """ascendfix's own temp files for ``path`` left by a killed write (this name, and older random ones)."""
+    pattern = re.compile(rf"^\.{re.escape(path.name)}(\.[a-z0-9_]{{8}})?{re.escape(TEMP_SUFFIX)}$")
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return []
+    return sorted(path.parent / n for n in names if n.endswith(TEMP_SUFFIX) and pattern.match(n))
+
+
+def remove_temps(path: Path) -> list[Path]:
+    """Remove the leftovers :func:`leftover_temps` finds; returns what was removed."""
+    removed = []
+    for tmp in leftover_temps(path):
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
+
+
 def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
     """Replace ``path`` with ``data`` atomically: temp file in the same folder, fsync, rename.
 
     ``mode`` (default: the existing file's, else 0o644) is set on the new file, so a
-    reader sees either the whole old file or the whole new one, never a mix.
+    reader sees either the whole old file or the whole new one, never a mix. The temp
+    file has a fixed name (:func:`temp_path`), so whoever journals the write knows it
+    before it exists; callers hold the folder's lock. A failed write removes it.
     """
     if mode is None:
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".ascendfix-tmp")
+    tmp = temp_path(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

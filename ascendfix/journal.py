@@ -1,10 +1,16 @@
-"""What ascendfix wrote into a package root, kept in ``<root>/.ascendfix/``.
+"""What ascendfix wrote into a package root, kept in ``<root>/.ascendfix/``, and the one way to write it.
 
 - ``state.json``: for each patched file (path relative to the root) the patch id and
   variant, the sha256 of the original and of what ascendfix wrote;
 - ``backup/<path>``: the original bytes, for a byte-exact revert;
-- ``journal.json`` (and ``undo/``): present only while an apply or revert is writing; the
-  next command finds it and finishes (revert) or rolls back (apply) the interrupted run.
+- ``journal.json`` and ``undo/<path>``: present only while a transaction is writing. They
+  name every file (and so every temp file) the transaction may touch and keep each file's
+  bytes and record as they were; the next command rolls an interrupted transaction back to
+  exactly that, and removes the temp files of its writes.
+- ``.gitignore``: the folder ignores itself, so a checkout's ``git status`` stays clean.
+
+Every state file carries ``schema``; a folder written by a newer ascendfix is refused, one
+from before schemas (no field) is read as schema 1's predecessor, which has the same fields.
 """
 
 from __future__ import annotations
@@ -12,23 +18,44 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ascendfix.errors import RefusedError
-from ascendfix.fsutil import sha256_bytes, write_atomic
+from ascendfix.fsutil import drop_bytecode, leftover_temps, remove_temps, sha256_bytes, write_atomic
 
 STATE_DIR = ".ascendfix"
+SCHEMA = 1
 
 
 @dataclass(frozen=True)
 class Record:
-    """One file ascendfix patched."""
+    """One file ascendfix patched: which patch and variant, the original's and the written bytes' sha256."""
 
     patch: str
     variant: str
     original_sha256: str
     patched_sha256: str
+
+
+@dataclass(frozen=True)
+class PlannedWrite:
+    """One file a transaction will write: its new bytes and its record afterwards.
+
+    ``record`` None means the file goes back to upstream (a revert): its record and backup
+    are dropped; ``data`` None leaves the file's bytes as they are (only the record goes).
+    ``original`` is kept as the backup when given (an apply).
+    """
+
+    rel: str
+    data: bytes | None
+    record: Record | None
+    original: bytes | None = None
+
+
+class WriteError(RefusedError):
+    """A write failed (disk full, read-only file, size limit); everything was rolled back."""
 
 
 class Store:
@@ -50,32 +77,46 @@ class Store:
         """Where the original of ``rel`` is kept."""
         return self.dir / "backup" / rel
 
+    def _read(self, path: Path) -> dict | None:
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except ValueError as e:
+            raise RefusedError(f"{path}: unreadable ({e}); move it aside to start over") from None
+        schema = data.get("schema", 0) if isinstance(data, dict) else None
+        if not isinstance(schema, int):
+            raise RefusedError(f"{path}: unreadable (no valid schema); move it aside to start over")
+        if schema > SCHEMA:
+            raise RefusedError(
+                f"{path}: written by a newer ascendfix (schema {schema}, this one reads up to {SCHEMA}); "
+                "upgrade ascendfix to act on this tree"
+            )
+        return data
+
     def records(self) -> dict[str, Record]:
         """Every file ascendfix patched in this root, by relative path."""
-        try:
-            data = json.loads(self.state_file.read_text())
-            return {rel: Record(**rec) for rel, rec in data["files"].items()}
-        except FileNotFoundError:
+        data = self._read(self.state_file)
+        if data is None:
             return {}
-        except (ValueError, KeyError, TypeError) as e:
+        try:
+            return {rel: Record(**rec) for rel, rec in data["files"].items()}
+        except (KeyError, TypeError, AttributeError) as e:
             raise RefusedError(f"{self.state_file}: unreadable ({e}); move it aside to start over") from None
 
-    def save_records(self, records: dict[str, Record]) -> None:
+    def _save_records(self, records: dict[str, Record]) -> None:
         """Write state.json (or remove the whole state folder when nothing is patched any more)."""
         if not records:
             shutil.rmtree(self.dir, ignore_errors=True)
             return
-        self.dir.mkdir(exist_ok=True)
-        data = {"files": {rel: asdict(rec) for rel, rec in sorted(records.items())}}
+        data = {"schema": SCHEMA, "files": {rel: asdict(rec) for rel, rec in sorted(records.items())}}
         write_atomic(self.state_file, (json.dumps(data, indent=1) + "\n").encode())
 
-    def save_backup(self, rel: str, original: bytes) -> None:
-        """Keep the original bytes of ``rel`` (once; an existing identical backup is kept)."""
-        path = self.backup_path(rel)
-        if path.is_file() and sha256_bytes(path.read_bytes()) == sha256_bytes(original):
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, original, 0o644)
+    def _ensure_dir(self) -> None:
+        self.dir.mkdir(exist_ok=True)
+        ignore = self.dir / ".gitignore"
+        if not ignore.exists():
+            write_atomic(ignore, b"# written by ascendfix: this folder is ascendfix's state, not part of the tree\n*\n")
 
     def load_backup(self, rel: str, expected_sha256: str) -> bytes | None:
         """The original bytes of ``rel``, if the backup is there and intact."""
@@ -85,53 +126,179 @@ class Store:
             return None
         return data if sha256_bytes(data) == expected_sha256 else None
 
-    def drop_backup(self, rel: str) -> None:
-        """Forget the original of ``rel`` (after a revert)."""
+    def _save_backup(self, rel: str, original: bytes) -> None:
+        path = self.backup_path(rel)
+        if path.is_file() and sha256_bytes(path.read_bytes()) == sha256_bytes(original):
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, original, 0o644)
+
+    def _drop_backup(self, rel: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.backup_path(rel).unlink()
 
-    def begin(self, op: str, files: dict[str, Record], before: dict[str, bytes] | None = None) -> None:
-        """Record that ``op`` ('apply' or 'revert') is about to write ``files``.
+    def leftovers(self, rels: list[str]) -> list[Path]:
+        """ascendfix temp files a killed write left beside ``rels`` (the next transaction removes them)."""
+        return [tmp for rel in rels for tmp in leftover_temps(self.root / rel)]
 
-        For an apply, ``before`` holds each file's bytes as they are now (the original, or the
-        variant being switched from) and the record each file has now is kept in the journal,
-        so an interrupted apply rolls back to exactly what was there.
-        """
-        self.dir.mkdir(exist_ok=True)
+    def begin(self, op: str, rels: list[str]) -> Transaction:
+        """Journal that ``op`` will write ``rels`` (after rolling back any interrupted transaction)."""
+        self.recover()
         current = self.records()
-        for rel, data in (before or {}).items():
-            path = self.dir / "undo" / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, data, 0o644)
-        data = {
-            "op": op,
-            "files": {rel: asdict(rec) for rel, rec in files.items()},
-            "previous": {rel: asdict(current[rel]) if rel in current else None for rel in files},
-        }
-        write_atomic(self.journal_file, json.dumps(data).encode())
-
-    def pending(self) -> tuple[str, dict[str, Record], dict[str, Record | None]] | None:
-        """The interrupted operation, if a journal is left: op, the records it was writing, the ones before."""
+        undo = self.dir / "undo"
+        shutil.rmtree(undo, ignore_errors=True)
+        writing = self.dir
         try:
-            data = json.loads(self.journal_file.read_text())
-            files = {rel: Record(**rec) for rel, rec in data["files"].items()}
-            previous = {rel: Record(**rec) if rec else None for rel, rec in data.get("previous", {}).items()}
-            return data["op"], files, previous
-        except FileNotFoundError:
-            return None
-        except (ValueError, KeyError, TypeError):
-            # A journal is written atomically; an unreadable one was never completed, so no file was touched.
-            return "apply", {}, {}
+            self._ensure_dir()
+            for rel in rels:
+                path = self.root / rel
+                remove_temps(path)
+                if path.is_file():
+                    writing = undo / rel
+                    writing.parent.mkdir(parents=True, exist_ok=True)
+                    write_atomic(writing, path.read_bytes(), 0o644)
+            data = {
+                "schema": SCHEMA,
+                "op": op,
+                "files": list(rels),
+                "previous": {rel: asdict(current[rel]) if rel in current else None for rel in rels},
+            }
+            writing = self.journal_file
+            write_atomic(writing, json.dumps(data).encode())
+        except OSError as e:
+            self._end()
+            raise WriteError(f"{op} failed writing {writing}: {e.strerror or e}; nothing was changed") from None
+        return Transaction(self, op, current)
 
-    def load_undo(self, rel: str) -> bytes | None:
-        """The bytes ``rel`` had before the interrupted apply, if kept."""
+    def _end(self) -> None:
+        """The transaction is over: drop the journal and the undo copies (and the folder, if it holds nothing)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.journal_file.unlink()
+        shutil.rmtree(self.dir / "undo", ignore_errors=True)
+        if self.dir.is_dir() and not self.state_file.exists() and not (self.dir / "backup").exists():
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def recover(self) -> list[str]:
+        """Roll an interrupted transaction back to exactly what was there; returns what was done."""
+        try:
+            data = self._read(self.journal_file)
+        except RefusedError:
+            data = {}  # written atomically: an unreadable journal was never completed, so nothing was touched
+        if data is None:
+            return []
+        rels = data.get("files", [])
+        if isinstance(rels, dict):  # schema 0 named the records it was writing
+            rels = list(rels)
+        previous = {rel: Record(**rec) if rec else None for rel, rec in data.get("previous", {}).items()}
+        notes = []
+        for rel in rels:
+            path = self.root / rel
+            remove_temps(path)
+            before = self._load_undo(rel)
+            if before is not None and path.is_file() and path.read_bytes() != before:
+                write_atomic(path.resolve(), before)
+                drop_bytecode(path.resolve())
+                notes.append(f"{rel}: rolled back (an interrupted {data.get('op', 'write')})")
+        records = self.records()
+        for rel in rels:
+            if previous.get(rel) is not None:
+                records[rel] = previous[rel]
+            else:
+                records.pop(rel, None)
+                if self._load_undo(rel) is not None:
+                    self._drop_backup(rel)
+        self._save_records(records)
+        self._end()
+        return notes
+
+    def _load_undo(self, rel: str) -> bytes | None:
         try:
             return (self.dir / "undo" / rel).read_bytes()
         except FileNotFoundError:
             return None
 
+    def sweep_temps(self) -> None:
+        """Remove temp files a killed write left inside the state folder itself."""
+        if self.dir.is_dir():
+            for tmp in self.dir.rglob("*.ascendfix-tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+
+
+class Transaction:
+    """The writes of one journaled operation on one root (made by :meth:`Store.transaction`)."""
+
+    def __init__(self, store: Store, op: str, records: dict[str, Record]):
+        self.store, self.op = store, op
+        self.records = dict(records)
+        self.written: list[str] = []
+        self.current: str | None = None
+
+    def write(self, planned: PlannedWrite) -> None:
+        """Back up the original (apply), write the file atomically, drop its bytecode, note its record."""
+        self.current = planned.rel
+        path = (self.store.root / planned.rel).resolve()
+        if planned.original is not None:
+            self.store._save_backup(planned.rel, planned.original)
+        self.written.append(planned.rel)
+        if planned.data is not None:
+            write_atomic(path, planned.data)
+            drop_bytecode(path)
+        if planned.record is None:
+            self.records.pop(planned.rel, None)
+        else:
+            self.records[planned.rel] = planned.record
+        self.current = None
+
+    def save(self) -> None:
+        """Save the records (the journal stays: a failure after this still rolls back)."""
+        self.current = str(self.store.state_file.relative_to(self.store.root))
+        if self.records:
+            self.store._save_records(self.records)
+        self.current = None
+
     def end(self) -> None:
-        """The operation finished: drop the journal and the undo copies."""
-        with contextlib.suppress(FileNotFoundError):
-            self.journal_file.unlink()
-        shutil.rmtree(self.dir / "undo", ignore_errors=True)
+        """The transaction is done: drop the backups of files that went back to upstream, and the journal."""
+        for rel in self.written:
+            if rel not in self.records:
+                self.store._drop_backup(rel)
+        if not self.records:
+            self.store._save_records({})
+        self.store._end()
+
+    def rollback(self) -> None:
+        """Undo every write and record of this transaction."""
+        self.store.recover()
+
+    def failure(self, error: OSError) -> str:
+        """The one line that says which file failed and why."""
+        where = self.store.root / self.current if self.current else self.store.dir
+        return f"{self.op} failed writing {where}: {error.strerror or error}; rolled back, nothing was changed"
+
+
+@contextlib.contextmanager
+def transaction(op: str, plans: dict[Path, list[str]]) -> Iterator[dict[Path, Transaction]]:
+    """Write the files ``plans`` names (relative paths by package root) all or nothing, across roots.
+
+    Each root is journaled before anything is written; the caller writes through each root's
+    :class:`Transaction`. Any exception rolls every root back to exactly what was there (its
+    files, records and backups); an OSError becomes one :class:`WriteError` line naming the file
+    and the reason. A kill leaves the journals, and the next command's :meth:`Store.recover`
+    rolls back. Callers hold the roots' locks.
+    """
+    opened: dict[Path, Transaction] = {}
+    try:
+        for root, rels in plans.items():
+            opened[root] = Store(root).begin(op, rels)
+        yield opened
+        for tx in opened.values():
+            tx.save()
+    except BaseException as e:
+        failed = next((tx for tx in opened.values() if tx.current is not None), None)
+        for tx in opened.values():
+            tx.rollback()
+        if isinstance(e, OSError):
+            raise WriteError(failed.failure(e) if failed else f"{op} failed: {e}") from None
+        raise
+    for tx in opened.values():
+        tx.end()

@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ascendfix.errors import UsageError
-from ascendfix.manifest import Profile
+from ascendfix.errors import RefusedError, UsageError
+from ascendfix.manifest import Profile, to_json
 from ascendfix.metrics import Step, StepParser
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -49,9 +49,7 @@ class EnvSetting:
 
 def resolve_env(profile: Profile, device: str, environ: Mapping[str, str]) -> list[EnvSetting]:
     """The profile's variables for ``device`` plus PYTHONUNBUFFERED; a value set in ``environ`` wins."""
-    if device not in profile.devices:
-        raise UsageError(f"profile {profile.name!r} has no device {device!r} (it has {', '.join(profile.devices)})")
-    wanted = [(v.name, v.value, v.why) for v in profile.devices[device].env]
+    wanted = [(v.name, v.value, v.why) for v in profile.device(device).env]
     wanted += [(name, value, why) for name, (value, why) in ASCENDFIX_ENV.items()]
     settings = []
     for name, value, why in wanted:
@@ -176,7 +174,7 @@ class LaunchResult:
     forwarded: str | None = None  # the signal forwarded to the job, if any
     killed: bool = False  # SIGKILLed after the grace period
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Plain data for run.json."""
         return asdict(self)
 
@@ -284,3 +282,74 @@ def _pump(
     log.flush()
     for rest in partial.values():
         parser.feed_lines(rest)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A job checked and resolved, not yet started: what ``run`` shows before it launches."""
+
+    profile: Profile
+    device: str
+    argv: list[str]
+    settings: list[EnvSetting]
+    overrides: dict[str, str]
+    preflight: Any  # a preflight.Preflight, or None with --no-preflight
+
+    def env_notes(self) -> list[tuple[str, str]]:
+        """``(kind, message)`` for each variable whose value is not simply the profile's: yours won, or unset."""
+        notes = []
+        for s in self.settings:
+            if s.source == "user" and s.profile_value is not None and s.value != s.profile_value:
+                notes.append(("env", f"{s.name}={s.value or ''} (yours) wins over the profile's {s.profile_value}"))
+            elif s.source == "missing":
+                notes.append(("hint", f"{s.name} must be set per site: {s.why}"))
+        return notes
+
+
+def prepare(
+    profile: Profile, device: str, command: Sequence[str], environ: Mapping[str, str], preflight: bool = True
+) -> Prepared:
+    """The job's argv, environment decisions, overrides and (unless disabled) preflight findings."""
+    from ascendfix import preflight as checks
+
+    argv = command_for(command)
+    settings = resolve_env(profile, device, environ)
+    overrides = checks.scan_overrides(argv, environ)
+    found = checks.run_preflight(profile, device, argv, environ, checks.default_seams()) if preflight else None
+    return Prepared(profile, device, argv, settings, overrides, found)
+
+
+@dataclass
+class Job:
+    """A started job's log folder, environment and run.json record (updated when it ends)."""
+
+    log_dir: Path
+    env: dict[str, str]
+    record: dict[str, Any]
+
+
+def begin(prepared: Prepared, log_dir: Path | None, environ: Mapping[str, str]) -> Job:
+    """Refuse on preflight problems; else create the log folder, raise ``ulimit -n``, write run.json."""
+    pre = prepared.preflight
+    if pre is not None and pre.problems:
+        raise RefusedError(f"preflight found {len(pre.problems)} problem(s); fix them or pass --no-preflight")
+    log_dir = log_dir or Path("ascendfix-runs") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{log_dir}: cannot create the log directory: {e.strerror}") from None
+    env = job_environment(prepared.settings, environ)
+    ulimit = raise_nofile(prepared.profile.device(prepared.device).ulimit_nofile)
+    record = run_record(prepared.profile.name, prepared.device, prepared.argv, prepared.settings, env, log_dir)
+    record.update(ulimit_nofile=ulimit, overrides=prepared.overrides)
+    record["preflight_hints"] = None if pre is None else [to_json(h) for h in pre.hints]
+    write_run_json(log_dir, record)
+    return Job(log_dir, env, record)
+
+
+def finish(job: Job, argv: Sequence[str], parser: StepParser, status: StatusLine | None = None) -> LaunchResult:
+    """Launch ``argv`` for ``job``, then complete its run.json with how it ended."""
+    result = launch(argv, job.env, job.log_dir, parser, status)
+    job.record.update(ended=now(), **result.to_json(), steps=len(parser.steps))
+    write_run_json(job.log_dir, job.record)
+    return result

@@ -88,6 +88,43 @@ if __name__ == "__main__":
 
 
 @dataclass(frozen=True)
+class Distribution:
+    """One installed distribution the probe was asked about (importlib.metadata)."""
+
+    version: str
+    direct_url: dict | None  # PEP 610 direct_url.json, when pip wrote one
+    metadata_dir: str | None  # the .dist-info folder (its RECORD lists the installed files)
+
+
+@dataclass(frozen=True)
+class Installed:
+    """Any installed distribution: name, version and its Requires-Dist lines (for ``pip check``'s job)."""
+
+    name: str
+    version: str
+    requires: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The target interpreter's answer: itself, where packages are, and what is installed."""
+
+    python: str
+    version: tuple[int, ...]
+    packages: dict[str, dict]  # top-level package -> {"locations": [...], "origin": ...} (find_spec)
+    distributions: dict[str, Distribution | None]
+    markers: dict[str, str]  # the PEP 508 marker environment ("everything" only)
+    installed: tuple[Installed, ...]  # every installed distribution ("everything" only)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Probe:
+        """The probe's JSON answer as a Probe."""
+        dists = {n: Distribution(**d) if d else None for n, d in data["distributions"].items()}
+        installed = tuple(Installed(d["name"], d["version"], tuple(d["requires"])) for d in data.get("installed", ()))
+        return cls(data["python"], tuple(data["version"]), data["packages"], dists, data.get("markers", {}), installed)
+
+
+@dataclass(frozen=True)
 class Target:
     """Where one package's files live, and how that was decided."""
 
@@ -108,7 +145,7 @@ def _same_interpreter(python: str | None) -> bool:
     return python is None or os.path.abspath(python) == os.path.abspath(sys.executable)
 
 
-def probe(python: str | None, packages: list[str], distributions: list[str] = (), everything: bool = False) -> dict:
+def probe(python: str | None, packages: list[str], distributions: list[str] = (), everything: bool = False) -> Probe:
     """Run the probe in ``python`` (None: this interpreter); raise UsageError if it cannot run.
 
     With ``everything``, the answer also has ``markers`` (the PEP 508 marker environment)
@@ -117,7 +154,7 @@ def probe(python: str | None, packages: list[str], distributions: list[str] = ()
     if _same_interpreter(python):
         namespace: dict = {}
         exec(compile(PROBE, "<ascendfix-probe>", "exec"), namespace)
-        return namespace["probe"](list(packages), list(distributions), everything)
+        return Probe.from_json(namespace["probe"](list(packages), list(distributions), everything))
     request = json.dumps({"packages": list(packages), "distributions": list(distributions), "everything": everything})
     try:
         result = subprocess.run(
@@ -133,8 +170,8 @@ def probe(python: str | None, packages: list[str], distributions: list[str] = ()
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise UsageError(f"--python {python}: the interpreter failed to run the probe: {last}")
     try:
-        return json.loads(result.stdout)
-    except ValueError:
+        return Probe.from_json(json.loads(result.stdout))
+    except (ValueError, KeyError, TypeError):
         raise UsageError(f"--python {python}: did not answer like a Python interpreter") from None
 
 
@@ -164,18 +201,20 @@ def locate(packages: list[str], python: str | None = None, roots: dict[str, Path
     """Find the directory holding each package: ``--root`` first, else the target interpreter."""
     roots = roots or {}
     wanted = [p for p in packages if p not in roots]
-    return targets_from_probe(probe(python, wanted) if wanted else {}, packages, roots)
+    return targets_from_probe(probe(python, wanted) if wanted else None, packages, roots)
 
 
-def targets_from_probe(found: dict, packages: list[str], roots: dict[str, Path] | None = None) -> dict[str, Target]:
+def targets_from_probe(
+    found: Probe | None, packages: list[str], roots: dict[str, Path] | None = None
+) -> dict[str, Target]:
     """Each package's Target: ``--root`` first, else from an answer of :func:`probe` that looked for it."""
     roots = roots or {}
     targets = {name: Target(name, path, "--root", _is_checkout(path)) for name, path in roots.items()}
-    where = found.get("python")
+    where = found.python if found else None
     for name in packages:
         if name in targets:
             continue
-        info = found["packages"].get(name) or {}
+        info = found.packages.get(name) or {}
         locations = info.get("locations") or []
         if locations:
             root = Path(locations[0]).parent

@@ -121,6 +121,15 @@ DEFAULT_VARIANT = "default"
 
 
 @dataclass(frozen=True)
+class Superseded:
+    """From which release of the patch's package a better lever than the patch exists, and what it is."""
+
+    since: str
+    why: str  # completes "<package> <version> ..."
+    fix: str
+
+
+@dataclass(frozen=True)
 class Patch:
     """A declarative edit of upstream code, with its rationale.
 
@@ -137,7 +146,8 @@ class Patch:
     references: tuple[str, ...]
     drop_when: str
     source: Path
-    caveat: str | None = None
+    caveat: str | None = None  # warned on apply (e.g. a setting the patch does not go with)
+    superseded: Superseded | None = None  # doctor's hazards check warns from that release on
 
 
 @dataclass(frozen=True)
@@ -159,6 +169,12 @@ class Profile:
         patch = self.patches[pid]
         name = (override or {}).get(pid) or self.variants.get(pid) or patch.variants[0].name
         return next(v for v in patch.variants if v.name == name)
+
+    def device(self, name: str) -> Device:
+        """The device called ``name``; a UsageError naming the ones the profile defines otherwise."""
+        if name not in self.devices:
+            raise UsageError(f"--device {name}: profile {self.name} defines only {', '.join(self.devices)}")
+        return self.devices[name]
 
     def component(self, name: str) -> Component | None:
         """The component called ``name``, if the profile pins one."""
@@ -318,9 +334,25 @@ def load_patch(path: Path) -> Patch:
         drop_when=top.text("drop_when"),
         source=path,
         caveat=top.text("caveat", required=False),
+        superseded=_superseded(top.table("superseded", required=False)),
     )
     top.done()
     return patch
+
+
+def _superseded(t: _Table | None) -> Superseded | None:
+    if t is None:
+        return None
+    from packaging.version import InvalidVersion, Version
+
+    since = t.text("since")
+    try:
+        Version(since)
+    except InvalidVersion:
+        t.fail(t.field("since"), f"{since!r} is not a version (e.g. 0.9.0)")
+    superseded = Superseded(since, t.text("why"), t.text("fix"))
+    t.done()
+    return superseded
 
 
 def _variant(ttable: _Table, name: str, why: str) -> Variant:
@@ -534,14 +566,14 @@ def parse_variants(profile: Profile, values: tuple[str, ...] | list[str]) -> dic
     return chosen
 
 
-def as_dict(obj: Any) -> Any:
+def to_json(obj: Any) -> Any:
     """A dataclass tree as plain JSON-ready data."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: as_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
-        return [as_dict(v) for v in obj]
+        return [to_json(v) for v in obj]
     if isinstance(obj, dict):
-        return {k: as_dict(v) for k, v in obj.items()}
+        return {k: to_json(v) for k, v in obj.items()}
     if isinstance(obj, Path):
         return str(obj)
     return obj

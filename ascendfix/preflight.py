@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ascendfix.manifest import Profile
+from ascendfix.states import State
 
 DAPO_PATCH = "verl-dapo-no-interleave"
 FILTER_GROUPS = "algorithm.filter_groups.enable"
@@ -138,7 +139,7 @@ def run_preflight(
     for message in failures or ():
         result.problems.append(Finding("doctor", message))
     states = seams.patch_states(profile, device)
-    wanted = profile.devices[device].patches
+    wanted = profile.device(device).patches
     filter_groups = _truthy(overrides.get(FILTER_GROUPS))
     if states is None:
         result.hints.append(Finding("patches", "patch status unknown: run `ascendfix status` before a long job"))
@@ -146,13 +147,13 @@ def run_preflight(
         for pid in wanted:
             state, reason = states.get(pid, ("", ""))
             because = f" ({reason})" if reason else ""
-            if state in ("drifted", "partial"):
+            if state in (State.DRIFTED, State.PARTIAL):
                 result.problems.append(Finding("patches", f"patch {pid} is {state}{because}: see `ascendfix status`"))
-            elif state == "not-applied" and pid == DAPO_PATCH and filter_groups:
+            elif state == State.NOT_APPLIED and pid == DAPO_PATCH and filter_groups:
                 result.hints.append(Finding("patches", f"{DAPO_PATCH} is not applied, as {FILTER_GROUPS} requires"))
-            elif state == "not-applied":
+            elif state == State.NOT_APPLIED:
                 result.problems.append(Finding("patches", f"patch {pid} is not applied: run `ascendfix apply`"))
-        if states.get(DAPO_PATCH, ("", ""))[0] == "applied" and filter_groups:
+        if states.get(DAPO_PATCH, ("", ""))[0] == State.APPLIED and filter_groups:
             result.problems.append(
                 Finding(
                     "patches",
@@ -207,10 +208,11 @@ def _doctor_failures(profile: Profile, device: str) -> list[str]:
     """Doctor's fail-level findings for this interpreter, one line per failed check."""
     from ascendfix.doctor import registry, runner
     from ascendfix.doctor.context import Context
+    from ascendfix.doctor.model import Status
 
     checks = [cid for cid in registry.CHECKS if cid not in PREFLIGHT_SKIPS]
     report = runner.run(Context(profile, device), checks)
-    return [f"{r.title}: {r.messages[0] if r.messages else 'failed'}" for r in report.checks if r.status == "fail"]
+    return [f"{r.title}: {r.messages[0] if r.messages else 'failed'}" for r in report.checks if r.status == Status.FAIL]
 
 
 def default_seams() -> Seams:

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ascendfix import manifest  # noqa: E402
+from ascendfix.device import ASCEND_HOME  # noqa: E402
 from ascendfix.doctor import context, runner  # noqa: E402
 
 TARGET_S = 0.5
@@ -51,7 +52,7 @@ def main() -> None:
     parser.add_argument("--python", help="also time doctor --python PATH (one probe subprocess)")
     args = parser.parse_args()
     profile = manifest.load_profile(args.profile)
-    device, why = context.choose_device(profile, context.DEFAULT_ASCEND_HOME)
+    device, why = context.choose_device(profile, ASCEND_HOME)
 
     def in_process(python=None):
         return runner.run(context.Context(profile, device, why, python))

@@ -213,7 +213,7 @@ def test_table_of_doctor_checks_and_failed_nodes():
     report = cluster.table(["doctor", "--json"], answers)
     assert report.differing == ("cann",)
     assert report.cells["10.0.0.3 cccccccc"]["cann"] == ("fail", "CANN 8.2.RC1")
-    assert [n["error"] for n in report.as_json()["nodes"]][-1] == "no answer within 60 s"
+    assert [n["error"] for n in report.to_json()["nodes"]][-1] == "no answer within 60 s"
     assert not report.ok
 
 

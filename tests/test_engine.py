@@ -9,7 +9,7 @@ import signal
 import time
 
 import pytest
-from ascendfix import engine, manifest
+from ascendfix import engine, journal, manifest
 from ascendfix.errors import RefusedError, UsageError
 
 from tests.stack import DEMO_PROFILE, PATCHED, make_stack
@@ -53,7 +53,7 @@ def test_apply_status_reapply_revert_roundtrip(stack):
 
 
 def test_status_json_contract(stack):
-    data = engine.status(select(stack))[0].as_json()
+    data = engine.status(select(stack))[0].to_json()
     assert set(data) == {"id", "state", "reason", "variant", "files"}
     assert set(data["files"][0]) == {"path", "sha256", "state"}
 
@@ -312,7 +312,7 @@ def test_an_interrupted_variant_switch_rolls_back_to_the_old_variant(tmp_path, m
 
     engine.apply(sel())
     held = device.read_bytes()
-    real_write = engine.write_atomic
+    real_write = journal.write_atomic
 
     def crash(path, data, mode=None):
         if path == device.resolve():
@@ -321,10 +321,10 @@ def test_an_interrupted_variant_switch_rolls_back_to_the_old_variant(tmp_path, m
             raise KeyboardInterrupt  # killed around the write of the switched file
         real_write(path, data, mode)
 
-    monkeypatch.setattr(engine, "write_atomic", crash)
+    monkeypatch.setattr(journal, "write_atomic", crash)
     with pytest.raises(KeyboardInterrupt):
         engine.apply(sel({"team-probe": "none"}))
-    monkeypatch.setattr(engine, "write_atomic", real_write)
+    monkeypatch.setattr(journal, "write_atomic", real_write)
     (status,) = engine.status(sel())
     assert (status.state, status.variant, status.reason) == ("applied", "off", "")
     assert device.read_bytes() == held

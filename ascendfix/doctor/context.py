@@ -19,7 +19,6 @@ from urllib.parse import unquote, urlparse
 from ascendfix import device, locate, resources
 from ascendfix.manifest import Component, Profile
 
-DEFAULT_ASCEND_HOME = Path("/usr/local/Ascend")
 REPORTED_ONLY = ("ray",)  # reported when installed; the guide pins no version
 
 
@@ -45,11 +44,11 @@ class Context:
     device_reason: str = ""
     python: str | None = None
     roots: dict[str, Path] = field(default_factory=dict)
-    ascend_home: Path = DEFAULT_ASCEND_HOME
+    ascend_home: Path = device.ASCEND_HOME
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     cwd: Path = field(default_factory=Path.cwd)
     timeout: float = 20.0
-    _probe: dict | None = field(default=None, repr=False)
+    _probe: locate.Probe | None = field(default=None, repr=False)
     _probe_error: Exception | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -61,7 +60,7 @@ class Context:
         """Top-level packages the checks locate: those the patches edit, and mindspeed (hazards)."""
         return sorted({p.package for p in self.profile.patches.values()} | {"mindspeed"})
 
-    def probe(self) -> dict:
+    def probe(self) -> locate.Probe:
         """The target interpreter's answer (computed once, shared by all checks)."""
         with self._lock:
             if self._probe is None and self._probe_error is None:
@@ -74,9 +73,9 @@ class Context:
                 raise self._probe_error
             return self._probe
 
-    def installed(self, distribution: str) -> dict | None:
+    def installed(self, distribution: str) -> locate.Distribution | None:
         """Version, direct_url and metadata_dir of one distribution, or None when not installed."""
-        return self.probe()["distributions"].get(distribution)
+        return self.probe().distributions.get(distribution)
 
     def targets(self) -> dict[str, locate.Target]:
         """Where each located package lives (``--root`` first, else where the target finds it)."""
@@ -109,12 +108,12 @@ class Context:
     @property
     def interpreter(self) -> str:
         """The target interpreter, as fix commands should name it."""
-        return self.python or self.probe()["python"]
+        return self.python or self.probe().python
 
 
-def editable_dir(info: dict) -> Path | None:
+def editable_dir(info: locate.Distribution | None) -> Path | None:
     """The project folder of an editable or local-directory install (PEP 610 ``dir_info``)."""
-    direct = (info or {}).get("direct_url") or {}
+    direct = (info.direct_url if info else None) or {}
     if "dir_info" not in direct or not direct.get("url", "").startswith("file:"):
         return None
     return Path(unquote(urlparse(direct["url"]).path))

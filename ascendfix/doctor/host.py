@@ -15,7 +15,6 @@ from ascendfix.doctor.model import Finding, fail, ok, skip, warn
 
 CHECKPOINT_FREE_GB = 500  # one bf16 copy of Qwen3-235B-A22B's weights is ~470 GB
 MINDSPEED_CKPT_ACCELERATION = "mindspeed/features_manager/ckpt_acceleration"
-VERL_PLATFORM_SINCE = Version("0.9.0")
 
 
 def check_cuda(ctx: Context) -> Finding:
@@ -114,7 +113,7 @@ def check_env(ctx: Context) -> Finding:
 
 
 def check_hazards(ctx: Context) -> Finding:
-    """Known combinations: MindSpeed's ckpt_acceleration (patches redundant), verl >= 0.9 (VERL_PLATFORM)."""
+    """Known combinations: MindSpeed's ckpt_acceleration (patches redundant), a patch superseded upstream."""
     notes, warnings, fixes = [], [], []
     patches = ctx.profile.devices[ctx.device].patches
     torch_checks = [p for p in patches if ctx.profile.patches[p].package == "torch"]
@@ -125,18 +124,18 @@ def check_hazards(ctx: Context) -> Finding:
             f"when the job enables it (+actor_rollout_ref.actor.megatron.override_transformer_config."
             f"ckpt_acceleration=True), {', '.join(torch_checks)} are redundant"
         )
-    verl = ctx.installed("verl")
-    if verl and "verl-cuda-probe-off" in patches:
+    for pid in patches:
+        patch = ctx.profile.patches[pid]
+        installed = ctx.installed(patch.package) if patch.superseded else None
+        if installed is None:
+            continue
         try:
-            platform_lever = Version(verl["version"]) >= VERL_PLATFORM_SINCE
+            superseded = Version(installed.version) >= Version(patch.superseded.since)
         except InvalidVersion:
-            platform_lever = False
-        if platform_lever:
-            warnings.append(
-                f"verl {verl['version']} selects the device through verl.plugin.platform: "
-                "VERL_PLATFORM=npu is the better lever than the verl-cuda-probe-off patch"
-            )
-            fixes.append("export VERL_PLATFORM=npu")
+            superseded = False
+        if superseded:
+            warnings.append(f"{patch.package} {installed.version} {' '.join(patch.superseded.why.split())}")
+            fixes.append(patch.superseded.fix)
     if warnings:
         return warn(*warnings, *notes, fix="\n".join(fixes))
     return ok(*(notes or ["none of the known hazards applies"]))

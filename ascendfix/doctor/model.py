@@ -4,36 +4,45 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-STATUSES = ("ok", "warn", "fail", "skip")
+from ascendfix.states import Name
+
+
+class Status(Name):
+    """How a check ended; ``--json`` spells them so."""
+
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
 
 
 @dataclass(frozen=True)
 class Finding:
     """What a check function found: a status, lines that say why, and the command that fixes it."""
 
-    status: str
+    status: Status
     messages: tuple[str, ...] = ()
     fix: str = ""
 
 
 def ok(*messages: str) -> Finding:
     """Nothing to do."""
-    return Finding("ok", messages)
+    return Finding(Status.OK, messages)
 
 
 def warn(*messages: str, fix: str = "") -> Finding:
     """Not fatal, but worth acting on (``--strict`` makes it fatal)."""
-    return Finding("warn", messages, fix)
+    return Finding(Status.WARN, messages, fix)
 
 
 def fail(*messages: str, fix: str = "") -> Finding:
     """The job should not be started on this machine as it is."""
-    return Finding("fail", messages, fix)
+    return Finding(Status.FAIL, messages, fix)
 
 
 def skip(*messages: str) -> Finding:
     """The check cannot be made here; the messages say why."""
-    return Finding("skip", messages)
+    return Finding(Status.SKIP, messages)
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,7 @@ class Result:
 
     id: str
     title: str
-    status: str
+    status: Status
     messages: list[str] = field(default_factory=list)
     fix: str = ""
 
@@ -54,18 +63,19 @@ class Report:
     profile: str
     device: str
     checks: list[Result]
+    device_reason: str = ""  # why this device was checked (given, detected, or the profile's first)
 
     @property
     def summary(self) -> dict[str, int]:
         """How many checks ended in each status."""
-        return {s: sum(1 for c in self.checks if c.status == s) for s in STATUSES}
+        return {s: sum(1 for c in self.checks if c.status == s) for s in Status}
 
     def exit_code(self, strict: bool = False) -> int:
         """0 when nothing failed (and, with ``strict``, nothing warned); 1 otherwise."""
-        bad = ("fail", "warn") if strict else ("fail",)
+        bad = (Status.FAIL, Status.WARN) if strict else (Status.FAIL,)
         return 1 if any(c.status in bad for c in self.checks) else 0
 
-    def as_dict(self) -> dict:
+    def to_json(self) -> dict:
         """The ``--json`` form."""
         checks = [
             {"id": c.id, "title": c.title, "status": c.status, "messages": list(c.messages), "fix": c.fix}

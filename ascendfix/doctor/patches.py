@@ -5,6 +5,7 @@ from __future__ import annotations
 from ascendfix import engine
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
+from ascendfix.states import State
 
 
 def check_patches(ctx: Context) -> Finding:
@@ -19,15 +20,15 @@ def check_patches(ctx: Context) -> Finding:
         where = ", ".join(map(str, interrupted))
         return fail(
             f"an ascendfix run was interrupted in {where}",
-            fix=ctx.command("status") + "  # finishes or rolls it back",
+            fix=ctx.command("status") + "  # rolls it back",
         )
     statuses = engine.evaluate(engine.Selection(ctx.profile, ctx.device, chosen, targets))
     lines = [f"{s.id}: {s.state}" + (f" ({s.reason})" if s.reason else "") for s in statuses]
     states = {s.state for s in statuses}
     apply = ctx.command("apply")
-    if states <= {engine.APPLIED}:
+    if states <= {State.APPLIED}:
         return ok(f"all {len(statuses)} patches applied", *lines)
-    blocking = (engine.NOT_APPLIED, engine.PARTIAL, engine.DRIFTED)
+    blocking = (State.NOT_APPLIED, State.PARTIAL, State.DRIFTED)
     if states & set(blocking):
         todo = sum(1 for s in statuses if s.state in blocking)
         return fail(f"{todo} of {len(statuses)} patches not applied", *lines, fix=apply)

@@ -55,7 +55,7 @@ def _install(ctx: Context, c: Component) -> str:
 def check_python(ctx: Context) -> Finding:
     """The target interpreter's version against the profile's."""
     found = ctx.probe()
-    version, where = ".".join(map(str, found["version"])), found["python"]
+    version, where = ".".join(map(str, found.version)), found.python
     pinned = ctx.components("python")
     if not pinned:
         return ok(f"Python {version} ({where}); the profile pins no Python version")
@@ -76,10 +76,10 @@ def check_packages(ctx: Context) -> Finding:
         info = ctx.installed(c.distribution)
         if info is None:
             bad.append(f"{c.distribution} is not installed (the profile pins {c.version or c.commit or c.tag})")
-        elif c.version and not _matches(info["version"], c.version):
-            bad.append(f"{c.distribution} {info['version']} is installed; the profile pins {c.version}")
+        elif c.version and not _matches(info.version, c.version):
+            bad.append(f"{c.distribution} {info.version} is installed; the profile pins {c.version}")
         else:
-            good.append(f"{c.distribution} {info['version']}" + ("" if c.version else " (commit: see commits)"))
+            good.append(f"{c.distribution} {info.version}" + ("" if c.version else " (commit: see commits)"))
             continue
         if c.kind == "pypi":
             wheels.append(f"{c.distribution}=={c.version}")
@@ -90,17 +90,17 @@ def check_packages(ctx: Context) -> Finding:
         if not (a and b) or not any(c.distribution == dist for c in pinned):
             continue
         try:
-            paired = Version(a["version"]).release[:3] == Version(b["version"]).release[:3]
+            paired = Version(a.version).release[:3] == Version(b.version).release[:3]
         except InvalidVersion:
             paired = False
         if not paired:
-            base = a["version"].split("+")[0]
+            base = a.version.split("+")[0]
             bad.append(
-                f"{dist} {a['version']} is built for {partner} {base}, but {partner} {b['version']} is installed"
+                f"{dist} {a.version} is built for {partner} {base}, but {partner} {b.version} is installed"
             )
     for name in REPORTED_ONLY:
         info = ctx.installed(name)
-        good.append(f"{name} {info['version']} (not pinned)" if info else f"{name}: not installed (not pinned)")
+        good.append(f"{name} {info.version} (not pinned)" if info else f"{name}: not installed (not pinned)")
     if bad:
         # sources first: their requirements may move a pinned wheel (verl caps tensordict), the pins go last
         fix = "\n".join(sources + ([_pip(ctx, *wheels)] if wheels else []))
@@ -110,12 +110,12 @@ def check_packages(ctx: Context) -> Finding:
 
 def _commit_of(info: dict) -> tuple[str | None, str]:
     """The commit a non-editable install came from, and how that is known."""
-    vcs = (info.get("direct_url") or {}).get("vcs_info") or {}
+    vcs = (info.direct_url or {}).get("vcs_info") or {}
     if vcs.get("commit_id"):
         return vcs["commit_id"], "direct_url.json"
-    match = LOCAL_COMMIT.search(info["version"])
+    match = LOCAL_COMMIT.search(info.version)
     if match:
-        return match.group(1), f"its version {info['version']}"
+        return match.group(1), f"its version {info.version}"
     return None, ""
 
 
@@ -202,7 +202,7 @@ def check_commits(ctx: Context) -> Finding:
             continue
         commit, how = _commit_of(info)
         if commit is None:
-            cannot.append(f"{c.distribution} {info['version']}: installed without a record of its commit")
+            cannot.append(f"{c.distribution} {info.version}: installed without a record of its commit")
             fixes.append(_install(ctx, c))
         elif _same_commit(commit, c.commit):
             good.append(f"{c.distribution}: {commit[:12]} (from {how})")
@@ -270,9 +270,9 @@ def check_integrity(ctx: Context) -> Finding:
     good, bad, fixes, checked, files = [], [], [], 0, 0
     for c in ctx.components():
         info = ctx.installed(c.distribution) if c.distribution else None
-        if not info or not info.get("metadata_dir") or editable_dir(info):
+        if not info or not info.metadata_dir or editable_dir(info):
             continue
-        metadata_dir = Path(info["metadata_dir"])
+        metadata_dir = Path(info.metadata_dir)
         if not (metadata_dir / "RECORD").is_file():
             continue
         checked += 1
@@ -285,12 +285,12 @@ def check_integrity(ctx: Context) -> Finding:
                 ours.append(f"{rel} ({', '.join(patches)})")
             else:
                 foreign.append(rel + (" (missing)" if code is None else ""))
-        name = f"{c.distribution} {info['version']}"
+        name = f"{c.distribution} {info.version}"
         if ours:
             good.append(f"{name}: changed by ascendfix's patches, as expected: {', '.join(ours)}")
         if foreign:
             bad.append(f"{name}: {len(foreign)} file(s) differ from the wheel's RECORD: {', '.join(foreign)}")
-            fixes.append(_pip(ctx, "--force-reinstall", "--no-deps", f"{c.distribution}=={info['version']}"))
+            fixes.append(_pip(ctx, "--force-reinstall", "--no-deps", f"{c.distribution}=={info.version}"))
     if bad:
         if ctx.profile.devices[ctx.device].patches:  # a reinstall drops them
             fixes.append(ctx.command("apply"))
@@ -301,7 +301,7 @@ def check_integrity(ctx: Context) -> Finding:
 
 
 def _installed_by_name(ctx: Context) -> dict[str, dict]:
-    return {canonicalize_name(d["name"]): d for d in ctx.probe()["installed"]}
+    return {canonicalize_name(d.name): d for d in ctx.probe().installed}
 
 
 def _accepted(ctx: Context, requirer: str, req: Requirement):
@@ -330,10 +330,10 @@ def _extra_only(line: str) -> bool:
 def check_conflicts(ctx: Context) -> Finding:
     """``pip check``: requirements of installed distributions that are missing or not satisfied."""
     installed = _installed_by_name(ctx)
-    environment = {**ctx.probe()["markers"], "extra": ""}
+    environment = {**ctx.probe().markers, "extra": ""}
     problems, accepted, fixes = [], [], []
     for name, dist in sorted(installed.items()):
-        for line in dist["requires"]:
+        for line in dist.requires:
             if _extra_only(line):
                 continue
             try:
@@ -343,18 +343,18 @@ def check_conflicts(ctx: Context) -> Finding:
             except (InvalidRequirement, ValueError):
                 continue
             dep = installed.get(canonicalize_name(req.name))
-            if dep is not None and req.specifier.contains(dep["version"], prereleases=True):
+            if dep is not None and req.specifier.contains(dep.version, prereleases=True):
                 continue
-            who = f"{dist['name']} {dist['version']} requires {req.name}{req.specifier}"
+            who = f"{dist.name} {dist.version} requires {req.name}{req.specifier}"
             if dep is None:
                 problems.append(f"{who}, which is not installed")
                 fixes.append(_pip(ctx, f"{req.name}{req.specifier}"))
                 continue
             conflict = _accepted(ctx, name, req)
             if conflict is not None:
-                accepted.append(f"accepted: {who}; {dep['version']} is installed — {conflict.why}")
+                accepted.append(f"accepted: {who}; {dep.version} is installed — {conflict.why}")
             else:
-                problems.append(f"{who}, but {dep['version']} is installed")
+                problems.append(f"{who}, but {dep.version} is installed")
                 fixes.append(_pip(ctx, f"{req.name}{req.specifier}"))
     if problems:
         return fail(*problems, *accepted, fix="\n".join(dict.fromkeys(fixes)))

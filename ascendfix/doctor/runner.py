@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 
 from ascendfix.doctor.context import Context
-from ascendfix.doctor.model import Finding, Report, Result
+from ascendfix.doctor.model import Finding, Report, Result, fail
 from ascendfix.doctor.registry import CHECKS, Check
 from ascendfix.errors import AscendfixError, UsageError
 
@@ -26,9 +26,9 @@ def _isolated(check: Check, ctx: Context) -> Finding:
     try:
         finding = check.function(ctx)
     except AscendfixError as e:  # e.g. --python names an interpreter that cannot run the probe
-        return Finding("fail", (str(e),))
+        return fail(str(e))
     except Exception as e:  # a check must never crash doctor
-        return Finding("fail", (f"the check crashed: {type(e).__name__}: {e}",))
+        return fail(f"the check crashed: {type(e).__name__}: {e}")
     return finding
 
 
@@ -54,6 +54,6 @@ def run(ctx: Context, only: Iterable[str] = ()) -> Report:
         thread.join(max(0.0, deadline - time.monotonic()))
     results = []
     for check, _ in threads:
-        finding = findings.get(check.id) or Finding("fail", (f"the check did not finish within {ctx.timeout:g} s",))
+        finding = findings.get(check.id) or fail(f"the check did not finish within {ctx.timeout:g} s")
         results.append(Result(check.id, check.title, finding.status, list(finding.messages), finding.fix))
-    return Report(ctx.profile.name, ctx.device, results)
+    return Report(ctx.profile.name, ctx.device, results, ctx.device_reason)

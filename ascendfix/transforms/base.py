@@ -7,6 +7,7 @@ engine's fast paths (status, a no-op apply) never parse a file, and must start f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 MARKER_PREFIX = "# ascendfix: "
 
@@ -32,3 +33,30 @@ class Outcome:
 def marker(patch_id: str) -> str:
     """The trailing comment that says a line was written by ``patch_id``."""
     return f"{MARKER_PREFIX}{patch_id}"
+
+
+class Transform:
+    """One libcst transform: a frozen dataclass of parameters (its subclasses) with a forward and an inverse.
+
+    A subclass names itself (``name``, as patch files spell it), says in its docstring what it
+    matches, and implements ``_rewrite``; ``apply`` and ``revert`` are the same walk in the two
+    directions, so every site is found the same way both ways.
+    """
+
+    name: ClassVar[str]
+
+    @classmethod
+    def description(cls) -> str:
+        """The first line of the transform's docstring."""
+        return (cls.__doc__ or "").strip().splitlines()[0]
+
+    def _rewrite(self, source: bytes, patch_id: str, forward: bool) -> Outcome:
+        raise NotImplementedError
+
+    def apply(self, source: bytes, patch_id: str) -> Outcome:
+        """Patch every pending site (marking each edited line); done sites are left as they are."""
+        return self._rewrite(source, patch_id, forward=True)
+
+    def revert(self, source: bytes, patch_id: str) -> Outcome:
+        """Restore every site this patch marked, byte for byte."""
+        return self._rewrite(source, patch_id, forward=False)

@@ -9,7 +9,7 @@ import textwrap
 from dataclasses import dataclass
 
 from ascendfix.resources import data_dir
-from ascendfix.transforms.base import Outcome, TransformError, marker
+from ascendfix.transforms.base import Outcome, Transform, TransformError, marker
 
 PREFIX = "_ascendfix_"
 RESULT = "_ascendfix_overlaps"  # the local that holds the helper's answer in the patched function
@@ -132,7 +132,7 @@ def _parts(module, func, patch_id: str) -> tuple[list, list, list]:
 
 
 @dataclass(frozen=True)
-class FastOverlapScan:
+class FastOverlapScan(Transform):
     """Matches the module-level ``def <function>`` holding an overlap scan that ``template`` knows.
 
     A scan is a ``for`` loop over positions with one inner ``for`` over candidate partners. The
@@ -144,6 +144,8 @@ class FastOverlapScan:
     the stock loop keeps its own test, messages, warnings and return value. Revert removes
     exactly those lines and unwraps the loops.
     """
+
+    name = "fast-overlap-scan"
 
     function: str
     template: str
@@ -263,11 +265,3 @@ class FastOverlapScan:
             new_func = self._restore(func, calls, loops, patch_id)
             body = [new_func if s is func else s for s in module.body if not any(s is h for h in helpers)]
         return Outcome(module.with_changes(body=body).bytes, int(not is_done), int(is_done))
-
-    def apply(self, source: bytes, patch_id: str) -> Outcome:
-        """Insert the fast helper and narrow the stock scan, unless already done."""
-        return self._rewrite(source, patch_id, forward=True)
-
-    def revert(self, source: bytes, patch_id: str) -> Outcome:
-        """Remove the helper and restore the stock scan this patch narrowed."""
-        return self._rewrite(source, patch_id, forward=False)

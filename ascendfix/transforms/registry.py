@@ -7,17 +7,13 @@ import dataclasses
 import typing
 from typing import Any
 
+from ascendfix.transforms.base import Transform
 from ascendfix.transforms.fast_overlap import FastOverlapScan
 from ascendfix.transforms.return_early import ReturnEarly
 from ascendfix.transforms.set_assignment import SetAssignment
 from ascendfix.transforms.set_keyword import SetKeyword
 
-TRANSFORMS: dict[str, type] = {
-    "set-assignment": SetAssignment,
-    "return-early": ReturnEarly,
-    "set-keyword": SetKeyword,
-    "fast-overlap-scan": FastOverlapScan,
-}
+TRANSFORMS: dict[str, type[Transform]] = {t.name: t for t in (SetAssignment, ReturnEarly, SetKeyword, FastOverlapScan)}
 
 
 def names() -> list[str]:
@@ -25,7 +21,7 @@ def names() -> list[str]:
     return sorted(TRANSFORMS)
 
 
-def get(name: str) -> type | None:
+def get(name: str) -> type[Transform] | None:
     """The transform class called ``name``, or None."""
     return TRANSFORMS.get(name)
 
@@ -65,6 +61,6 @@ def _is_expression(text: str) -> bool:
     return True
 
 
-def build(name: str, params: dict[str, Any]):
+def build(name: str, params: dict[str, Any]) -> Transform:
     """An instance of the transform ``name`` with ``params`` (already checked)."""
     return TRANSFORMS[name](**params)

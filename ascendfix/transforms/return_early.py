@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ascendfix.transforms.base import Outcome, TransformError, marker
+from ascendfix.transforms.base import Outcome, Transform, TransformError, marker
 
 
 def _return_value(func, module) -> str:
@@ -40,13 +40,15 @@ def _return_value(func, module) -> str:
 
 
 @dataclass(frozen=True)
-class ReturnEarly:
+class ReturnEarly(Transform):
     """Matches the module-level ``def <function>`` and inserts ``return <value>`` after its docstring.
 
     The value comes from the function's return annotation, cross-checked against its
     callers in the same file (see ``_return_value``). The rest of the body stays in
     place, unreachable, so the inverse is a plain removal of the inserted line.
     """
+
+    name = "return-early"
 
     function: str
 
@@ -92,11 +94,3 @@ class ReturnEarly:
         body = list(module.body)
         body[index] = func.with_changes(body=func.body.with_changes(body=statements))
         return Outcome(module.with_changes(body=body).bytes, int(not is_done), int(is_done))
-
-    def apply(self, source: bytes, patch_id: str) -> Outcome:
-        """Insert the early return unless it is already there."""
-        return self._rewrite(source, patch_id, forward=True)
-
-    def revert(self, source: bytes, patch_id: str) -> Outcome:
-        """Remove the early return this patch inserted."""
-        return self._rewrite(source, patch_id, forward=False)

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ascendfix.transforms.base import Outcome
+from ascendfix.transforms.base import Outcome, Transform
 
 
 @dataclass(frozen=True)
-class SetAssignment:
+class SetAssignment(Transform):
     """Matches a module-level ``<target> = <original>`` statement and sets its value to ``value``.
 
     Only an exact ``original`` (as written) counts as a site: a different expression
     is a file this transform does not understand. The inverse restores ``original``.
     """
+
+    name = "set-assignment"
 
     target: str
     original: str
@@ -51,11 +53,3 @@ class SetAssignment:
                     trailing_whitespace=mark(stmt.trailing_whitespace, patch_id),
                 )
         return Outcome(module.with_changes(body=body).bytes, pending, done)
-
-    def apply(self, source: bytes, patch_id: str) -> Outcome:
-        """Set every pending site; done sites are left as they are."""
-        return self._rewrite(source, patch_id, forward=True)
-
-    def revert(self, source: bytes, patch_id: str) -> Outcome:
-        """Restore ``original`` at every site this patch marked."""
-        return self._rewrite(source, patch_id, forward=False)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ascendfix.transforms.base import Outcome
+from ascendfix.transforms.base import Outcome, Transform
 
 
 @dataclass(frozen=True)
-class SetKeyword:
+class SetKeyword(Transform):
     """Matches ``<x>.<method>(..., <when_keyword>=<..suffix>, ..., <keyword>=<original>)``; sets ``value``.
 
     A call is a site when its ``when_keyword`` argument is a dotted name ending in one
@@ -18,6 +18,8 @@ class SetKeyword:
     with the patch's expected count, so a file with one site too many or too few is
     refused whole.
     """
+
+    name = "set-keyword"
 
     method: str
     keyword: str
@@ -82,11 +84,3 @@ class SetKeyword:
             return Outcome(source, pending, done)
         ancestors = {id(a) for sid in edits for a in above_statement[sid]}
         return Outcome(u.edit(module, edits, ancestors).bytes, pending, done)
-
-    def apply(self, source: bytes, patch_id: str) -> Outcome:
-        """Set ``value`` at every pending site and mark each edited line."""
-        return self._rewrite(source, patch_id, forward=True)
-
-    def revert(self, source: bytes, patch_id: str) -> Outcome:
-        """Restore ``original`` at every marked site and drop the markers."""
-        return self._rewrite(source, patch_id, forward=False)

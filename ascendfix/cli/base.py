@@ -1,0 +1,110 @@
+"""What every command shares: the error-to-exit-status group, the shared options, and one way to render.
+
+Commands return plain data; :func:`render` prints it as JSON (``--json``) or hands it to
+the command's human renderer. rich is imported only when something is drawn for a person.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ascendfix.errors import AscendfixError
+
+DEFAULT_PROFILE = "verl-796871d"
+DEVICES = ("npu", "cuda")
+
+
+@functools.cache
+def out():
+    """The rich console on stdout."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+@functools.cache
+def err():
+    """The rich console on stderr."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def escape(text: str) -> str:
+    """User text made safe to print with rich markup."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def emit_json(data: Any) -> None:
+    """Print plain data as JSON on stdout (no colour, no wrapping)."""
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def render(result: Any, as_json: bool, human: Callable[[Any], None]) -> None:
+    """Show ``result``: its ``to_json()`` (or itself, when plain data) as JSON, else through ``human``."""
+    if as_json:
+        emit_json(result.to_json() if hasattr(result, "to_json") else result)
+    else:
+        human(result)
+
+
+class Group(click.Group):
+    """Turns every AscendfixError into its one line and exit status."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AscendfixError as e:
+            err().print(f"[bold red]error:[/] {escape(str(e))}", markup=True)
+            sys.exit(e.exit_code)
+
+
+def profile_option(func):
+    """``--profile``: a bundled profile's name or a manifest file."""
+    return click.option("--profile", default=DEFAULT_PROFILE, show_default=True, help="Profile name or manifest path.")(
+        func
+    )
+
+
+def device_option(help: str = "npu or cuda (default: detected).", **kwargs):
+    """``--device npu|cuda``."""
+    return click.option("--device", type=click.Choice(DEVICES), help=help, **kwargs)
+
+
+def json_option(func):
+    """``--json``: print plain data instead of the human rendering."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
+
+
+def target_options(func):
+    """``--python`` and ``--root PKG=DIR``: where the packages are."""
+    func = click.option("--python", "python", metavar="PATH", help="Target interpreter (default: this one).")(func)
+    return click.option(
+        "--root", "roots", multiple=True, metavar="PKG=DIR", help="Directory holding PKG's files (repeatable)."
+    )(func)
+
+
+def only_option(what: str = "patch", metavar: str = "ID"):
+    """``--only``: restrict to these ids (repeatable)."""
+    return click.option("--only", multiple=True, metavar=metavar, help=f"Only this {what} (repeatable).")
+
+
+def variant_option(func):
+    """``--variant PATCH_ID=NAME``: override the profile's choice of variant."""
+    return click.option(
+        "--variant", "variants", multiple=True, metavar="PATCH_ID=NAME", help="Use this variant of a patch."
+    )(func)
+
+
+def path_type(**kwargs) -> click.Path:
+    """A click path parameter that yields a ``Path``."""
+    return click.Path(path_type=Path, **kwargs)

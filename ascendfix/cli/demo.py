@@ -1,0 +1,52 @@
+"""``demo``: the main job end to end on a built-in workspace (no Ascend hardware needed)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from ascendfix.cli.base import escape, out, path_type
+from ascendfix.cli.patches import render_statuses
+
+
+@click.command()
+@click.option("--dir", "folder", type=path_type(file_okay=False), help="Keep the demo here.")
+def demo(folder: Path | None) -> None:
+    """Run the main job end to end on a built-in demo workspace (no Ascend hardware needed)."""
+    from ascendfix import demo as workspaces
+
+    base = folder or Path(tempfile.mkdtemp(prefix="ascendfix-demo-"))
+    try:
+        workspace = workspaces.build(base)
+        out().print(f"[bold]ascendfix demo[/] — profile verl-796871d-demo, device npu, workspace {escape(str(base))}")
+        for number, step in enumerate(workspaces.steps(workspace), 1):
+            _show(number, step)
+            sys.stdout.flush()
+    finally:
+        if folder is None:
+            shutil.rmtree(base, ignore_errors=True)
+    kept = f"the workspace stays in {escape(str(base))}" if folder else "the temporary workspace is removed"
+    out().print(
+        f"\nDone; {kept}. On your own trees:\n"
+        "  ascendfix status --profile verl-796871d --device npu --root verl=VERL_CHECKOUT --root torch=SITE_PACKAGES"
+    )
+
+
+def _show(number: int, step) -> None:
+    console = out()
+    console.print(f"\n[bold]{number}. {step.title}[/]" + (f"  ({escape(step.command)})" if step.command else ""))
+    for note in step.notes:
+        console.print(f"[dim]   {escape(note)}[/]")
+    if step.statuses:
+        render_statuses(step.statuses)
+    for line in step.diff.splitlines():
+        if line.startswith(("+", "-")) and not line.startswith(("+++", "---")):
+            console.print(f"  [{'green' if line[0] == '+' else 'red'}]{escape(line)}[/]")
+    if step.figures:
+        f = step.figures
+        console.print(f"   step 1, as the guide computes it: e2e {f['e2e_tps']:.3f} tokens/s per device")
+        console.print(f"   (world {f['world_size']}, update {f['update_tps']:.3f}, vllm {f['vllm_tps']:.3f})")

@@ -1,0 +1,98 @@
+"""``doctor``: is this machine ready for the profile's job, and what exactly to do if not."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from ascendfix import manifest
+from ascendfix.cli.base import (
+    device_option,
+    escape,
+    json_option,
+    out,
+    path_type,
+    profile_option,
+    render,
+    target_options,
+)
+from ascendfix.cli.ray import on_ray_cluster
+from ascendfix.doctor.model import Report, Status
+from ascendfix.errors import UsageError
+from ascendfix.locate import parse_roots
+
+MARK = {Status.OK: "[green]✓[/]", Status.WARN: "[yellow]![/]", Status.FAIL: "[red]✗[/]", Status.SKIP: "[dim]-[/]"}
+
+
+def _render_report(report: Report, verbose: bool) -> None:
+    from ascendfix.doctor.registry import CHECKS
+
+    lines = [
+        f"[bold]ascendfix doctor[/] — profile {report.profile}, device {report.device} "
+        f"[dim]({escape(report.device_reason)})[/]"
+    ]
+    group = None
+    for result in report.checks:
+        if CHECKS[result.id].group != group:
+            group = CHECKS[result.id].group
+            lines.append(f"\n[bold]{group}[/]")
+        head, *rest = result.messages or [""]
+        lines.append(f"  {MARK[result.status]} {result.title}" + (f" [dim]—[/] {escape(head)}" if head else ""))
+        if result.status != Status.OK or verbose:
+            lines += [f"      • {escape(line)}" for line in rest]
+        if result.fix and result.status in (Status.WARN, Status.FAIL):
+            for i, line in enumerate(result.fix.splitlines()):
+                lines.append(f"      {'[bold]fix:[/]' if i == 0 else '    '} [cyan]{escape(line)}[/]")
+    n = report.summary
+    verdict = (
+        "[red]not ready[/]"
+        if n[Status.FAIL]
+        else "[yellow]ready, with warnings[/]"
+        if n[Status.WARN]
+        else "[green]ready[/]"
+    )
+    counts = (
+        f"{n[Status.FAIL]} ✗ problem(s), {n[Status.WARN]} ! warning(s), {n[Status.OK]} ✓ ok, "
+        f"{n[Status.SKIP]} not checkable here"
+    )
+    lines.append(f"\n{verdict}: {counts}")
+    out().print("\n".join(lines))  # one print: rich renders a report this size ~10x faster than line by line
+
+
+@click.command()
+@on_ray_cluster
+@profile_option
+@device_option(help="npu or cuda (default: detected, else the profile's first).")
+@target_options
+@click.option("--ascend-home", type=path_type(), help="Ascend install root [default: /usr/local/Ascend].")
+@click.option("--only", multiple=True, metavar="CHECK", help="Run only these checks (repeatable or a,b; see --list).")
+@click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
+@click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
+@json_option
+@click.option("-v", "--verbose", is_flag=True, help="Show the details of passing checks too.")
+def doctor(profile, device, python, roots, ascend_home, only, list_checks, strict, as_json, verbose) -> None:
+    """Is this machine ready for the profile's job? Every problem with the command that fixes it."""
+    from ascendfix import device as devices
+    from ascendfix.doctor import context, runner
+    from ascendfix.doctor.registry import CHECKS
+
+    if list_checks:
+        rows = [{"id": c.id, "title": c.title} for c in CHECKS.values()]
+        render(rows, as_json, lambda rows: out().print("\n".join(f"{r['id']:10} {r['title']}" for r in rows)))
+        return
+    only = tuple(check for value in only for check in value.split(",") if check)  # --only a,b as the image uses
+    runner.select(only)  # unknown ids are bad input before anything runs
+    prof = manifest.load_profile(profile)
+    if device is not None:
+        prof.device(device)
+    if python is not None and not (Path(python).is_file() and os.access(python, os.X_OK)):
+        raise UsageError(f"--python {python}: no such executable")
+    home = ascend_home or devices.ASCEND_HOME
+    chosen, why = (device, f"--device {device} given") if device else context.choose_device(prof, home)
+    ctx = context.Context(prof, chosen, why, python, parse_roots(roots), home)
+    report = runner.run(ctx, only)
+    render(report, as_json, lambda r: _render_report(r, verbose))
+    sys.exit(report.exit_code(strict))

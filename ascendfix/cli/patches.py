@@ -1,0 +1,149 @@
+"""``apply``, ``revert``, ``status``, ``diff``: the patch engine's commands."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import click
+
+from ascendfix import engine, manifest
+from ascendfix.cli.base import (
+    device_option,
+    err,
+    escape,
+    json_option,
+    only_option,
+    out,
+    profile_option,
+    render,
+    target_options,
+    variant_option,
+)
+from ascendfix.cli.ray import on_ray_cluster
+from ascendfix.device import require_device
+from ascendfix.locate import parse_roots
+from ascendfix.states import Action, State
+
+STATE_STYLE = {
+    State.APPLIED: "green",
+    State.NOT_APPLIED: "yellow",
+    State.NOT_APPLICABLE: "dim",
+    State.DRIFTED: "red",
+    State.PARTIAL: "red",
+}
+
+
+@dataclass(frozen=True)
+class PatchReport:
+    """What an engine command found or did, for one profile and device."""
+
+    selection: engine.Selection
+    statuses: list[engine.PatchStatus]
+    dry_run: bool | None = None
+
+    def to_json(self) -> dict:
+        """``{"profile", "device", ["dry_run"], "patches": [...]}``."""
+        extra = {} if self.dry_run is None else {"dry_run": self.dry_run}
+        return {
+            "profile": self.selection.profile.name,
+            "device": self.selection.device,
+            **extra,
+            "patches": [s.to_json() for s in self.statuses],
+        }
+
+
+def selection(profile, device, roots, python, only=(), variants=(), need_device=True) -> engine.Selection:
+    """The engine's selection from the shared options."""
+    prof = manifest.load_profile(profile)
+    chosen = require_device(device) if need_device else device
+    overrides = manifest.parse_variants(prof, variants)
+    return engine.select(prof, chosen, tuple(only), python, parse_roots(roots), overrides)
+
+
+def render_statuses(statuses: list[engine.PatchStatus]) -> None:
+    """One line per patch (state, id, variant, action), its reason under it, warnings on stderr."""
+    for s in statuses:
+        style = STATE_STYLE.get(s.state, "")
+        action = f" ({s.action})" if s.action and s.action not in (Action.UNCHANGED, Action.SKIPPED) else ""
+        variant = f" [{s.variant}]" if s.variant and s.variant != manifest.DEFAULT_VARIANT else ""
+        out().print(f"[{style}]{s.state:15}[/] {s.id}{escape(variant)}{action}")
+        if s.reason:
+            out().print(f"                [dim]{escape(s.reason)}[/]")
+        for w in s.warnings:
+            err().print(f"[yellow]warning:[/] {s.id}: {escape(w)}")
+
+
+@click.command()
+@on_ray_cluster
+@profile_option
+@device_option()
+@target_options
+@only_option("patch")
+@variant_option
+@click.option("--dry-run", is_flag=True, help="Plan and verify, write nothing.")
+@click.option("--strict", is_flag=True, help="Refuse files that are not a known original.")
+@json_option
+def apply(profile, device, python, roots, only, variants, dry_run, strict, as_json) -> None:
+    """Apply the profile's patches for this device: all or nothing, idempotent."""
+    sel = selection(profile, device, roots, python, only, variants)
+    report = PatchReport(sel, engine.apply(sel, strict=strict, dry_run=dry_run), dry_run)
+
+    def human(report: PatchReport) -> None:
+        render_statuses(report.statuses)
+        if dry_run:
+            planned = sum(s.action == Action.WOULD_APPLY for s in report.statuses)
+            out().print(f"\n{planned} patch(es) would be applied (dry run)")
+        else:
+            wrote = sum(s.action in (Action.APPLIED, Action.SWITCHED) for s in report.statuses)
+            out().print(f"\n{wrote} patch(es) applied")
+
+    render(report, as_json, human)
+
+
+@click.command()
+@profile_option
+@target_options
+@only_option("patch")
+@json_option
+def revert(profile, python, roots, only, as_json) -> None:
+    """Restore every patched file byte for byte (any device's patches)."""
+    sel = selection(profile, None, roots, python, only, need_device=False)
+    report = PatchReport(sel, engine.revert(sel))
+    render(report, as_json, lambda r: render_statuses(r.statuses))
+    if any(s.action == Action.REFUSED for s in report.statuses):
+        sys.exit(1)
+
+
+@click.command()
+@on_ray_cluster
+@profile_option
+@device_option()
+@target_options
+@json_option
+def status(profile, device, python, roots, as_json) -> None:
+    """Show each patch's state: applied, not-applied, not-applicable, drifted or partial."""
+    sel = selection(profile, device, roots, python)
+    report = PatchReport(sel, engine.status(sel))
+    render(report, as_json, lambda r: render_statuses(r.statuses))
+    if any(s.state not in (State.APPLIED, State.NOT_APPLICABLE) for s in report.statuses):
+        sys.exit(1)
+
+
+@click.command()
+@profile_option
+@device_option()
+@target_options
+@only_option("patch")
+@variant_option
+def diff(profile, device, python, roots, only, variants) -> None:
+    """Show the unified diff of what apply would change (coloured on a terminal)."""
+    sel = selection(profile, device, roots, python, only, variants)
+    text = engine.diff(engine.apply(sel, dry_run=True))
+    if not out().is_terminal:
+        click.echo(text, nl=False)
+        return
+    for line in text.splitlines():
+        style = "bold" if line.startswith(("---", "+++")) else ""
+        style = style or {"+": "green", "-": "red", "@": "cyan"}.get(line[:1], "")
+        out().print(f"[{style}]{escape(line)}[/]" if style else escape(line))

@@ -1,0 +1,56 @@
+"""``report`` and ``compare``: throughput read from logs, as the guide computes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ascendfix.cli.base import escape, json_option, out, path_type, render
+from ascendfix.cli.progress import num, report_table, sparks
+
+
+@click.command("report")
+@click.argument("paths", nargs=-1, required=True, type=path_type())
+@json_option
+@click.option("--plot", type=path_type(dir_okay=False), help="Write a PNG (needs matplotlib).")
+@click.option("--metrics", "extra", default="", help="More metric keys to report, comma-separated.")
+def report_command(paths: tuple[Path, ...], as_json: bool, plot: Path | None, extra: str) -> None:
+    """Report each run: a log file, a Ray session logs directory, or a verl JSONL file."""
+    from ascendfix import report
+
+    keys = tuple(k.strip() for k in extra.split(",") if k.strip())
+    runs = [report.load_run(p) for p in paths]
+    if plot is not None:
+        report.plot(runs, plot)
+
+    def human(data: list[dict]) -> None:
+        for run, one in zip(runs, data, strict=True):
+            report_table(out(), one, sparks(run, keys))
+        if plot is not None:
+            out().print(f"plot written to {escape(str(plot))}")
+
+    render([report.report_data(r, keys) for r in runs], as_json, human)
+
+
+@click.command("compare")
+@click.argument("a", type=path_type())
+@click.argument("b", type=path_type())
+@json_option
+def compare_command(a: Path, b: Path, as_json: bool) -> None:
+    """Compare run B with run A (e.g. NPU against H100): steady figures as ratios B/A and the reward gap."""
+    from ascendfix import report
+
+    def human(data: dict) -> None:
+        from rich.table import Table
+
+        caption = escape(f"A = {a}\nB = {b}")
+        table = Table("metric", "A", "B", "B/A", box=None, caption=caption, caption_justify="left")
+        for row in data["rows"]:
+            table.add_row(row["metric"], num(row["a"]), num(row["b"]), num(row["ratio"], 2))
+        out().print(table)
+        gap = data["reward_difference"]
+        out().print(f"reward B − A over {gap['common_steps']} common steps: ", end="")
+        out().print(f"mean {num(gap['mean'])}, max |Δ| {num(gap['max_abs'])}")
+
+    render(report.compare_data(report.load_run(a), report.load_run(b)), as_json, human)

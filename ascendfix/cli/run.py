@@ -1,0 +1,109 @@
+"""``run`` and ``env``: the job with the profile's environment, live progress and a summary."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from ascendfix import manifest
+from ascendfix.cli.base import device_option, emit_json, err, escape, out, path_type, profile_option
+from ascendfix.cli.progress import RichStatus, report_table, sparks
+from ascendfix.device import require_device
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@profile_option
+@device_option()
+@click.option("--no-preflight", is_flag=True, help="Launch even if doctor or the patch status say no.")
+@click.option("--log-dir", type=path_type(file_okay=False), help="Where train.log and run.json go.")
+@click.option("--json-metrics", type=path_type(dir_okay=False), help="Write each step as JSONL.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
+def run(
+    profile: str,
+    device: str | None,
+    no_preflight: bool,
+    log_dir: Path | None,
+    json_metrics: Path | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run SCRIPT [ARGS...] (or any command) with the profile's environment, live progress and a summary.
+
+    A non-executable *.sh script runs under bash. Exits with the command's exit status.
+    """
+    from ascendfix import launch, metrics, preflight, report
+
+    prepared = launch.prepare(
+        manifest.load_profile(profile), require_device(device), command, os.environ, not no_preflight
+    )
+    pre = prepared.preflight
+    for finding in pre.hints if pre is not None else ():
+        err().print(f"[yellow]hint[/] ({finding.source}): {escape(finding.message)}")
+    for kind, message in prepared.env_notes():
+        err().print(f"[dim]env[/] {escape(message)}" if kind == "env" else f"[yellow]hint[/] (env): {escape(message)}")
+    for finding in pre.problems if pre is not None else ():
+        err().print(f"[red]problem[/] ({finding.source}): {escape(finding.message)}")
+    job = launch.begin(prepared, log_dir, os.environ)
+    total = preflight.total_steps(prepared.overrides)
+    status = RichStatus(total) if err().is_terminal and out().is_terminal else None
+    write_metrics = launch.metrics_writer(json_metrics) if json_metrics else None
+
+    def on_step(step: metrics.Step) -> None:
+        if status is not None:
+            status.update(step, parser)
+        if write_metrics is not None:
+            write_metrics(step)
+
+    parser = metrics.StepParser(on_step=on_step)
+    shown = " ".join(job.record["command"])
+    err().print(f"[dim]ascendfix: {escape(shown)} → {escape(str(job.log_dir))}/train.log[/]")
+    result = launch.finish(job, prepared.argv, parser, status)
+    if status is not None:
+        status.clear()
+    run_data = report.Run(str(job.log_dir), parser)
+    if run_data.series.steps:
+        report_table(err(), report.report_data(run_data), sparks(run_data, ()))
+    else:
+        err().print("[dim]ascendfix: no verl step lines seen[/]")
+    how = f" after {result.forwarded}" + (" and SIGKILL" if result.killed else "") if result.forwarded else ""
+    log = escape(str(job.log_dir))
+    err().print(f"[dim]ascendfix: exit status {result.exit_status}{how}; log {log}/train.log[/]")
+    sys.exit(result.exit_status)
+
+
+@click.command("env")
+@profile_option
+@device_option()
+@click.option("--shell", type=click.Choice(["bash", "json"]), default="bash", show_default=True)
+def env_command(profile: str, device: str | None, shell: str) -> None:
+    """Print the profile's environment: eval "$(ascendfix env)" before `ray start` or in a Dockerfile."""
+    import shlex
+
+    from ascendfix import launch
+
+    prof = manifest.load_profile(profile)
+    device = require_device(device)
+    settings = launch.resolve_env(prof, device, {})
+    ulimit = prof.device(device).ulimit_nofile
+    if shell == "json":
+        emit_json(
+            {
+                "profile": prof.name,
+                "device": device,
+                "env": {s.name: s.value for s in settings if s.value is not None},
+                "site_specific": [{"name": s.name, "why": s.why} for s in settings if s.value is None],
+                "ulimit_nofile": ulimit,
+            }
+        )
+        return
+    lines = [f"# ascendfix env --profile {prof.name} --device {device}"]
+    for s in settings:
+        if s.value is None:
+            lines.append(f"# {s.name} must be set per site: {s.why}")
+        else:
+            lines.append(f"export {s.name}={shlex.quote(s.value)}")
+    if ulimit:
+        lines.append(f'ulimit -n {ulimit} 2>/dev/null || echo "ascendfix: cannot raise ulimit -n to {ulimit}" >&2')
+    click.echo("\n".join(lines))

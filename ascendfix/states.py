@@ -1,0 +1,41 @@
+"""The names modules exchange: a patch's state, what a command did to it.
+
+Each is a ``(str, Enum)``: it compares equal to its JSON spelling (``State.APPLIED ==
+"applied"``), prints as that spelling on every Python version, and is what ``--json``
+writes. The spellings are a contract other tools depend on.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Name(str, Enum):
+    """A str enum that prints as its value (Python 3.11 would print ``Class.MEMBER``)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+
+class State(Name):
+    """Where a patch stands on disk."""
+
+    APPLIED = "applied"
+    NOT_APPLIED = "not-applied"
+    NOT_APPLICABLE = "not-applicable"
+    DRIFTED = "drifted"
+    PARTIAL = "partial"
+
+
+class Action(Name):
+    """What a command did to a patch."""
+
+    APPLIED = "applied"
+    SWITCHED = "switched"
+    WOULD_APPLY = "would-apply"
+    UNCHANGED = "unchanged"
+    SKIPPED = "skipped"
+    REVERTED = "reverted"
+    REFUSED = "refused"

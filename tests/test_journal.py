@@ -1,0 +1,202 @@
+"""The journal's one write transaction: all or nothing across roots and failures, no leftovers, schemas."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from ascendfix import engine, journal
+from ascendfix.journal import SCHEMA, WriteError
+
+from tests.stack import DEMO_PROFILE, make_stack
+
+
+def select(stack, device="npu"):
+    return engine.select(DEMO_PROFILE, device, roots=stack.roots())
+
+
+def listing(stack) -> dict[str, list[str]]:
+    """Every file under both roots, the state folders left out."""
+    found = {}
+    for package, root in stack.roots().items():
+        found[package] = sorted(
+            str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".ascendfix" not in p.parts
+        )
+    return found
+
+
+@pytest.fixture
+def stack(tmp_path):
+    return make_stack(tmp_path / "stack")
+
+
+def _apply_killed_in_the_write_window(stack, op: str = "apply") -> int:
+    """Run apply (or revert) in a child that SIGKILLs itself right after a temp file is written, before the
+    rename: exactly the window in which a temp file exists in the upstream folder."""
+    code = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        sys.path.insert(0, {os.getcwd()!r})
+        from ascendfix import engine
+        from tests.stack import DEMO_PROFILE
+        from pathlib import Path
+        real = os.replace
+        def replace(src, dst, *a, **k):
+            if str(src).endswith(".ascendfix-tmp") and ".ascendfix/" not in str(dst) and "device.py" in str(dst):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(src, dst, *a, **k)
+        os.replace = replace
+        roots = {{"verl": Path({str(stack.verl)!r}), "torch": Path({str(stack.torch)!r})}}
+        sel = engine.select(DEMO_PROFILE, "npu" if {op!r} == "apply" else None, roots=roots)
+        getattr(engine, {op!r})(sel)
+        """
+    )
+    return subprocess.run([sys.executable, "-c", code], timeout=120).returncode
+
+
+@pytest.mark.parametrize("op", ["apply", "revert"])
+def test_a_write_killed_in_its_temp_window_leaves_nothing_after_the_next_command(stack, op):
+    original, names = stack.snapshot(), listing(stack)
+    if op == "revert":
+        engine.apply(select(stack))
+    before = stack.snapshot()
+    assert _apply_killed_in_the_write_window(stack, op) == -signal.SIGKILL
+    temp = stack.verl / "verl/utils/.device.py.ascendfix-tmp"
+    assert temp.is_file()  # the kill landed in the window
+    statuses = engine.status(select(stack))  # the next command, whatever it is
+    assert not temp.exists()
+    assert listing(stack) == names  # exactly the upstream files
+    assert stack.snapshot() == before  # rolled back to what was there
+    assert {s.state for s in statuses} == {"not-applied" if op == "apply" else "applied"}
+    engine.revert(select(stack, device=None))
+    assert stack.snapshot() == original and listing(stack) == names
+
+
+def test_older_random_temp_names_are_reported_then_removed_by_apply(stack):
+    stray = stack.torch / "torch/distributed/checkpoint/.default_planner.py.okdfj3he.ascendfix-tmp"
+    stray.write_bytes(b"half a file")
+    unrelated = stack.torch / "torch/distributed/checkpoint/.default_planner.py.swp"
+    unrelated.write_bytes(b"an editor's")
+    seen = {s.id: s for s in engine.status(select(stack))}
+    warning = seen["torch-global-plan-check"].warnings[0]
+    assert str(stray) in warning and "the next apply or revert removes it" in warning
+    engine.apply(select(stack))
+    assert not stray.exists() and unrelated.exists()  # only ascendfix's own names
+
+
+@pytest.mark.slow
+def test_random_kills_during_apply_and_revert_leave_no_temp_files(tmp_path):
+    rng = random.Random(99)
+    for trial in range(20):
+        stack = make_stack(tmp_path / f"t{trial}")
+        names = listing(stack)
+        op = "revert" if trial % 2 else "apply"
+        if op == "revert":
+            engine.apply(select(stack))
+        code = (
+            f"import sys; sys.path.insert(0, {os.getcwd()!r}); from ascendfix import engine; "
+            "from tests.stack import DEMO_PROFILE; from pathlib import Path; "
+            f"roots={{'verl': Path({str(stack.verl)!r}), 'torch': Path({str(stack.torch)!r})}}; "
+            f"engine.{op}(engine.select(DEMO_PROFILE, {'None' if op == 'revert' else repr('npu')}, roots=roots))"
+        )
+        child = subprocess.Popen([sys.executable, "-c", code])
+        time.sleep(rng.uniform(0.2, 1.2))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        engine.status(select(stack))
+        assert listing(stack) == names, f"trial {trial}"
+
+
+def test_a_disk_full_write_under_the_second_root_rolls_back_both_roots(stack, monkeypatch):
+    before = stack.snapshot()
+    real = journal.write_atomic
+
+    def full(path, data, mode=None):
+        if "default_planner.py" in str(path) and ".ascendfix" not in str(path):  # torch's, after verl's files
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path, data, mode)
+
+    monkeypatch.setattr(journal, "write_atomic", full)
+    with pytest.raises(WriteError) as refused:
+        engine.apply(select(stack))
+    message = str(refused.value)
+    assert "default_planner.py" in message and "No space left on device" in message
+    assert "rolled back, nothing was changed" in message and "\n" not in message
+    assert message.startswith(f"apply failed writing {stack.torch}/torch/distributed/checkpoint/default_planner.py")
+    monkeypatch.setattr(journal, "write_atomic", real)
+    assert stack.snapshot() == before
+    assert {s.state for s in engine.status(select(stack))} == {"not-applied"}
+    assert not (stack.verl / ".ascendfix").exists() and not (stack.torch / ".ascendfix").exists()
+
+
+def test_a_file_size_limit_fails_the_cli_with_one_line_and_rolls_back(stack):
+    big = stack.torch / "torch/distributed/checkpoint/default_planner.py"
+    big.write_bytes(big.read_bytes() + b"#" * 4000 + b"\n")  # larger than the limit once patched
+    before = stack.snapshot()
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write over the limit fails with EFBIG instead
+
+    result = subprocess.run(
+        [sys.executable, "-m", "ascendfix", "apply", "--device", "npu", *stack.root_args()],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: apply failed writing") and "default_planner.py" in result.stderr
+    assert stack.snapshot() == before
+
+
+def test_state_folder_ignores_itself_in_a_git_checkout(stack):
+    subprocess.run(["git", "init", "-q", str(stack.verl)], check=True)
+    subprocess.run(["git", "-C", str(stack.verl), "add", "-A"], check=True)
+    engine.apply(select(stack))
+    listed = subprocess.run(
+        ["git", "-C", str(stack.verl), "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert ".ascendfix" not in listed
+    assert "AM verl/utils/device.py" in listed  # staged as upstream, modified by the patch
+
+
+def test_state_files_carry_their_schema_and_an_older_folder_is_read(stack):
+    engine.apply(select(stack))
+    state = stack.verl / ".ascendfix" / "state.json"
+    data = json.loads(state.read_text())
+    assert data["schema"] == SCHEMA
+    del data["schema"]  # as ascendfix wrote it before schemas
+    state.write_text(json.dumps(data))
+    assert {s.state for s in engine.status(select(stack))} == {"applied"}
+    engine.revert(select(stack, device=None))
+    assert not (stack.verl / ".ascendfix").exists()
+
+
+def test_a_newer_state_folder_is_refused_with_what_to_do(stack):
+    engine.apply(select(stack))
+    state = stack.verl / ".ascendfix" / "state.json"
+    data = json.loads(state.read_text())
+    data["schema"] = SCHEMA + 1
+    state.write_text(json.dumps(data))
+    before = stack.snapshot()
+    result = subprocess.run(
+        [sys.executable, "-m", "ascendfix", "revert", *stack.root_args()], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1
+    assert f"schema {SCHEMA + 1}" in result.stderr and "upgrade ascendfix" in result.stderr
+    assert stack.snapshot() == before
+
