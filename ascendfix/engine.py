@@ -20,7 +20,7 @@ from ascendfix.fsutil import leftover_temps, locked, remove_temps, sha256_bytes
 from ascendfix.journal import PlannedWrite, Record, Store, transaction
 from ascendfix.locate import Target, locate
 from ascendfix.manifest import Patch, PatchFile, Profile, Variant
-from ascendfix.states import Action, State
+from ascendfix.states import Action, ReasonCode, State
 from ascendfix.transforms.base import Outcome, TransformError, marker
 
 
@@ -36,6 +36,7 @@ class FileStatus:
     preimage: str | None = None  # label of the known original this file is, if any
     variant: str | None = None  # the variant this file holds, when applied
     code: bytes | None = field(default=None, repr=False)  # what is on disk
+    reason_code: ReasonCode | None = None  # why it is drifted or partial
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,12 @@ class PatchStatus:
     action: Action | None = None
     variant: str | None = None
     writes: tuple[PlannedWrite, ...] = field(default=(), repr=False)
+    reason_code: ReasonCode | None = None
+    hint: str = ""  # the command that fixes it
 
     def to_json(self) -> dict:
-        """The JSON contract: id, state, reason, files[path, sha256, state]; plus variant and action."""
+        """The JSON contract: id, state, reason, files[path, sha256, state]; plus variant, action, reason_code
+        and hint when there is one."""
         data = {
             "id": self.id,
             "state": self.state,
@@ -60,6 +64,9 @@ class PatchStatus:
             "variant": self.variant,
             "files": [{"path": f.path, "sha256": f.sha256, "state": f.state} for f in self.files],
         }
+        if self.reason_code:
+            data["reason_code"] = self.reason_code
+            data["hint"] = self.hint
         if self.action:
             data["action"] = self.action
         if self.warnings:
@@ -138,7 +145,8 @@ def _evaluate_file(
     only an explicit ``--variant`` switches it.
     """
     if target.root is None:
-        return FileStatus(pfile.path, None, State.DRIFTED, f"{patch.package} {target.how}"), None
+        reason = f"{patch.package} {target.how}"
+        return FileStatus(pfile.path, None, State.DRIFTED, reason, reason_code=ReasonCode.PACKAGE_NOT_FOUND), None
     if pfile.only_in_checkout and not target.is_checkout:
         reason = (
             f"{pfile.path} ships only in a {patch.package} source checkout; {patch.package} here is "
@@ -149,65 +157,102 @@ def _evaluate_file(
     try:
         code = path.read_bytes()
     except FileNotFoundError:
-        return FileStatus(pfile.path, None, State.DRIFTED, f"{path} is missing", path), None
+        code = ReasonCode.WRONG_ROOT if target.how == "--root" else ReasonCode.FILE_MISSING
+        return FileStatus(pfile.path, None, State.DRIFTED, f"{path} is missing", path, reason_code=code), None
     except OSError as e:
-        return FileStatus(pfile.path, None, State.DRIFTED, f"{path}: cannot read: {e.strerror}", path), None
+        reason = f"{path}: cannot read: {e.strerror}"
+        return FileStatus(pfile.path, None, State.DRIFTED, reason, path, reason_code=ReasonCode.UNREADABLE), None
     digest = sha256_bytes(code)
     label = pfile.preimage_label(digest)
-    base = FileStatus(pfile.path, digest, State.DRIFTED, absolute=path, preimage=label, code=code)
+    base = FileStatus(
+        pfile.path,
+        digest,
+        State.DRIFTED,
+        absolute=path,
+        preimage=label,
+        code=code,
+        reason_code=ReasonCode.UNSUPPORTED_UPSTREAM,
+    )
     chosen, asked = selection.variant(patch), patch.id in selection.variants
     want = pfile.sites
     record = records.get(pfile.path)
     if record is not None and record.patch == patch.id and digest == record.patched_sha256:
         if not asked or record.variant == chosen.name:
-            return replace(base, state=State.APPLIED, variant=record.variant), None
+            return replace(base, state=State.APPLIED, variant=record.variant, reason_code=None), None
         original = store.load_backup(pfile.path, record.original_sha256)
         if original is not None:
-            return _switch(base, patch, chosen, record.variant, original, want)
+            return _switch(base, selection.profile, patch, chosen, record.variant, original, want)
     try:
         outcome = chosen.build().apply(code, patch.id)
     except TransformError as e:
         outcome, problem = None, e
     if outcome is not None and outcome.done == want and outcome.pending == 0:
         if record is not None and digest != record.patched_sha256:
-            return replace(base, reason=f"{pfile.path} changed since ascendfix wrote it"), None
+            reason = f"{pfile.path} changed since ascendfix wrote it"
+            return replace(base, reason=reason, reason_code=ReasonCode.CHANGED_SINCE_APPLIED), None
         note = "marked by ascendfix (no record in .ascendfix)" if not record else ""
-        return replace(base, state=State.APPLIED, variant=chosen.name, reason=note), None
+        return replace(base, state=State.APPLIED, variant=chosen.name, reason=note, reason_code=None), None
     held = _held_variant(patch, code, want)
     if held is not None:
         if asked and held[0] is not chosen:
-            return _switch(base, patch, chosen, held[0].name, held[1], want)
-        return replace(base, state=State.APPLIED, variant=held[0].name), None
+            return _switch(base, selection.profile, patch, chosen, held[0].name, held[1], want)
+        return replace(base, state=State.APPLIED, variant=held[0].name, reason_code=None), None
     if outcome is None:
         return replace(base, reason=f"{pfile.path}: {problem}"), None
     if outcome.pending == want and outcome.done == 0:
-        planned = PlannedWrite(pfile.path, outcome.code, _record(patch, chosen, code, outcome.code), original=code)
-        return replace(base, state=State.NOT_APPLIED), planned
+        planned = PlannedWrite(
+            pfile.path, outcome.code, _record(selection.profile, patch, chosen, code, outcome.code), original=code
+        )
+        return replace(base, state=State.NOT_APPLIED, reason_code=None), planned
     found = outcome.pending + outcome.done
     if found == want:
-        return replace(base, state=State.PARTIAL, reason=f"{pfile.path}: {outcome.done} of {want} sites patched"), None
+        reason = f"{pfile.path}: {outcome.done} of {want} sites patched"
+        return replace(base, state=State.PARTIAL, reason=reason, reason_code=ReasonCode.PARTIALLY_PATCHED), None
     return replace(base, reason=f"{pfile.path}: expected {want} site(s) for {patch.id}, found {found}"), None
 
 
-def _record(patch: Patch, variant: Variant, original: bytes, written: bytes) -> Record:
-    return Record(patch.id, variant.name, sha256_bytes(original), sha256_bytes(written))
+def _record(profile: Profile, patch: Patch, variant: Variant, original: bytes, written: bytes) -> Record:
+    return Record(patch.id, variant.name, sha256_bytes(original), sha256_bytes(written), profile.name)
 
 
-def _switch(base: FileStatus, patch: Patch, chosen: Variant, held: str, original: bytes, want: int) -> Evaluated:
+def _switch(
+    base: FileStatus, profile: Profile, patch: Patch, chosen: Variant, held: str, original: bytes, want: int
+) -> Evaluated:
     """A file that holds variant ``held`` while ``chosen`` is asked for: apply will switch it in one write."""
     try:
         outcome = chosen.build().apply(original, patch.id)
     except TransformError as e:
-        return replace(base, variant=held, reason=f"{base.path}: cannot switch to {chosen.name}: {e}"), None
+        reason = f"{base.path}: cannot switch to {chosen.name}: {e}"
+        return replace(base, variant=held, reason=reason, reason_code=ReasonCode.CANNOT_SWITCH), None
     if outcome.pending != want:
         reason = f"{base.path}: the original behind variant {held} does not match variant {chosen.name}"
-        return replace(base, variant=held, reason=reason), None
+        return replace(base, variant=held, reason=reason, reason_code=ReasonCode.CANNOT_SWITCH), None
     reason = f"holds variant {held}; {chosen.name} is asked for (apply switches)"
-    planned = PlannedWrite(base.path, outcome.code, _record(patch, chosen, original, outcome.code), original=original)
-    return replace(base, state=State.APPLIED, variant=held, reason=reason), planned
+    planned = PlannedWrite(
+        base.path, outcome.code, _record(profile, patch, chosen, original, outcome.code), original=original
+    )
+    return replace(base, state=State.APPLIED, variant=held, reason=reason, reason_code=None), planned
 
 
-def _aggregate(patch: Patch, evaluated: list[Evaluated]) -> PatchStatus:
+def _hint(code: ReasonCode, patch: Patch, target: Target | None, rel: str) -> str:
+    """The command that fixes a file that is drifted or partial for ``code``."""
+    root = target.root if target is not None else None
+    if code == ReasonCode.PACKAGE_NOT_FOUND:
+        return f"pass --root {patch.package}=DIR (the folder holding {patch.package}/), or --python of its interpreter"
+    if code == ReasonCode.WRONG_ROOT:
+        return f"check --root {patch.package}={root}: that folder should hold {rel}"
+    if code == ReasonCode.APPLIED_OFF_DEVICE:
+        return f"ascendfix revert --only {patch.id}"
+    if code == ReasonCode.CANNOT_SWITCH:
+        return f"keep the variant it holds (drop --variant {patch.id}=...), or revert and apply again"
+    if target is not None and target.is_checkout and root is not None:
+        return f"git -C {root} diff -- {rel}  # then: git -C {root} checkout -- {rel}; ascendfix apply"
+    if code == ReasonCode.UNSUPPORTED_UPSTREAM:
+        return f"this {patch.package} release is not one {patch.id} knows: pin the profile's version, or drop the patch"
+    return f"pip install --force-reinstall --no-deps {patch.package}==<its version>; then ascendfix apply"
+
+
+def _aggregate(patch: Patch, evaluated: list[Evaluated], target: Target | None = None) -> PatchStatus:
     files = [f for f, _ in evaluated]
     states = {f.state for f in files}
     reasons = "; ".join(dict.fromkeys(f.reason for f in files if f.reason))
@@ -224,7 +269,12 @@ def _aggregate(patch: Patch, evaluated: list[Evaluated]) -> PatchStatus:
     leftovers = [str(t) for f in files if f.absolute is not None for t in leftover_temps(f.absolute)]
     warnings = tuple(f"{t}: left by a killed write; the next apply or revert removes it" for t in leftovers)
     variant = variants.pop() if len(variants) == 1 else None
-    return PatchStatus(patch.id, state, reasons, tuple(files), warnings, variant=variant, writes=writes)
+    bad = next((f for f in files if f.reason_code and f.state in (State.DRIFTED, State.PARTIAL)), None)
+    code = bad.reason_code if bad is not None and state in (State.DRIFTED, State.PARTIAL) else None
+    hint = _hint(code, patch, target, bad.path) if code else ""
+    return PatchStatus(
+        patch.id, state, reasons, tuple(files), warnings, variant=variant, writes=writes, reason_code=code, hint=hint
+    )
 
 
 def evaluate(selection: Selection) -> list[PatchStatus]:
@@ -239,7 +289,7 @@ def evaluate(selection: Selection) -> list[PatchStatus]:
         target = selection.targets[patch.package]
         recs, store = records.get(patch.package, {}), stores.get(patch.package)
         files = [_evaluate_file(selection, patch, f, target, recs, store) for f in patch.files]
-        statuses.append(_aggregate(patch, files))
+        statuses.append(_aggregate(patch, files, target))
     return statuses
 
 
@@ -258,7 +308,10 @@ def _off_device(selection: Selection, patch: Patch) -> PatchStatus:
             files.append(FileStatus(f.path, None, State.NOT_APPLICABLE))
     if present:
         reason = f"applied in {', '.join(present)} but {reason}: ascendfix revert --only {patch.id}"
-        return PatchStatus(patch.id, State.DRIFTED, reason, tuple(files))
+        code = ReasonCode.APPLIED_OFF_DEVICE
+        return PatchStatus(
+            patch.id, State.DRIFTED, reason, tuple(files), reason_code=code, hint=_hint(code, patch, target, present[0])
+        )
     return PatchStatus(patch.id, State.NOT_APPLICABLE, reason, tuple(files))
 
 
@@ -303,7 +356,7 @@ def apply(selection: Selection, strict: bool = False, dry_run: bool = False) -> 
     if not dry_run:
         recover(selection)
     with locked(selection.roots()) if not dry_run else contextlib.nullcontext():
-        statuses = _plan(selection, evaluate(selection), strict)
+        statuses = _plan(selection, evaluate(selection), strict, dry_run)
         if dry_run:
             return [replace(s, action=Action.WOULD_APPLY if s.writes else None) for s in statuses]
         _sweep(selection)
@@ -311,7 +364,7 @@ def apply(selection: Selection, strict: bool = False, dry_run: bool = False) -> 
     return [_applied(s) for s in statuses]
 
 
-def _plan(selection: Selection, statuses: list[PatchStatus], strict: bool) -> list[PatchStatus]:
+def _plan(selection: Selection, statuses: list[PatchStatus], strict: bool, dry_run: bool) -> list[PatchStatus]:
     """Refuse the whole run if any applicable patch cannot be applied cleanly; add warnings."""
     problems = [f"{s.id}: {s.state}: {s.reason}" for s in statuses if s.state in (State.DRIFTED, State.PARTIAL)]
     planned = []
@@ -337,15 +390,17 @@ def _plan(selection: Selection, statuses: list[PatchStatus], strict: bool) -> li
                 problems.append(f"{s.id}: the patched {w.rel} does not compile: {e.msg}")
         planned.append(replace(s, warnings=warnings))
     if problems:
-        raise RefusedError("refused, nothing was changed: " + " | ".join(problems))
+        raise RefusedError(("refused: " if dry_run else "refused, nothing was changed: ") + " | ".join(problems))
     return planned
 
 
 def _write(selection: Selection, op: str, statuses: list[PatchStatus]) -> None:
     """Write every planned file of ``statuses`` in one transaction across the package roots."""
     by_root: dict[Path, list[PlannedWrite]] = {}
+    roots = {name: t.root for name, t in selection.targets.items()}
     for s in statuses:
-        root = selection.targets[selection.profile.patches[s.id].package].root
+        patch = selection.profile.patches.get(s.id)
+        root = roots[patch.package] if patch else _root_of(selection, s)
         by_root.setdefault(root, []).extend(s.writes)
     plans = {root: [w.rel for w in writes] for root, writes in by_root.items() if writes}
     if not plans:
@@ -354,6 +409,12 @@ def _write(selection: Selection, op: str, statuses: list[PatchStatus]) -> None:
         for root, writes in by_root.items():
             for planned in writes:
                 txs[root].write(planned)
+
+
+def _root_of(selection: Selection, status: PatchStatus) -> Path:
+    """The root holding a patch the profile does not know (its files' absolute paths tell)."""
+    path = status.files[0].absolute
+    return next(r for r in selection.roots() if path is not None and path.is_relative_to(r))
 
 
 def _applied(s: PatchStatus) -> PatchStatus:
@@ -376,9 +437,12 @@ def revert(selection: Selection) -> list[PatchStatus]:
 
     From the backup when the file is still what ascendfix wrote; through the inverse
     transform when the state folder is gone but the markers are there. A file changed
-    since ascendfix wrote it is reported and left alone (its patch is ``refused``), and so
-    is a patch whose package cannot be found.
+    since ascendfix wrote it is reported and left alone (its patch is ``refused``). A package
+    that is not installed holds nothing to revert; finding none of them is a RefusedError.
     """
+    if selection.patches and not selection.roots():
+        found = "; ".join(sorted({t.how for t in selection.targets.values()}))
+        raise RefusedError(f"revert: none of the profile's packages was found ({found}); nothing to revert")
     recover(selection)
     with locked(selection.roots()):
         stores = {name: Store(t.root) for name, t in selection.targets.items() if t.root is not None}
@@ -387,12 +451,51 @@ def revert(selection: Selection) -> list[PatchStatus]:
             target = selection.targets[patch.package]
             if target.root is None:
                 reason = f"{patch.package} {target.how}: nothing to revert there"
-                results.append(PatchStatus(patch.id, State.DRIFTED, reason, (), action=Action.REFUSED))
+                results.append(PatchStatus(patch.id, State.NOT_APPLICABLE, reason, (), action=Action.SKIPPED))
                 continue
             results.append(_plan_revert(patch, target, stores[patch.package]))
+        if len(selection.patches) == len(selection.profile.patches):  # not --only: everything recorded goes
+            for name, store in stores.items():
+                results += _plan_revert_foreign(selection, selection.targets[name], store)
         _sweep(selection)
         _write(selection, "revert", [s for s in results if s.action != Action.REFUSED])
     return [replace(s, writes=()) for s in results]
+
+
+def _plan_revert_foreign(selection: Selection, target: Target, store: Store) -> list[PatchStatus]:
+    """Records of patches the named profile does not have (another profile applied them): back from the backup."""
+    by_patch: dict[str, list[tuple[str, Record]]] = {}
+    for rel, record in store.records().items():
+        if record.patch not in selection.profile.patches:
+            by_patch.setdefault(record.patch, []).append((rel, record))
+    results = []
+    for pid, files in by_patch.items():
+        whose = f"applied by profile {files[0][1].profile}" if files[0][1].profile else "recorded by ascendfix"
+        statuses, writes, problems = [], [], []
+        for rel, record in files:
+            path = target.root / rel
+            code = path.read_bytes() if path.is_file() else None
+            original = store.load_backup(rel, record.original_sha256)
+            if code is not None and sha256_bytes(code) == record.patched_sha256 and original is not None:
+                writes.append(PlannedWrite(rel, original, None))
+            elif code is None or marker(pid).encode() not in code:
+                writes.append(PlannedWrite(rel, None, None))  # replaced since: only the record goes
+            else:
+                problems.append(f"{rel} changed since ascendfix wrote it, or its backup is gone; not touched")
+            statuses.append(FileStatus(rel, record.original_sha256, State.NOT_APPLIED, absolute=path))
+        reason = f"{whose}, not a patch of {selection.profile.name}"
+        if problems:
+            results.append(
+                PatchStatus(
+                    pid, State.DRIFTED, f"{reason}: {'; '.join(problems)}", tuple(statuses), action=Action.REFUSED
+                )
+            )
+            continue
+        action = Action.REVERTED if any(w.data is not None for w in writes) else Action.UNCHANGED
+        results.append(
+            PatchStatus(pid, State.NOT_APPLIED, reason, tuple(statuses), action=action, writes=tuple(writes))
+        )
+    return results
 
 
 def _plan_revert(patch: Patch, target: Target, store: Store) -> PatchStatus:

@@ -9,8 +9,8 @@
   exactly that, and removes the temp files of its writes.
 - ``.gitignore``: the folder ignores itself, so a checkout's ``git status`` stays clean.
 
-Every state file carries ``schema``; a folder written by a newer ascendfix is refused, one
-from before schemas (no field) is read as schema 1's predecessor, which has the same fields.
+Every state file carries ``schema``; a folder written by a newer ascendfix is refused, an
+older one is read (schema 2 added each record's ``profile``; before schema 1 there was no field).
 """
 
 from __future__ import annotations
@@ -26,17 +26,19 @@ from ascendfix.errors import RefusedError
 from ascendfix.fsutil import drop_bytecode, leftover_temps, remove_temps, sha256_bytes, write_atomic
 
 STATE_DIR = ".ascendfix"
-SCHEMA = 1
+SCHEMA = 2
 
 
 @dataclass(frozen=True)
 class Record:
-    """One file ascendfix patched: which patch and variant, the original's and the written bytes' sha256."""
+    """One file ascendfix patched: which patch and variant (and the profile that applied it), the original's
+    and the written bytes' sha256."""
 
     patch: str
     variant: str
     original_sha256: str
     patched_sha256: str
+    profile: str = ""  # unknown in folders written before schema 2
 
 
 @dataclass(frozen=True)

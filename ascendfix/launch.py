@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import itertools
 import json
 import os
 import re
 import resource
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,13 +124,32 @@ def run_record(
 
 
 def command_for(argv: Sequence[str]) -> list[str]:
-    """The argv to execute: a non-executable ``*.sh`` script runs under bash."""
+    """The argv to execute. ``train.sh`` names the script in this folder when no command on PATH has
+    that name (``ascendfix run train.sh`` as the README says it); a non-executable ``*.sh`` runs
+    under bash; another file that is not executable is a UsageError saying how to run it."""
     if not argv:
         raise UsageError("run: give the command or script to run")
-    first = Path(argv[0])
-    if first.suffix == ".sh" and first.is_file() and not os.access(first, os.X_OK):
-        return ["bash", *argv]
-    return list(argv)
+    name = argv[0]
+    first = Path(name)
+    if first.is_file() and not os.access(first, os.X_OK):
+        if first.suffix == ".sh":
+            return ["bash", *argv]
+        raise UsageError(f"{argv[0]}: not executable (chmod +x {argv[0]}, or run: ascendfix run bash {argv[0]})")
+    if "/" not in name and first.is_file() and shutil.which(name) is None:
+        name = f"./{name}"
+    return [name, *argv[1:]]
+
+
+def new_log_dir(base: Path = Path("ascendfix-runs")) -> Path:
+    """A fresh ``<base>/<UTC time>`` folder, ``-2``, ``-3``... when another run took that second."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    for n in itertools.count(1):
+        folder = base / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue
 
 
 def write_run_json(log_dir: Path, record: Mapping[str, Any]) -> Path:
@@ -186,11 +207,13 @@ def launch(
     parser: StepParser,
     status: StatusLine | None = None,
     grace_s: float = GRACE_S,
+    notify: Callable[[str], None] | None = None,
 ) -> LaunchResult:
     """Run ``argv`` in its own process group, tee its output to ``<log-dir>/train.log``, forward signals.
 
     SIGINT and SIGTERM are passed to the job's process group; a second one, or the end of the
-    grace period, sends SIGKILL. The exit status is the job's (128 + N when signal N ended it).
+    grace period, sends SIGKILL; ``notify`` is told each time what is being done. The exit
+    status is the job's (128 + N when signal N ended it).
     """
     try:
         proc = subprocess.Popen(
@@ -207,10 +230,17 @@ def launch(
         if result.forwarded is not None:
             _killpg(proc.pid, signal.SIGKILL)
             result.killed = True
+            if notify is not None:
+                notify("ascendfix: SIGKILL sent to the job's process group")
             return
         result.forwarded = signal.Signals(signum).name
         _killpg(proc.pid, signum)
         deadline.append(time.monotonic() + grace_s)
+        if notify is not None:
+            notify(
+                f"ascendfix: {result.forwarded} forwarded to the job's process group; waiting up to {grace_s:g} s "
+                "for it to end, then SIGKILL (Ctrl-C again to kill it now)"
+            )
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -293,7 +323,7 @@ class Prepared:
     argv: list[str]
     settings: list[EnvSetting]
     overrides: dict[str, str]
-    preflight: Any  # a preflight.Preflight, or None with --no-preflight
+    preflight: Any  # a preflight.Preflight
 
     def env_notes(self) -> list[tuple[str, str]]:
         """``(kind, message)`` for each variable whose value is not simply the profile's: yours won, or unset."""
@@ -307,15 +337,24 @@ class Prepared:
 
 
 def prepare(
-    profile: Profile, device: str, command: Sequence[str], environ: Mapping[str, str], preflight: bool = True
+    profile: Profile,
+    device: str,
+    command: Sequence[str],
+    environ: Mapping[str, str],
+    seams: Any,
+    full: bool = True,
 ) -> Prepared:
-    """The job's argv, environment decisions, overrides and (unless disabled) preflight findings."""
+    """The job's argv, environment decisions, overrides and preflight findings.
+
+    ``full`` False (``--no-preflight``) skips doctor and the patch states' readiness, never the
+    refusals that protect the run's correctness (settings that break each other).
+    """
     from ascendfix import preflight as checks
 
     argv = command_for(command)
     settings = resolve_env(profile, device, environ)
     overrides = checks.scan_overrides(argv, environ)
-    found = checks.run_preflight(profile, device, argv, environ, checks.default_seams()) if preflight else None
+    found = checks.run_preflight(profile, device, argv, environ, seams, full=full)
     return Prepared(profile, device, argv, settings, overrides, found)
 
 
@@ -331,25 +370,35 @@ class Job:
 def begin(prepared: Prepared, log_dir: Path | None, environ: Mapping[str, str]) -> Job:
     """Refuse on preflight problems; else create the log folder, raise ``ulimit -n``, write run.json."""
     pre = prepared.preflight
-    if pre is not None and pre.problems:
-        raise RefusedError(f"preflight found {len(pre.problems)} problem(s); fix them or pass --no-preflight")
-    log_dir = log_dir or Path("ascendfix-runs") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    if pre.problems:
+        hint = "fix them or pass --no-preflight" if pre.full else "fix them (--no-preflight does not skip these)"
+        raise RefusedError(f"preflight found {len(pre.problems)} problem(s); {hint}")
     try:
-        log_dir.mkdir(parents=True, exist_ok=True)
+        if log_dir is None:
+            log_dir = new_log_dir()
+        else:
+            log_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UsageError(f"{log_dir}: cannot create the log directory: {e.strerror}") from None
+        raise UsageError(f"{e.filename}: cannot create the log directory: {e.strerror}") from None
     env = job_environment(prepared.settings, environ)
     ulimit = raise_nofile(prepared.profile.device(prepared.device).ulimit_nofile)
     record = run_record(prepared.profile.name, prepared.device, prepared.argv, prepared.settings, env, log_dir)
     record.update(ulimit_nofile=ulimit, overrides=prepared.overrides)
-    record["preflight_hints"] = None if pre is None else [to_json(h) for h in pre.hints]
+    record["preflight"] = "full" if pre.full else "correctness only (--no-preflight)"
+    record["preflight_hints"] = [to_json(h) for h in pre.hints]
     write_run_json(log_dir, record)
     return Job(log_dir, env, record)
 
 
-def finish(job: Job, argv: Sequence[str], parser: StepParser, status: StatusLine | None = None) -> LaunchResult:
+def finish(
+    job: Job,
+    argv: Sequence[str],
+    parser: StepParser,
+    status: StatusLine | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> LaunchResult:
     """Launch ``argv`` for ``job``, then complete its run.json with how it ended."""
-    result = launch(argv, job.env, job.log_dir, parser, status)
+    result = launch(argv, job.env, job.log_dir, parser, status, notify=notify)
     job.record.update(ended=now(), **result.to_json(), steps=len(parser.steps))
     write_run_json(job.log_dir, job.record)
     return result

@@ -395,7 +395,40 @@ def _resolve_extends(path: Path, data: dict[str, Any], chain: tuple[Path, ...]) 
         raise UsageError(f"{path}: extends: {parent_ref!r} leads back to itself")
     parent_data, dirs = _resolve_extends(parent_path, read_toml(parent_path), chain + (parent_path.resolve(),))
     child = {k: v for k, v in data.items() if k != "extends"}
-    return _merge({k: v for k, v in parent_data.items() if k != "name"}, child), (path.parent,) + dirs
+    merged = _merge({k: v for k, v in parent_data.items() if k != "name"}, child)
+    for device, table in (child.get("devices") or {}).items():
+        if isinstance(table, dict):
+            parent_device = (parent_data.get("devices") or {}).get(device) or {}
+            merged["devices"][device]["patches"] = _device_patches(path, device, parent_ref, parent_device, table)
+            merged["devices"][device].pop("add_patches", None)
+            merged["devices"][device].pop("drop_patches", None)
+    return merged, (path.parent,) + dirs
+
+
+def _device_patches(path: Path, device: str, parent_ref: str, parent: dict, child: dict) -> list[str]:
+    """An extending profile's patch list for ``device``: the parent's, plus ``add_patches``, minus
+    ``drop_patches``; a whole ``patches`` list must keep every parent patch it does not drop."""
+    where = f"{path}: devices.{device}"
+    inherited = list(parent.get("patches") or [])
+    lists = {}
+    for key in ("patches", "add_patches", "drop_patches"):
+        value = child.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UsageError(f"{where}.{key}: expected an array of patch ids")
+        lists[key] = value
+    stray = [pid for pid in lists["drop_patches"] if pid not in inherited]
+    if stray:
+        raise UsageError(f"{where}.drop_patches: {stray[0]!r} is not a patch of {parent_ref} on {device}")
+    if "patches" in child:
+        left_out = [p for p in inherited if p not in lists["patches"] and p not in lists["drop_patches"]]
+        if left_out:
+            raise UsageError(
+                f"{where}.patches: leaves out {', '.join(left_out)} of {parent_ref}; use add_patches = [...] "
+                "to add to the parent's list, and drop_patches = [...] to drop a patch on purpose"
+            )
+    chosen = lists["patches"] if "patches" in child else inherited
+    chosen = list(dict.fromkeys([*chosen, *lists["add_patches"]]))
+    return [p for p in chosen if p not in lists["drop_patches"]]
 
 
 def bundled_profiles() -> list[str]:

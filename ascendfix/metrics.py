@@ -139,12 +139,17 @@ class StepParser:
 
     A step seen again (prefixed in the driver log, raw in ``worker-*.out``) is counted as a
     duplicate; the record with more metrics wins, so a truncated copy never replaces a whole one.
+    A step seen again with other values is not a copy but another run's: the first such step is
+    kept in ``conflict`` (step number and the two files), and nothing is merged into it.
     """
 
     def __init__(self, on_step: Callable[[Step], None] | None = None):
         self.steps: dict[int, Step] = {}
         self.stats = ParseStats()
         self.on_step = on_step
+        self.source = ""  # the file being read, when reading files
+        self.origin: dict[int, str] = {}
+        self.conflict: tuple[int, str, str] | None = None
 
     def feed(self, line: bytes | str) -> Step | None:
         """Parse one console line; returns the Step it added (None for anything else)."""
@@ -174,10 +179,14 @@ class StepParser:
             return None
         known = self.steps.get(parsed.step)
         if known is not None:
+            if not _same_values(known, parsed):
+                self.conflict = self.conflict or (parsed.step, self.origin.get(parsed.step, ""), self.source)
+                return None
             self.stats.duplicates += 1
             if len(parsed.values) <= len(known.values):
                 return None
         self.steps[parsed.step] = parsed
+        self.origin[parsed.step] = self.source
         if self.on_step is not None and known is None:
             self.on_step(parsed)
         return parsed
@@ -189,6 +198,7 @@ class StepParser:
     def feed_file(self, path: Path) -> None:
         """Parse a whole log or JSONL file without holding it in memory."""
         self.stats.files += 1
+        self.source = str(path)
         if path.suffix == ".jsonl":
             with open(path, "rb") as f:
                 for line in f:
@@ -205,6 +215,15 @@ class StepParser:
                 self.feed_lines(buf[:cut])
                 tail = buf[cut:]
             self.feed_lines(tail)
+
+
+def _same_values(a: Step, b: Step) -> bool:
+    """Whether two records of one step agree on every metric both carry (<= 0.4.1 prints 3 decimals)."""
+    for key in a.values.keys() & b.values.keys():
+        x, y = a.values[key], b.values[key]
+        if not (x == y or (math.isnan(x) and math.isnan(y)) or math.isclose(x, y, rel_tol=1e-3, abs_tol=1e-3)):
+            return False
+    return True
 
 
 def _lines_with(buf: bytes) -> Iterator[bytes]:

@@ -41,6 +41,7 @@ class Preflight:
     """Problems refuse the launch (unless --no-preflight); hints never do."""
 
     overrides: dict[str, str]
+    full: bool = True  # False: --no-preflight, only the refusals that protect correctness ran
     problems: list[Finding] = field(default_factory=list)
     hints: list[Finding] = field(default_factory=list)
 
@@ -128,12 +129,21 @@ def _hint_missing(override: str, overrides: Mapping[str, str]) -> bool:
 
 
 def run_preflight(
-    profile: Profile, device: str, argv: Sequence[str], environ: Mapping[str, str], seams: Seams
+    profile: Profile,
+    device: str,
+    argv: Sequence[str],
+    environ: Mapping[str, str],
+    seams: Seams,
+    full: bool = True,
 ) -> Preflight:
-    """Problems (doctor failures, the DAPO + filter_groups combination) and hints (missing overrides, site env)."""
+    """Problems (doctor failures, the DAPO + filter_groups combination) and hints (missing overrides, site env).
+
+    Without ``full`` (``--no-preflight``) doctor and the patches' readiness are skipped; the
+    refusals that protect the run's correctness are not.
+    """
     overrides = scan_overrides(argv, environ)
-    result = Preflight(overrides)
-    failures = seams.doctor_failures(profile, device)
+    result = Preflight(overrides, full)
+    failures = seams.doctor_failures(profile, device) if full else []
     if failures is None:
         result.hints.append(Finding("doctor", "doctor not run: run `ascendfix doctor` before a long job"))
     for message in failures or ():
@@ -144,7 +154,7 @@ def run_preflight(
     if states is None:
         result.hints.append(Finding("patches", "patch status unknown: run `ascendfix status` before a long job"))
     else:
-        for pid in wanted:
+        for pid in wanted if full else ():
             state, reason = states.get(pid, ("", ""))
             because = f" ({reason})" if reason else ""
             if state in (State.DRIFTED, State.PARTIAL):
@@ -194,30 +204,33 @@ def batch_size_hints(overrides: Mapping[str, str]) -> list[str]:
     return found
 
 
-def _engine_states(profile: Profile, device: str) -> dict[str, tuple[str, str]]:
-    from ascendfix import engine
-
-    return {s.id: (s.state, s.reason) for s in engine.status(engine.select(profile, device))}
-
-
 # run sets the profile's environment itself, and preflight reads the patch states directly.
 PREFLIGHT_SKIPS = ("patches", "env")
 
 
-def _doctor_failures(profile: Profile, device: str) -> list[str]:
-    """Doctor's fail-level findings for this interpreter, one line per failed check."""
-    from ascendfix.doctor import registry, runner
-    from ascendfix.doctor.context import Context
-    from ascendfix.doctor.model import Status
+def default_seams(
+    python: str | None = None, roots: Mapping[str, Path] | None = None, variants: Mapping[str, str] | None = None
+) -> Seams:
+    """Doctor's fail-level checks and the patch engine's status, for the target interpreter and roots."""
 
-    checks = [cid for cid in registry.CHECKS if cid not in PREFLIGHT_SKIPS]
-    report = runner.run(Context(profile, device), checks)
-    return [f"{r.title}: {r.messages[0] if r.messages else 'failed'}" for r in report.checks if r.status == Status.FAIL]
+    def patch_states(profile: Profile, device: str) -> dict[str, tuple[str, str]]:
+        from ascendfix import engine
 
+        chosen = dict(variants or {})
+        selection = engine.select(profile, device, python=python, roots=dict(roots or {}), variants=chosen)
+        return {s.id: (s.state, s.reason) for s in engine.status(selection)}
 
-def default_seams() -> Seams:
-    """Doctor's fail-level checks and the patch engine's status, in this interpreter."""
-    return Seams(doctor_failures=_doctor_failures, patch_states=_engine_states)
+    def doctor_failures(profile: Profile, device: str) -> list[str]:
+        from ascendfix.doctor import registry, runner
+        from ascendfix.doctor.context import Context
+        from ascendfix.doctor.model import Status
+
+        checks = [cid for cid in registry.CHECKS if cid not in PREFLIGHT_SKIPS]
+        report = runner.run(Context(profile, device, python=python, roots=dict(roots or {})), checks)
+        failed = [r for r in report.checks if r.status == Status.FAIL]
+        return [f"{r.title}: {r.messages[0] if r.messages else 'failed'}" for r in failed]
+
+    return Seams(doctor_failures=doctor_failures, patch_states=patch_states)
 
 
 def total_steps(overrides: Mapping[str, str]) -> int | None:

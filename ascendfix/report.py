@@ -42,7 +42,15 @@ def load_run(path: Path) -> Run:
         raise UsageError(f"{path}: no such file or directory")
     if not metrics.log_files(path):
         raise UsageError(f"{path}: no log files (*.log, *.out, *.err, *.jsonl, *.txt) in this directory")
-    return Run(str(path), metrics.parse_paths([path]))
+    parser = metrics.parse_paths([path])
+    if parser.conflict is not None:
+        step, first, second = parser.conflict
+        where = f"{first} and {second}" if first != second else first
+        raise UsageError(
+            f"{path}: step {step} has different values in {where}: these are different runs; "
+            "report each file on its own (ascendfix report FILE)"
+        )
+    return Run(str(path), parser)
 
 
 def reward_key(steps: Sequence[Step]) -> str:

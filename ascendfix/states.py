@@ -39,3 +39,17 @@ class Action(Name):
     SKIPPED = "skipped"
     REVERTED = "reverted"
     REFUSED = "refused"
+
+
+class ReasonCode(Name):
+    """Why a patch is drifted or partial (``reason_code`` in JSON); each has its own fix."""
+
+    PACKAGE_NOT_FOUND = "package-not-found"
+    WRONG_ROOT = "wrong-root"
+    FILE_MISSING = "file-missing"
+    UNREADABLE = "unreadable"
+    UNSUPPORTED_UPSTREAM = "unsupported-upstream"
+    CHANGED_SINCE_APPLIED = "changed-since-applied"
+    PARTIALLY_PATCHED = "partially-patched"
+    APPLIED_OFF_DEVICE = "applied-off-device"
+    CANNOT_SWITCH = "cannot-switch-variant"

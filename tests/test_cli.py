@@ -117,3 +117,99 @@ def test_demo_runs_the_whole_job_and_leaves_the_workspace_as_it_found_it(tmp_pat
     pristine = make_stack(tmp_path / "compare")
     demo_stack = type(pristine)(tmp_path / "demo" / "verl-checkout", tmp_path / "demo" / "site-packages", None)
     assert demo_stack.snapshot() == pristine.snapshot()
+
+
+def test_with_json_an_error_is_a_json_object_on_stdout_too(stack):
+    for args, code in (
+        (["apply", "--profile", "nope", "--device", "npu", "--json"], 2),
+        (["status", "--device", "npu", "--root", "verl=/nonexistent", "--json"], 2),
+        (["env", "--profile", "nope", "--shell", "json"], 2),
+    ):
+        result = run(*args)
+        assert result.returncode == code
+        answer = json.loads(result.stdout)
+        assert answer["exit_code"] == code and answer["error"] in result.stderr
+    stack.file("verl", "verl/utils/device.py").write_bytes(b"def broken(:\n")
+    refused = run("apply", "--device", "npu", *stack.root_args(), "--json")
+    assert refused.returncode == 1 and json.loads(refused.stdout)["error"].startswith("refused, nothing was changed")
+
+
+def test_env_without_a_device_makes_eval_fail_under_set_e(tmp_path):
+    if any(Path(p, n).exists() for p in os.environ["PATH"].split(":") for n in ("npu-smi", "nvidia-smi")):
+        pytest.skip("this machine has an accelerator tool on PATH")
+    if Path("/usr/local/Ascend/driver").exists():
+        pytest.skip("this machine has an Ascend driver")
+    script = tmp_path / "ray_start.sh"
+    script.write_text(
+        f'set -e\nexport PYTHONPATH={REPO}\neval "$({sys.executable} -m ascendfix env)"\necho started ray\n'
+    )
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "started ray" not in result.stdout
+    assert "pass --device npu or --device cuda" in result.stderr
+    direct = run("env")
+    assert direct.returncode == 2 and direct.stdout.startswith("false")
+
+
+def test_diff_json_and_a_refused_diff_does_not_claim_a_change(stack):
+    data = json.loads(run("diff", "--device", "npu", *stack.root_args(), "--json").stdout)
+    assert data["dry_run"] is True and "+is_cuda_available = False" in data["diff"]
+    assert {p["action"] for p in data["patches"]} == {"would-apply"}
+    stack.file("verl", "verl/utils/device.py").write_bytes(b"x = 1\n")
+    refused = run("diff", "--device", "npu", *stack.root_args())
+    assert refused.returncode == 1 and "nothing was changed" not in refused.stderr
+    assert refused.stderr.startswith("error: refused: verl-cuda-probe-off: drifted")
+
+
+def test_revert_that_finds_no_package_fails_loudly(tmp_path):
+    result = run("revert", "--json", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "none of the profile's packages was found" in json.loads(result.stdout)["error"]
+
+
+def test_drifted_has_a_reason_code_and_a_fitting_fix(stack, tmp_path):
+    subprocess.run(["git", "init", "-q", str(stack.verl)], check=True)
+    assert run("apply", "--device", "npu", *stack.root_args()).returncode == 0
+    device = stack.file("verl", "verl/utils/device.py")
+    device.write_bytes(device.read_bytes() + b"# a hand edit\n")
+    missing = stack.file("torch", "torch/distributed/checkpoint/default_planner.py")
+    missing.unlink()
+    data = json.loads(run("status", "--device", "npu", *stack.root_args(), "--json").stdout)
+    by_id = {p["id"]: p for p in data["patches"]}
+    probe = by_id["verl-cuda-probe-off"]
+    assert probe["reason_code"] == "changed-since-applied"
+    assert probe["hint"].startswith(f"git -C {stack.verl} diff -- verl/utils/device.py")
+    planner = by_id["torch-global-plan-check"]
+    assert planner["reason_code"] == "wrong-root" and "should hold" in planner["hint"]
+    assert "reason_code" not in by_id["verl-grpo-no-interleave"]  # applied: nothing to fix
+    nothing = json.loads(run("status", "--device", "npu", "--python", sys.executable, "--json", cwd=tmp_path).stdout)
+    codes = {p["reason_code"] for p in nothing["patches"] if p["state"] == "drifted"}
+    assert codes == {"package-not-found"}
+
+
+def test_show_in_a_pipe_keeps_every_pin_whole():
+    shown = run("show", "verl-796871d").stdout
+    assert "…" not in shown
+    for component in json.loads(run("show", "verl-796871d", "--json").stdout)["components"]:
+        pin = component.get("commit") or component.get("tag") or component.get("version")
+        assert pin is None or pin in shown
+
+
+def test_demo_cleans_up_its_temporary_folder_and_its_last_command_works(tmp_path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "ascendfix", "demo"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert list(temp.iterdir()) == []
+    assert result.stdout.rstrip().endswith("ascendfix demo --dir ascendfix-demo")
+    kept = run("demo", "--dir", "ascendfix-demo", cwd=tmp_path)
+    last = kept.stdout.rstrip().splitlines()[-1].split()
+    assert last[:2] == ["ascendfix", "apply"]
+    again = run(*last[1:], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("(applied)") == 5 and "5 patch(es) applied" in again.stdout

@@ -262,9 +262,11 @@ def _two_variant_profile(tmp_path):
         f"{body_none}\n"
     )
     (tmp_path / "patches" / "team-probe.toml").write_text(head.replace("verl-cuda-probe-off", "team-probe") + variants)
+    cuda = ", ".join(f'"{p}"' for p in manifest.load_profile("verl-796871d").devices["cuda"].patches)
     (tmp_path / "team.toml").write_text(
-        'extends = "verl-796871d"\nname = "team"\n[devices.npu]\npatches = ["team-probe"]\n'
-        '[devices.cuda]\npatches = []\n[variants]\nteam-probe = "off"\n'
+        'extends = "verl-796871d"\nname = "team"\n[devices.npu]\nadd_patches = ["team-probe"]\n'
+        f'drop_patches = ["verl-cuda-probe-off", {cuda}]\n[devices.cuda]\ndrop_patches = [{cuda}]\n'
+        '[variants]\nteam-probe = "off"\n'
     )
     return manifest.load_profile(str(tmp_path / "team.toml"))
 
@@ -347,3 +349,39 @@ def test_revert_clears_a_stale_record_and_survives_a_lost_backup(stack):
         k: v for k, v in before.items() if k[1] != "verl/utils/device.py"
     }
     assert not (stack.verl / ".ascendfix").exists() and not (stack.torch / ".ascendfix").exists()
+
+
+@pytest.mark.parametrize("lose_state", [False, True])
+def test_the_variant_a_file_holds_sticks_until_another_is_asked_for(tmp_path, lose_state):
+    profile = _two_variant_profile(tmp_path)  # the profile's choice is "off"
+    stack = make_stack(tmp_path / "stack")
+    device = stack.file("verl", "verl/utils/device.py")
+
+    def sel(variants=None):
+        return engine.select(profile, "npu", roots={"verl": stack.verl}, variants=variants)
+
+    (chosen,) = engine.apply(sel({"team-probe": "none"}))
+    assert (chosen.action, chosen.variant) == ("applied", "none")
+    if lose_state:
+        shutil.rmtree(stack.verl / ".ascendfix")
+    held = device.read_bytes()
+    (seen,) = engine.status(sel())
+    assert (seen.state, seen.variant, seen.reason_code) == ("applied", "none", None)
+    assert "asked for" not in seen.reason
+    (again,) = engine.apply(sel())
+    assert (again.action, again.variant) == ("unchanged", "none") and device.read_bytes() == held
+    (switched,) = engine.apply(sel({"team-probe": "off"}))
+    assert (switched.action, switched.variant) == ("switched", "off")
+
+
+def test_revert_undoes_what_another_profile_recorded_and_says_whose(tmp_path):
+    team = _two_variant_profile(tmp_path)
+    stack = make_stack(tmp_path / "stack")
+    before = stack.snapshot()
+    engine.apply(engine.select(team, "npu", roots={"verl": stack.verl}))
+    assert stack.snapshot() != before
+    results = {s.id: s for s in engine.revert(select(stack, device=None))}  # the bundled profile, not the team's
+    assert results["team-probe"].action == "reverted"
+    assert results["team-probe"].reason == "applied by profile team, not a patch of verl-796871d-demo"
+    assert stack.snapshot() == before
+    assert not (stack.verl / ".ascendfix").exists()

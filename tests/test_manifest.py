@@ -43,9 +43,11 @@ def bundled_patch(pid: str) -> str:
 
 def test_a_team_profile_extends_and_adds_its_own_patch(tmp_path):
     own = bundled_patch("verl-cuda-probe-off").replace('id = "verl-cuda-probe-off"', 'id = "team-probe"')
+    parent = ", ".join(f'"{p}"' for p in manifest.load_profile("verl-796871d").devices["npu"].patches)
     path = write_profile(
         tmp_path,
-        'extends = "verl-796871d"\nname = "team"\n[devices.npu]\npatches = ["team-probe"]\n',
+        'extends = "verl-796871d"\nname = "team"\n[devices.npu]\nadd_patches = ["team-probe"]\n'
+        f"drop_patches = [{parent}]\n",
         {"team-probe": own},
     )
     profile = manifest.load_profile(path)
@@ -61,8 +63,11 @@ def test_a_team_profile_extends_and_adds_its_own_patch(tmp_path):
         ("[components.torch]\nversion = 2.7\n", r"team.toml: components.torch.version: expected a string, got"),
         ("[components.newpkg]\nkind = 'pypi'\n", r"components.newpkg.why: missing required field"),
         ("[devices.tpu]\ndescription = 'x'\n", r"devices.tpu: unknown device"),
-        ("[devices.cuda]\npatches = ['verl-cuda-probe-off']\n", r"'verl-cuda-probe-off' must not be applied on cuda"),
-        ("[devices.npu]\npatches = ['no-such-patch']\n", r"no patch file for 'no-such-patch'"),
+        ("[devices.cuda]\nadd_patches = ['verl-cuda-probe-off']\n", r"'verl-cuda-probe-off' must not be applied"),
+        ("[devices.npu]\nadd_patches = ['no-such-patch']\n", r"no patch file for 'no-such-patch'"),
+        ("[devices.npu]\npatches = ['verl-cuda-probe-off']\n", r"devices.npu.patches: leaves out torch-shard-overlap"),
+        ("[devices.npu]\ndrop_patches = ['no-such-patch']\n", r"drop_patches: 'no-such-patch' is not a patch of"),
+        ("[devices.npu]\nadd_patches = 'x'\n", r"devices.npu.add_patches: expected an array of patch ids"),
         ("[components.verl]\ncommit = 'main'\n", r"components.verl.commit: 'main' is not a git commit"),
         ("schema = 'one'\n", r"schema: expected an integer"),
         ("extends = 'nope'\n", r"unknown profile 'nope'"),
@@ -100,7 +105,7 @@ def test_bad_patch_files_name_file_and_field(tmp_path, old, new, message):
     text = bundled_patch("verl-cuda-probe-off").replace(old, new, 1)
     path = write_profile(
         tmp_path,
-        'extends = "verl-796871d"\nname = "team"\n[devices.npu]\npatches = ["verl-cuda-probe-off"]\n',
+        'extends = "verl-796871d"\nname = "team"\n',
         {"verl-cuda-probe-off": text},
     )
     with pytest.raises(UsageError, match=r"verl-cuda-probe-off.toml: " + message):
@@ -118,3 +123,17 @@ def test_extends_cycle_is_refused(tmp_path):
     (tmp_path / "b.toml").write_text('extends = "a.toml"\n')
     with pytest.raises(UsageError, match="leads back to itself"):
         manifest.load_profile(str(tmp_path / "a.toml"))
+
+
+def test_an_extending_profile_adds_and_drops_parent_patches_explicitly(tmp_path):
+    path = write_profile(
+        tmp_path,
+        'extends = "verl-796871d"\nname = "team"\n[devices.npu]\ndrop_patches = ["verl-dapo-no-interleave"]\n'
+        '[devices.cuda]\npatches = ["torch-shard-overlap-check", "torch-global-plan-check", '
+        '"verl-grpo-no-interleave", "verl-dapo-no-interleave"]\n',
+    )
+    profile = manifest.load_profile(path)
+    parent = manifest.load_profile("verl-796871d")
+    assert profile.devices["npu"].patches == tuple(p for p in parent.devices["npu"].patches if "dapo" not in p)
+    assert profile.devices["cuda"].patches == parent.devices["cuda"].patches
+    assert profile.devices["npu"].env == parent.devices["npu"].env  # the rest of the device table is inherited

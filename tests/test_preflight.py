@@ -120,7 +120,7 @@ def test_unknown_seams_are_hints_not_problems():
 
 
 def test_cli_run_refuses_with_the_reasons_and_exit_1(tmp_path, monkeypatch):
-    monkeypatch.setattr(preflight, "default_seams", lambda: ALL_APPLIED)
+    monkeypatch.setattr(preflight, "default_seams", lambda *args: ALL_APPLIED)
     script = write_script(tmp_path, "echo should-not-run\npython3 x.py algorithm.filter_groups.enable=True\n")
     result = CliRunner().invoke(cli.main, ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)])
     assert result.exit_code == 1
@@ -161,7 +161,7 @@ def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypat
 
     stack = make_stack(tmp_path / "stack")
     select = engine.select
-    monkeypatch.setattr(engine, "select", lambda profile, device: select(profile, device, roots=stack.roots()))
+    monkeypatch.setattr(engine, "select", lambda profile, device, **_: select(profile, device, roots=stack.roots()))
     engine.apply(engine.select(DEMO_PROFILE, "npu"))
     script = write_script(tmp_path, "echo launched\necho python3 x.py algorithm.filter_groups.enable=${FILTER}\n")
     args = ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)]

@@ -139,3 +139,18 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch):
     log = write_log(tmp_path / "a.log", run_steps(3))
     result = invoke("report", str(log), "--plot", str(tmp_path / "x.png"))
     assert result.exit_code == 2 and "pip install 'ascendfix[plot]'" in result.output
+
+
+def test_report_refuses_to_merge_two_runs_in_one_folder(tmp_path):
+    npu = run_steps(3)
+    h100 = [{**values, "timing_s/step": values["timing_s/step"] / 3.4} for values in npu]
+    write_log(tmp_path / "runs" / "npu" / "train.log", npu)
+    write_log(tmp_path / "runs" / "h100" / "train.log", h100)
+    result = invoke("report", str(tmp_path / "runs"))
+    assert result.exit_code == 2
+    assert "step 1 has different values in" in result.output and "report each file on its own" in result.output
+    assert "h100/train.log" in result.output and "npu/train.log" in result.output
+    same = write_log(tmp_path / "ray" / "worker-1.out", npu, prefix="")  # the raw copy Ray keeps: duplicates
+    write_log(tmp_path / "ray" / "driver.log", npu)
+    data = json.loads(invoke("report", str(same.parent), "--json").output)[0]
+    assert data["steps_seen"] == 3 and data["parse"]["duplicates"] == 3

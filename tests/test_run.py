@@ -277,3 +277,85 @@ def test_env_resolution_sources():
     assert settings["PYTHONUNBUFFERED"].source == "ascendfix"
     env = launch.job_environment(settings.values(), {"PATH": "/bin"})
     assert "GLOO_SOCKET_IFNAME" not in env and env["HCCL_EXEC_TIMEOUT"] == "3600" and env["PATH"] == "/bin"
+
+
+def test_run_train_sh_by_its_bare_name_as_the_readme_types_it(job):
+    (job / "train.sh").chmod(0o755)
+    proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--log-dir", "logs", "train.sh")
+    assert proc.returncode == 0, proc.stderr
+    assert "command not found" not in proc.stderr
+    assert json.loads((job / "logs" / "run.json").read_text())["command"][0] == "./train.sh"
+    assert len(STEP_LINE.findall(proc.stdout)) >= 6
+
+
+def test_a_file_that_is_not_executable_says_how_to_run_it(job):
+    (job / "job.py").write_text("print('hi')\n")
+    proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--log-dir", "logs", "job.py")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: job.py: not executable (chmod +x job.py, or run: ascendfix run bash job.py)"
+
+
+def test_two_runs_in_the_same_second_get_their_own_log_folders(job):
+    (job / "train.sh").chmod(0o755)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ascendfix", "run", "--device", "npu", "--no-preflight", "train.sh"],
+            env=cli_env(job),
+            cwd=job,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(3)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    folders = sorted((job / "ascendfix-runs").iterdir())
+    assert len(folders) == 3
+    for folder in folders:
+        record = json.loads((folder / "run.json").read_text())
+        assert record["log_dir"] == str(folder.relative_to(job)) and record["steps"] == 6
+        assert len(STEP_LINE.findall((folder / "train.log").read_text())) == 9  # its own job's lines only
+
+
+def test_no_preflight_still_refuses_settings_that_break_the_run(job, tmp_path, monkeypatch):
+    from ascendfix import preflight
+
+    applied = preflight.Seams(
+        doctor_failures=lambda p, d: ["CANN toolkit: no Ascend stack found"],
+        patch_states=lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches},
+    )
+    profile = manifest.load_profile("verl-796871d")
+    argv = ["bash", str(job / "train.sh")]
+    quick = preflight.run_preflight(profile, "npu", argv, {"FILTER": "True"}, applied, full=False)
+    assert [p.source for p in quick.problems] == ["patches"]  # no doctor; the DAPO refusal stays
+    assert "verl-dapo-no-interleave is applied" in quick.problems[0].message
+    assert preflight.run_preflight(profile, "npu", argv, {"FILTER": "False"}, applied, full=False).problems == []
+
+
+def test_run_takes_root_python_and_variant_for_its_preflight(tmp_path):
+    from tests.stack import make_stack
+
+    stack = make_stack(tmp_path / "stack")
+    script = tmp_path / "job.sh"
+    script.write_text("echo launched\n")
+    apply = ["apply", "--device", "npu", *stack.root_args(), "--variant", "torch-global-plan-check=skip"]
+    assert run_cli(tmp_path, *apply).returncode == 0
+    run = ["run", "--device", "npu", "--log-dir", "logs"]
+    blind = run_cli(tmp_path, *run, "bash", str(script))
+    assert any(line.startswith("problem (patches)") for line in blind.stderr.splitlines())
+    seeing = run_cli(tmp_path, *run, *stack.root_args(), "--variant", "torch-global-plan-check=skip", "bash", str(script))
+    problems = [line for line in seeing.stderr.splitlines() if line.startswith("problem")]
+    assert problems and all(line.startswith("problem (doctor)") for line in problems)  # no Ascend stack here
+    assert seeing.returncode == 1 and "launched" not in seeing.stdout
+
+
+def test_the_first_ctrl_c_says_what_run_is_doing(job, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_STATE", str(job / "state"))
+    (tmp_path / "logs").mkdir()
+    timer = threading.Thread(target=lambda: (wait_for(job / "state.ready"), os.kill(os.getpid(), signal.SIGINT)))
+    timer.start()
+    said = []
+    argv = [sys.executable, str(job / "fake_job.py"), "ignore", "0", str(job / "steps.json")]
+    result = launch.launch(argv, dict(os.environ), tmp_path / "logs", StepParser(), grace_s=0.5, notify=said.append)
+    timer.join()
+    assert result.killed and said[0].startswith("ascendfix: SIGINT forwarded to the job's process group")
+    assert "waiting up to 0.5 s" in said[0] and "Ctrl-C again to kill it now" in said[0]

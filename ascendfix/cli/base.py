@@ -37,6 +37,13 @@ def err():
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def wide():
+    """A console on stdout as wide as the output needs, for a pipe or a log that keeps every column whole."""
+    from rich.console import Console
+
+    return Console(width=400, highlight=False, soft_wrap=True)
+
+
 def escape(text: str) -> str:
     """User text made safe to print with rich markup."""
     from rich.markup import escape as rich_escape
@@ -58,14 +65,27 @@ def render(result: Any, as_json: bool, human: Callable[[Any], None]) -> None:
 
 
 class Group(click.Group):
-    """Turns every AscendfixError into its one line and exit status."""
+    """Turns every AscendfixError into its one line and exit status; with ``--json``, also a JSON
+    object ``{"error", "exit_code"}`` on stdout, so a pipe into ``jq`` reads an answer."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except AscendfixError as e:
+            if ctx.meta.get(WANTS_JSON):
+                emit_json({"error": str(e), "exit_code": e.exit_code})
             err().print(f"[bold red]error:[/] {escape(str(e))}", markup=True)
             sys.exit(e.exit_code)
+
+
+WANTS_JSON = "ascendfix.json"
+
+
+def note_json(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+    """Remember on the shared context that the answer must be JSON (errors included)."""
+    if value in (True, "json"):
+        ctx.meta[WANTS_JSON] = True
+    return value
 
 
 def profile_option(func):
@@ -82,7 +102,7 @@ def device_option(help: str = "npu or cuda (default: detected).", **kwargs):
 
 def json_option(func):
     """``--json``: print plain data instead of the human rendering."""
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.", callback=note_json)(func)
 
 
 def target_options(func):

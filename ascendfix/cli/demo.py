@@ -19,7 +19,7 @@ def demo(folder: Path | None) -> None:
     """Run the main job end to end on a built-in demo workspace (no Ascend hardware needed)."""
     from ascendfix import demo as workspaces
 
-    base = folder or Path(tempfile.mkdtemp(prefix="ascendfix-demo-"))
+    base = folder.resolve() if folder else Path(tempfile.mkdtemp(prefix="ascendfix-demo-"))
     try:
         workspace = workspaces.build(base)
         out().print(f"[bold]ascendfix demo[/] — profile verl-796871d-demo, device npu, workspace {escape(str(base))}")
@@ -29,11 +29,13 @@ def demo(folder: Path | None) -> None:
     finally:
         if folder is None:
             shutil.rmtree(base, ignore_errors=True)
-    kept = f"the workspace stays in {escape(str(base))}" if folder else "the temporary workspace is removed"
-    out().print(
-        f"\nDone; {kept}. On your own trees:\n"
-        "  ascendfix status --profile verl-796871d --device npu --root verl=VERL_CHECKOUT --root torch=SITE_PACKAGES"
-    )
+    if folder is None:
+        out().print("\nDone; the temporary workspace is removed. To keep one and try the commands yourself:")
+        out().print("  ascendfix demo --dir ascendfix-demo")
+        return
+    roots = f"--root verl={workspace.verl} --root torch={workspace.torch}"
+    out().print(f"\nDone; the workspace stays in {escape(str(base))}. Try it:")
+    out().print(escape(f"  ascendfix apply --profile {workspace.profile} --device npu {roots}"), soft_wrap=True)
 
 
 def _show(number: int, step) -> None:

@@ -10,6 +10,7 @@ import click
 from ascendfix import engine, manifest
 from ascendfix.cli.base import (
     device_option,
+    emit_json,
     err,
     escape,
     json_option,
@@ -70,6 +71,8 @@ def render_statuses(statuses: list[engine.PatchStatus]) -> None:
         out().print(f"[{style}]{s.state:15}[/] {s.id}{escape(variant)}{action}")
         if s.reason:
             out().print(f"                [dim]{escape(s.reason)}[/]")
+        if s.hint:
+            out().print(f"                [bold]fix:[/] [cyan]{escape(s.hint)}[/]")
         for w in s.warnings:
             err().print(f"[yellow]warning:[/] {s.id}: {escape(w)}")
 
@@ -136,10 +139,15 @@ def status(profile, device, python, roots, as_json) -> None:
 @target_options
 @only_option("patch")
 @variant_option
-def diff(profile, device, python, roots, only, variants) -> None:
+@json_option
+def diff(profile, device, python, roots, only, variants, as_json) -> None:
     """Show the unified diff of what apply would change (coloured on a terminal)."""
     sel = selection(profile, device, roots, python, only, variants)
-    text = engine.diff(engine.apply(sel, dry_run=True))
+    statuses = engine.apply(sel, dry_run=True)
+    text = engine.diff(statuses)
+    if as_json:
+        emit_json({**PatchReport(sel, statuses, True).to_json(), "diff": text})
+        return
     if not out().is_terminal:
         click.echo(text, nl=False)
         return

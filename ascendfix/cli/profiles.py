@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ascendfix import manifest
-from ascendfix.cli.base import escape, json_option, out, render
+from ascendfix.cli.base import escape, json_option, out, render, wide
 
 
 @click.command()
@@ -42,9 +42,11 @@ def _render_profile(prof: manifest.Profile) -> None:
 
     from ascendfix.transforms import registry
 
-    console = out()
+    console = out() if out().is_terminal else wide()  # a pipe or a file gets every pin whole, on one line
     console.print(f"[bold]{escape(prof.name)}[/] — {escape(prof.description)}\n[dim]{escape(str(prof.source))}[/]\n")
-    table = Table("component", "pin", "devices", "why", box=None, title="Components", title_justify="left")
+    table = Table(box=None, title="Components", title_justify="left")
+    for column in ("component", "pin", "devices", "why"):
+        table.add_column(column, overflow="fold", no_wrap=column == "pin")  # a pin is never cut with "…"
     for c in prof.components:
         pin = c.commit or c.tag or c.version or ""
         if c.kind == "git":

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ascendfix.cli.base import emit_json, escape, out
+from ascendfix.cli.base import emit_json, escape, out, wide
 
 
 def on_ray_cluster(command):
@@ -60,7 +60,6 @@ def _local_argv(ctx: click.Context) -> list[str]:
 
 
 def _render_cluster(report) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table("node", "host", *report.items, "exit", box=None, title=f"ascendfix {' '.join(report.argv[:-1])}")
@@ -76,7 +75,7 @@ def _render_cluster(report) -> None:
         code = "-" if node.returncode is None else str(node.returncode)
         table.add_row(escape(node.label), escape(node.hostname), *values, f"[red]{code}[/]" if node.failed else code)
     console = out()
-    (console if console.is_terminal else Console(width=240, highlight=False)).print(table)  # a log keeps every column
+    (console if console.is_terminal else wide()).print(table)  # a log keeps every column
     for node in report.nodes:
         if node.error and not report.items:
             console.print(f"[bold red]{escape(node.label)}:[/] {escape(node.error)}")

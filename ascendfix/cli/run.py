@@ -9,7 +9,19 @@ from pathlib import Path
 import click
 
 from ascendfix import manifest
-from ascendfix.cli.base import device_option, emit_json, err, escape, out, path_type, profile_option
+from ascendfix.cli.base import (
+    device_option,
+    emit_json,
+    err,
+    escape,
+    json_option,
+    note_json,
+    out,
+    path_type,
+    profile_option,
+    target_options,
+    variant_option,
+)
 from ascendfix.cli.progress import RichStatus, report_table, sparks
 from ascendfix.device import require_device
 
@@ -17,13 +29,20 @@ from ascendfix.device import require_device
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @profile_option
 @device_option()
-@click.option("--no-preflight", is_flag=True, help="Launch even if doctor or the patch status say no.")
+@target_options
+@variant_option
+@click.option(
+    "--no-preflight", is_flag=True, help="Skip doctor and the patch status (not the refusals of settings that clash)."
+)
 @click.option("--log-dir", type=path_type(file_okay=False), help="Where train.log and run.json go.")
 @click.option("--json-metrics", type=path_type(dir_okay=False), help="Write each step as JSONL.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def run(
     profile: str,
     device: str | None,
+    python: str | None,
+    roots: tuple[str, ...],
+    variants: tuple[str, ...],
     no_preflight: bool,
     log_dir: Path | None,
     json_metrics: Path | None,
@@ -34,16 +53,17 @@ def run(
     A non-executable *.sh script runs under bash. Exits with the command's exit status.
     """
     from ascendfix import launch, metrics, preflight, report
+    from ascendfix.locate import parse_roots
 
-    prepared = launch.prepare(
-        manifest.load_profile(profile), require_device(device), command, os.environ, not no_preflight
-    )
+    prof = manifest.load_profile(profile)
+    seams = preflight.default_seams(python, parse_roots(roots), manifest.parse_variants(prof, variants))
+    prepared = launch.prepare(prof, require_device(device), command, os.environ, seams, full=not no_preflight)
     pre = prepared.preflight
-    for finding in pre.hints if pre is not None else ():
+    for finding in pre.hints:
         err().print(f"[yellow]hint[/] ({finding.source}): {escape(finding.message)}")
     for kind, message in prepared.env_notes():
         err().print(f"[dim]env[/] {escape(message)}" if kind == "env" else f"[yellow]hint[/] (env): {escape(message)}")
-    for finding in pre.problems if pre is not None else ():
+    for finding in pre.problems:
         err().print(f"[red]problem[/] ({finding.source}): {escape(finding.message)}")
     job = launch.begin(prepared, log_dir, os.environ)
     total = preflight.total_steps(prepared.overrides)
@@ -59,7 +79,7 @@ def run(
     parser = metrics.StepParser(on_step=on_step)
     shown = " ".join(job.record["command"])
     err().print(f"[dim]ascendfix: {escape(shown)} → {escape(str(job.log_dir))}/train.log[/]")
-    result = launch.finish(job, prepared.argv, parser, status)
+    result = launch.finish(job, prepared.argv, parser, status, notify=lambda m: _notify(status, m))
     if status is not None:
         status.clear()
     run_data = report.Run(str(job.log_dir), parser)
@@ -73,21 +93,38 @@ def run(
     sys.exit(result.exit_status)
 
 
+def _notify(status: RichStatus | None, message: str) -> None:
+    if status is not None:
+        status.clear()
+    err().print(f"[yellow]{escape(message)}[/]")
+
+
 @click.command("env")
 @profile_option
 @device_option()
-@click.option("--shell", type=click.Choice(["bash", "json"]), default="bash", show_default=True)
-def env_command(profile: str, device: str | None, shell: str) -> None:
-    """Print the profile's environment: eval "$(ascendfix env)" before `ray start` or in a Dockerfile."""
+@click.option("--shell", type=click.Choice(["bash", "json"]), default="bash", show_default=True, callback=note_json)
+@json_option
+def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> None:
+    """Print the profile's environment: eval "$(ascendfix env)" before `ray start` or in a Dockerfile.
+
+    When no device is given or detected, stdout carries ``false`` (so ``eval`` fails and a
+    ``set -e`` script stops there) and the reason goes to stderr, exit 2.
+    """
     import shlex
 
     from ascendfix import launch
+    from ascendfix.errors import UsageError
 
     prof = manifest.load_profile(profile)
-    device = require_device(device)
+    try:
+        device = require_device(device)
+    except UsageError:
+        if not as_json and shell == "bash":
+            click.echo("false  # ascendfix env: no device: see the error on stderr")
+        raise
     settings = launch.resolve_env(prof, device, {})
     ulimit = prof.device(device).ulimit_nofile
-    if shell == "json":
+    if shell == "json" or as_json:
         emit_json(
             {
                 "profile": prof.name,
