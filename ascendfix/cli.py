@@ -82,12 +82,13 @@ def show(profile: str, as_json: bool) -> None:
         emit_json(manifest.as_dict(prof))
         return
     out.print(f"[bold]{escape(prof.name)}[/] — {escape(prof.description)}\n[dim]{escape(str(prof.source))}[/]\n")
-    table = Table("component", "pin", "devices", "why", box=None, title="Components", title_justify="left")
+    table = Table("component", "pin", "devices", "guide", "why", box=None, title="Components", title_justify="left")
     for c in prof.components:
         pin = c.commit or c.tag or c.version or ""
         if c.kind == "git":
             pin = f"{c.repo} @ {pin}" + (" (editable)" if c.editable else "")
-        table.add_row(c.name, pin, ", ".join(c.devices), c.why)
+        mark = _guide_mark(c.guide, c.guide_value, "profile") if c.guide else BEYOND
+        table.add_row(c.name, escape(pin), ", ".join(c.devices), mark, escape(" ".join(c.why.split())))
     out.print(table)
     for conflict in prof.accepted_conflicts:
         out.print(
@@ -96,16 +97,59 @@ def show(profile: str, as_json: bool) -> None:
         )
     for device in prof.devices.values():
         out.print(f"\n[bold]{device.name}[/]: {device.description}")
-        for var in device.env:
-            value = var.value if var.value is not None else "<set per site>"
-            out.print(f"  {var.name}={escape(value)}  [dim]{escape(var.why)}[/]")
-        if device.ulimit_nofile:
-            out.print(f"  ulimit -n {device.ulimit_nofile}")
-        out.print(f"  patches: {', '.join(device.patches) or '-'}")
+        for line in show_device_lines(prof, device.name):
+            out.print(line)
     for patch in prof.patches.values():
         out.print(f"\n[bold]{patch.id}[/] ({patch.package}: {', '.join(f.path for f in patch.files)})")
         out.print(f"  [dim]why:[/] {escape(' '.join(patch.why.split()))}")
         out.print(f"  [dim]drop when:[/] {escape(' '.join(patch.drop_when.split()))}")
+    for rule in prof.rules:
+        out.print(f"\n[bold]rule {rule.id}[/] ({rule.action}; {', '.join(rule.devices)}): " + escape(
+            " and ".join(c.describe() for c in rule.when)
+        ))
+        out.print(f"  [dim]why:[/] {escape(' '.join(rule.why.split()))}")
+        out.print(f"  [dim]source:[/] {escape(rule.source)}")
+
+
+BEYOND = "[yellow]beyond the guide[/]"
+
+
+def _guide_mark(guide: str | None, guide_value: str | None, source: str | None) -> str:
+    """Where a setting comes from: the guide's section (and its own value when ours differs), or its source."""
+    if guide is None:
+        return f"{BEYOND}, source: {escape(source or '(none given)')}"
+    return f"guide {guide}" + (f", [yellow]the guide has {escape(guide_value)}[/]" if guide_value else "")
+
+
+def show_device_lines(prof: manifest.Profile, name: str) -> list[str]:
+    """``show``'s lines for one device: env (guide section or "beyond the guide"), limits, Ray, hints, patches."""
+    device = prof.devices[name]
+    lines = []
+    for var in device.env:
+        value = var.value if var.value is not None else "<set per site>"
+        if var.prepend:
+            value = f"{var.value}:${var.name} (prepended)"
+        lines.append(f"  {var.name}={escape(value)}  [dim]({_guide_mark(var.guide, var.guide_value, var.source)})[/]")
+        lines.append(f"      [dim]{escape(' '.join(var.why.split()))}[/]")
+    if device.ulimit_nofile:
+        lines.append(f"  ulimit -n {device.ulimit_nofile}  [dim]({_guide_mark(device.ulimit_guide, None, None)})[/]")
+    if device.ray_head:
+        lines.append(f"  ray head:   {escape(device.ray_head)}  [dim](guide {device.ray_guide})[/]")
+    if device.ray_worker:
+        lines.append(f"  ray worker: {escape(device.ray_worker)}  [dim](guide {device.ray_guide})[/]")
+    for hint in prof.hints:
+        if name in hint.devices:
+            lines.append(f"  hint: {escape(hint.override)}  [dim]({_guide_mark(hint.guide, None, 'profile')})[/]")
+    lines.append(f"  patches: {', '.join(device.patches) or '-'}")
+    if name == "cuda":
+        lines.append(
+            "  [yellow]differs from the guide's stock H100 run (3.4)[/], which patches nothing: "
+            + escape(", ".join(device.patches) or "-")
+            + " change the H100 side too, so both runs execute the same verl and torch code"
+            + (f"; not {escape(', '.join(sorted(set(prof.patches) - set(device.patches))))} (NPU only)"
+               if set(prof.patches) - set(device.patches) else "")
+        )
+    return lines
 
 
 # --- the whole Ray cluster: --ray [ADDRESS] on status / apply / doctor ------------------------------
@@ -612,7 +656,7 @@ def run(
         for finding in pre.hints:
             err.print(f"[yellow]hint[/] ({finding.source}): {escape(finding.message)}")
     for s in settings:
-        if s.source == "user" and s.profile_value is not None and s.value != s.profile_value:
+        if s.source == "user" and s.profile_value is not None and s.value != s.profile_value and not s.prepend:
             mine, theirs = escape(s.value or ""), escape(s.profile_value)
             err.print(f"[dim]env[/] {s.name}={mine} (yours) wins over the profile's {theirs}")
         elif s.source == "missing":
@@ -679,6 +723,7 @@ def env_command(profile_ref: str, device: str | None, shell: str) -> None:
                 "profile": profile.name,
                 "device": device,
                 "env": {s.name: s.value for s in settings if s.value is not None},
+                "prepend": [s.name for s in settings if s.prepend],
                 "site_specific": [{"name": s.name, "why": s.why} for s in settings if s.value is None],
                 "ulimit_nofile": ulimit,
             }
@@ -688,6 +733,9 @@ def env_command(profile_ref: str, device: str | None, shell: str) -> None:
     for s in settings:
         if s.value is None:
             lines.append(f"# {s.name} must be set per site: {s.why}")
+        elif s.prepend:  # in front of what the variable holds, never in its place
+            tail = launch.prepend_shell(s.name, "")
+            lines.append(f'export {s.name}={shlex.quote(s.profile_value)}"{tail}"')
         else:
             lines.append(f"export {s.name}={shlex.quote(s.value)}")
     if ulimit:

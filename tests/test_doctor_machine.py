@@ -99,7 +99,6 @@ def a2(tmp_path_factory) -> Machine:
         machine.make_wheel(wheels, "torch-npu", "2.7.1", {"torch_npu/__init__.py": b""}, ("torch==2.7.1",)),
         machine.make_wheel(wheels, "tensordict", "0.10.0", {"tensordict/__init__.py": b""}),
         machine.make_wheel(wheels, "megatron-core", "0.12.1", {"megatron/core/__init__.py": b""}),
-        machine.make_wheel(wheels, "mindspeed_rl", "2.2.0", {"mindspeed_rl/__init__.py": b""}),
     ]
     commits, sources = {}, []
     for component, dist in [
@@ -107,6 +106,7 @@ def a2(tmp_path_factory) -> Machine:
         ("vllm_ascend", "vllm-ascend"),
         ("transformers", "transformers"),
         ("mindspeed", "mindspeed"),
+        ("mindspeed_rl", "verl_npu"),
     ]:
         commits[component] = machine.git_project(root / "src" / dist, dist, {})
         sources.append(f"git+file://{root / 'src' / dist}")
@@ -130,19 +130,17 @@ def a2(tmp_path_factory) -> Machine:
     home = root / "Ascend"
     iface = _interface()
     env = {"HOME": os.environ.get("HOME", str(root)), **machine.fake_ascend(home)}
-    env.update(
-        HCCL_CONNECT_TIMEOUT="1800",
-        HCCL_EXEC_TIMEOUT="3600",
-        HCCL_IF_BASE_PORT="48890",
-        HCCL_SOCKET_IFNAME=iface,
-        GLOO_SOCKET_IFNAME=iface,
-        TASK_QUEUE_ENABLE="2",
-        CPU_AFFINITY_CONF="1",
-        PYTORCH_NPU_ALLOC_CONF="expandable_segments:True",
-        CUDA_DEVICE_MAX_CONNECTIONS="1",
-        VLLM_USE_V1="1",
+    env.update(  # the guide's exports (3.3.1, 3.3.2)
         RAY_DEDUP_LOGS="0",
         HYDRA_FULL_ERROR="1",
+        TASK_QUEUE_ENABLE="2",
+        HCCL_ASYNC_ERROR_HANDLING="0",
+        HCCL_EXEC_TIMEOUT="3600",
+        HCCL_CONNECT_TIMEOUT="3600",
+        LD_LIBRARY_PATH=f"/usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64/driver:{env['LD_LIBRARY_PATH']}",
+        HCCL_SOCKET_IFNAME=iface,
+        GLOO_SOCKET_IFNAME=iface,
+        CUDA_DEVICE_MAX_CONNECTIONS="1",
     )
     a2 = Machine(root, python, machine.site_packages(python), profile, home, verl, env, commits)
     a2.ascendfix("apply", "--device", "npu")
@@ -164,6 +162,7 @@ def test_a2_that_matches_the_profile_is_ready(a2):
         "driver": "ok",
         "npu": "ok",
         "cuda": "skip",
+        "os": statuses["os"],  # warn unless this host is AlmaLinux 8, as the image
         "env": statuses["env"],  # ok, or warn when this disk has < 500 GB free for checkpoints
         "hazards": "ok",
     }
