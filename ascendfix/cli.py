@@ -766,23 +766,38 @@ def report_command(paths: tuple[Path, ...], as_json: bool, plot: Path | None, ex
 
 
 @main.command("compare")
-@click.argument("a", type=click.Path(path_type=Path))
-@click.argument("b", type=click.Path(path_type=Path))
+@click.argument("baseline", type=click.Path(path_type=Path))
+@click.argument("candidate", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def compare_command(a: Path, b: Path, as_json: bool) -> None:
-    """Compare run B with run A (e.g. NPU against H100): steady figures as ratios B/A and the reward gap."""
+def compare_command(baseline: Path, candidate: Path, as_json: bool) -> None:
+    """Compare CANDIDATE with BASELINE (e.g. NPU against H100) as the guide's 4.2 table: higher is better.
+
+    Step time reads baseline/candidate, tokens/s candidate/baseline; the raw medians stay beside them.
+    """
     from ascendfix import report
 
-    data = report.compare_data(report.load_run(a), report.load_run(b))
+    data = report.compare_data(report.load_run(baseline), report.load_run(candidate))
     if as_json:
         emit_json(data)
         return
-    table = Table("metric", "A", "B", "B/A", box=None, caption=escape(f"A = {a}\nB = {b}"), caption_justify="left")
+    caption = escape(
+        f"baseline = {baseline}\ncandidate = {candidate}\nrelative: candidate vs baseline, higher is better for "
+        "the candidate (the guide's 4.2); step time is baseline/candidate, the rest candidate/baseline; "
+        "* a row of the guide's 4.2 table"
+    )
+    table = Table("metric", "baseline", "candidate", "relative", "as", box=None, caption=caption)
+    table.caption_justify = "left"
     for row in data["rows"]:
-        table.add_row(row["metric"], _num(row["a"]), _num(row["b"]), _num(row["ratio"], 2))
+        table.add_row(
+            row["metric"] + (" *" if row["guide"] else ""),
+            _num(row["baseline"]),
+            _num(row["candidate"]),
+            _num(row["relative"], 2),
+            row["formula"],
+        )
     out.print(table)
     gap = data["reward_difference"]
-    out.print(f"reward B − A over {gap['common_steps']} common steps: ", end="")
+    out.print(f"reward candidate − baseline over {gap['common_steps']} common steps: ", end="")
     out.print(f"mean {_num(gap['mean'])}, max |Δ| {_num(gap['max_abs'])}")
 
 
