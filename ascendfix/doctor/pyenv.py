@@ -48,14 +48,14 @@ def _install(ctx: Context, c: Component) -> str:
     if c.kind == "pypi":
         return _pip(ctx, f"{c.distribution}=={c.version}")
     ref = c.commit or c.tag
+    prefix = "VLLM_TARGET_DEVICE=empty " if c.distribution == "vllm" and ctx.device == "npu" else ""
     if c.subdirectory:  # the project is a folder of the repository, installed as its README says
         folder = c.name
         checkout = f"git clone {c.repo} {folder} && git -C {folder} checkout {ref} && "
         return checkout + _pip(ctx, "-v", f"{folder}/{c.subdirectory}")
     if c.editable:
         folder = c.distribution
-        return f"git clone {c.repo} {folder} && git -C {folder} checkout {ref} && " + _pip(ctx, "-e", folder)
-    prefix = "VLLM_TARGET_DEVICE=empty " if c.distribution == "vllm" and ctx.device == "npu" else ""
+        return f"git clone {c.repo} {folder} && git -C {folder} checkout {ref} && " + prefix + _pip(ctx, "-e", folder)
     return prefix + _pip(ctx, f"{c.distribution} @ git+{c.repo}@{ref}")
 
 
