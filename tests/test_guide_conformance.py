@@ -133,3 +133,28 @@ def test_the_guides_h100_run_patches_nothing_and_cuda_says_which_it_does():
     assert "verl-cuda-probe-off" not in PROFILE.devices["cuda"].patches  # 5.1 is the NPU's fix
     assert not any(v.guide for v in PROFILE.devices["cuda"].env)  # 3.4 exports nothing
     assert PROFILE.devices["cuda"].ulimit_nofile is None
+
+
+def test_show_marks_what_is_beyond_the_guide_and_what_cuda_patches():
+    from ascendfix import cli
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(cli.main, ["show", "verl-796871d"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any(line.strip().startswith("HCCL_CONNECT_TIMEOUT=3600  (guide 3.3.1)") for line in lines)
+    assert any(line.strip().startswith("HCCL_SOCKET_IFNAME=<set per site>  (guide 3.3.1, the guide has eth0)")
+               for line in lines)
+    cuda = lines[next(i for i, line in enumerate(lines) if line.startswith("cuda:")):]
+    assert any("NCCL_SOCKET_IFNAME=<set per site>  (beyond the guide, source: NCCL documentation" in line
+               for line in cuda)
+    assert any("actor_rollout_ref.nccl_timeout=1200  (guide 3.4)" in line for line in cuda)
+    [differs] = [line for line in cuda if "differs from the guide's stock H100 run (3.4)" in line]
+    assert "which patches nothing: torch-shard-overlap-check, torch-global-plan-check, verl-grpo-no-interleave" in (
+        differs
+    )
+    assert "not verl-cuda-probe-off (NPU only)" in differs
+    assert "ray head:   ray start --head --port 6166 --dashboard-host=0.0.0.0 --dashboard-port=8260 --block" in (
+        result.output
+    )
+    assert "rule expandable-segments-sleep-mode (refuse; npu)" in result.output
