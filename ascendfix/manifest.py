@@ -567,10 +567,13 @@ def load_profile(ref: str) -> Profile:
         vtable.seen.update(vtable.data)
     top.seen.add("extends")
     top.done()
+    own_rules = "rules" in read_toml(path)
     for i, rule in enumerate(rules):
         for j, cond in enumerate(rule.when):
-            if cond.patch is not None and cond.patch not in patches:
+            if cond.patch is not None and cond.patch not in patches and own_rules:
                 top.fail(f"rules[{i}].when[{j}].patch", f"{cond.patch!r} is not a patch of this profile")
+    # an inherited rule about a patch this profile dropped can never hold
+    rules = tuple(r for r in rules if all(c.patch is None or c.patch in patches for c in r.when))
     return Profile(name, description, path, components, devices, tuple(conflicts), patches, variants, hints, rules)
 
 

@@ -163,3 +163,11 @@ def test_doctor_hazards_enforces_the_rules_over_the_effective_environment():
     assert "camem.py:148" in result.messages[0] and result.fix.startswith("drop expandable_segments:True")
     fine = host.check_hazards(Context(PROFILE, "npu", "test", environ={}))
     assert fine.status == "ok" and "3 rule(s) of the profile hold" in fine.messages[-1]
+
+
+def test_a_team_profile_that_drops_a_patch_drops_the_inherited_rule_about_it(tmp_path):
+    path = tmp_path / "team.toml"
+    path.write_text('extends = "verl-796871d"\nname = "team"\n[devices.npu]\npatches = ["verl-cuda-probe-off"]\n'
+                    '[devices.cuda]\npatches = []\n')
+    team = manifest.load_profile(str(path))
+    assert [r.id for r in team.rules] == [ALLOC, PLUGIN]
