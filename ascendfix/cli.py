@@ -87,7 +87,7 @@ def show(profile: str, as_json: bool) -> None:
         pin = c.commit or c.tag or c.version or ""
         if c.kind == "git":
             pin = f"{c.repo} @ {pin}" + (" (editable)" if c.editable else "")
-        mark = _guide_mark(c.guide, c.guide_value, "profile") if c.guide else BEYOND
+        mark = _guide_mark(c.guide, c.guide_value, None)
         table.add_row(c.name, escape(pin), ", ".join(c.devices), mark, escape(" ".join(c.why.split())))
     out.print(table)
     for conflict in prof.accepted_conflicts:
@@ -117,7 +117,7 @@ BEYOND = "[yellow]beyond the guide[/]"
 def _guide_mark(guide: str | None, guide_value: str | None, source: str | None) -> str:
     """Where a setting comes from: the guide's section (and its own value when ours differs), or its source."""
     if guide is None:
-        return f"{BEYOND}, source: {escape(source or '(none given)')}"
+        return f"{BEYOND}, source: {escape(source)}" if source else BEYOND
     return f"guide {guide}" + (f", [yellow]the guide has {escape(guide_value)}[/]" if guide_value else "")
 
 
@@ -139,7 +139,7 @@ def show_device_lines(prof: manifest.Profile, name: str) -> list[str]:
         lines.append(f"  ray worker: {escape(device.ray_worker)}  [dim](guide {device.ray_guide})[/]")
     for hint in prof.hints:
         if name in hint.devices:
-            lines.append(f"  hint: {escape(hint.override)}  [dim]({_guide_mark(hint.guide, None, 'profile')})[/]")
+            lines.append(f"  hint: {escape(hint.override)}  [dim]({_guide_mark(hint.guide, None, None)})[/]")
     lines.append(f"  patches: {', '.join(device.patches) or '-'}")
     if name == "cuda":
         lines.append(

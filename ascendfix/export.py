@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from ascendfix.errors import UsageError
+from ascendfix.launch import prepend_shell
 from ascendfix.manifest import Component, Profile, bundled_profiles, find_manifest
 
 IMAGE_DEVICE = "npu"
@@ -108,8 +109,6 @@ def constraints(profile: Profile, device: str = IMAGE_DEVICE) -> str:
 
 def _prepended_env(profile: Profile) -> list[str]:
     """``ENV`` lines for the NPU device's prepended variables: in front of the base image's value, never in place."""
-    from ascendfix.launch import prepend_shell
-
     lines = []
     for var in profile.devices[IMAGE_DEVICE].env if IMAGE_DEVICE in profile.devices else ():
         if var.prepend:

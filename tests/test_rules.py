@@ -171,3 +171,9 @@ def test_a_team_profile_that_drops_a_patch_drops_the_inherited_rule_about_it(tmp
                     '[devices.cuda]\npatches = []\n')
     team = manifest.load_profile(str(path))
     assert [r.id for r in team.rules] == [ALLOC, PLUGIN]
+
+
+def test_the_default_seam_locates_modules_without_importing_them():
+    from ascendfix import preflight
+
+    assert preflight._importable(["json", "no_such_module_xyz"]) == {"json": True, "no_such_module_xyz": False}
