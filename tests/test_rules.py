@@ -177,3 +177,20 @@ def test_the_default_seam_locates_modules_without_importing_them():
     from ascendfix import preflight
 
     assert preflight._importable(["json", "no_such_module_xyz"]) == {"json": True, "no_such_module_xyz": False}
+
+
+def test_cli_run_refuses_the_users_expandable_segments_export(tmp_path, monkeypatch):
+    from ascendfix import preflight
+
+    monkeypatch.setattr(preflight, "default_seams", lambda: seams())
+    script = tmp_path / "train.sh"
+    script.write_text("echo should-not-run\necho python3 -m verl.trainer.main_ppo trainer.device=npu\n")
+    args = ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)]
+    result = CliRunner().invoke(cli.main, args, env={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})
+    assert result.exit_code == 1
+    assert "problem (rules): expandable-segments-sleep-mode: PYTORCH_NPU_ALLOC_CONF=expandable_segments:True" in (
+        " ".join(result.output.split())
+    )
+    assert "should-not-run" not in result.output
+    fine = CliRunner().invoke(cli.main, ["run", "--no-preflight", *args[1:]], env={"PYTORCH_NPU_ALLOC_CONF": ""})
+    assert fine.exit_code == 0 and "should-not-run" in (tmp_path / "logs" / "train.log").read_text()
