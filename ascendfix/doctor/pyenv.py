@@ -186,11 +186,10 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> CheckoutState:
         else:
             foreign.append(rel)
     missing = []
-    for rel in _installer_files(head, top, package_dir):
-        if rel not in changed and _package_relative(top / rel, package_dir, rel) in rl_plugin.REQUIRED:
-            original = (head.tree / rel).data_stream.read()
-            if rl_plugin.installer_edit(_package_relative(top / rel, package_dir, rel), original) != original:
-                missing.append(rel)
+    for rel, pkg_rel in _required_installer_files(head, top, package_dir):
+        original = (head.tree / rel).data_stream.read()
+        if rel not in changed and rl_plugin.installer_edit(pkg_rel, original) != original:
+            missing.append(rel)
     return CheckoutState(head.hexsha, ours, plugin, foreign, missing)
 
 
@@ -201,16 +200,16 @@ def _package_relative(path: Path, package_dir: Path, rel: str) -> str:
         return rel
 
 
-def _installer_files(head, top: Path, package_dir: Path) -> list[str]:
-    """The files of this checkout (repository paths) that the rl-plugin installer edits."""
+def _required_installer_files(head, top: Path, package_dir: Path) -> list[tuple[str, str]]:
+    """``(repository path, package path)`` of this checkout's files whose installer edits the plugin needs."""
     found = []
-    for path in rl_plugin.EDITS:
+    for path in rl_plugin.REQUIRED:
         rel = (package_dir / path).relative_to(top).as_posix() if package_dir.is_relative_to(top) else path
         try:
             head.tree / rel
         except KeyError:
             continue
-        found.append(rel)
+        found.append((rel, path))
     return found
 
 
