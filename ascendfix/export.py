@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from ascendfix.errors import UsageError
+from ascendfix.launch import prepend_shell
 from ascendfix.manifest import Component, Profile, bundled_profiles, find_manifest
 
 IMAGE_DEVICE = "npu"
@@ -30,8 +31,14 @@ CANN_IMAGES = {
     ),
 }
 
-# Environment a component's build needs, beyond the pins (vllm builds for no device; vllm-ascend adds the NPU).
-INSTALL_ENV = {"vllm": "VLLM_TARGET_DEVICE=empty"}
+# Environment a component's build needs, beyond the pins, as MindSpeed-RL's rl-plugin README (branch 2.2.0)
+# installs the stack: vllm builds for no device, vllm-ascend compiles its custom kernels, and the rl-plugin
+# installer is told where the verl checkout is (it edits verl's files there).
+INSTALL_ENV = {
+    "vllm": "VLLM_TARGET_DEVICE=empty",
+    "vllm-ascend": "COMPILE_CUSTOM_KERNELS=1",
+    "verl_npu": f"VERL_PATH={SOURCE_DIR}/verl",
+}
 
 
 def _arg(component: Component, what: str) -> str:
@@ -94,8 +101,18 @@ def constraints(profile: Profile, device: str = IMAGE_DEVICE) -> str:
                 lines.append(f"# (install {c.distribution} after it, with --no-deps)")
             lines.append(f"{c.distribution}=={c.version}")
         elif c.kind == "git":
-            lines.append(f"{c.distribution} @ git+{c.repo}@{c.commit or c.tag}")
+            subdirectory = f"#subdirectory={c.subdirectory}" if c.subdirectory else ""
+            lines.append(f"{c.distribution} @ git+{c.repo}@{c.commit or c.tag}{subdirectory}")
     return "\n".join(lines) + "\n"
+
+
+def _prepended_env(profile: Profile) -> list[str]:
+    """``ENV`` lines for the NPU device's prepended variables: in front of the base image's value, never in place."""
+    lines = []
+    for var in profile.devices[IMAGE_DEVICE].env if IMAGE_DEVICE in profile.devices else ():
+        if var.prepend:
+            lines.append(f"ENV {var.name}={prepend_shell(var.name, var.value)}")
+    return lines
 
 
 def dockerfile(profile: Profile) -> str:
@@ -132,7 +149,10 @@ def dockerfile(profile: Profile) -> str:
         f"#   {origin}.",
     ]
     for c in components:
-        if c.kind == "system" and c.name != "cann":
+        if c.name == "os":
+            guide = f"; the guide's container is {c.guide_value}" if c.guide_value else ""
+            lines.append(f"# {c.name} {c.version} ({c.source}): the base image's{guide}; doctor compares it.")
+        elif c.kind == "system" and c.name != "cann":
             lines.append(
                 f"# {c.name} {c.version} ({c.source}): not installed by this image; doctor checks it where it runs."
             )
@@ -152,6 +172,7 @@ def dockerfile(profile: Profile) -> str:
     lines += [
         'SHELL ["/bin/bash", "-o", "pipefail", "-c"]',
         "ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_CONSTRAINT=/etc/ascendfix/constraints.txt",
+        *_prepended_env(profile),
         f'RUN python3 -c \'import sys; v = "%d.%d" % sys.version_info[:2]; '
         f'assert v == "{python.version}", "Python " + v + ", expected {python.version}"\'',
         "# PyPI pins as constraints, so no later install can move them",
@@ -163,7 +184,15 @@ def dockerfile(profile: Profile) -> str:
     for c in git:
         ref = f"${{{_arg(c, 'COMMIT')}}}" if c.commit else f"tags/${{{_arg(c, 'TAG')}}}"
         env = f"{INSTALL_ENV[c.distribution]} " if c.distribution in INSTALL_ENV else ""
-        if c.editable:
+        if c.subdirectory:
+            folder = f"{SOURCE_DIR}/{c.name}"
+            lines += [
+                f"# {c.name}: checkout at {folder}, {c.distribution} installed from its {c.subdirectory}/",
+                f'RUN git clone --filter=blob:none --no-checkout "${{{_arg(c, "REPO")}}}" {folder} \\',
+                f'    && git -C {folder} checkout --detach "{ref}" \\',
+                f"    && {env}python3 -m pip install -v {folder}/{c.subdirectory}",
+            ]
+        elif c.editable:
             folder = f"{SOURCE_DIR}/{c.name}"
             lines += [
                 f"# {c.name}: editable checkout at {folder}",

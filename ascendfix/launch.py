@@ -47,20 +47,50 @@ class EnvSetting:
     why: str
     source: str  # profile | user | ascendfix | missing
     profile_value: str | None = None
+    prepend: bool = False  # profile_value goes in front of what the variable holds (a path list)
+
+
+def path_entries(value: str | None) -> list[str]:
+    """The non-empty entries of a ``:``-separated path list."""
+    return [entry for entry in (value or "").split(":") if entry]
+
+
+def prepended(prefix: str, current: str | None) -> str:
+    """``prefix`` in front of ``current`` (a path list); unchanged when ``current`` already has every entry."""
+    have = path_entries(current)
+    if current and all(entry in have for entry in path_entries(prefix)):
+        return current
+    return f"{prefix}:{current}" if current else prefix
+
+
+def prepend_shell(name: str, prefix: str) -> str:
+    """The shell (and Dockerfile ``ENV``) form of prepending: no empty entry when the variable is empty."""
+    return f"{prefix}${{{name}:+:${{{name}}}}}"
 
 
 def resolve_env(profile: Profile, device: str, environ: Mapping[str, str]) -> list[EnvSetting]:
-    """The profile's variables for ``device`` plus PYTHONUNBUFFERED; a value set in ``environ`` wins."""
-    wanted = [(v.name, v.value, v.why) for v in profile.device(device).env]
-    wanted += [(name, value, why) for name, (value, why) in ASCENDFIX_ENV.items()]
+    """The profile's variables for ``device`` plus PYTHONUNBUFFERED; a value set in ``environ`` wins.
+
+    A ``prepend`` variable (LD_LIBRARY_PATH) keeps what ``environ`` holds, with the profile's
+    entries put in front unless they are all there already.
+    """
     settings = []
-    for name, value, why in wanted:
-        default_source = "profile" if name not in ASCENDFIX_ENV else "ascendfix"
-        if name in environ:
-            settings.append(EnvSetting(name, environ[name], why, "user", value))
-        else:
-            settings.append(EnvSetting(name, value, why, default_source if value is not None else "missing", value))
+    for var in profile.device(device).env:
+        if var.prepend:
+            current = environ.get(var.name)
+            value = prepended(var.value, current)
+            source = "user" if value == current else "profile"
+            settings.append(EnvSetting(var.name, value, var.why, source, var.value, prepend=True))
+            continue
+        settings.append(_setting(var.name, var.value, var.why, "profile", environ))
+    settings += [_setting(name, value, why, "ascendfix", environ) for name, (value, why) in ASCENDFIX_ENV.items()]
     return settings
+
+
+def _setting(name: str, value: str | None, why: str, default_source: str, environ: Mapping[str, str]) -> EnvSetting:
+    if name in environ:
+        return EnvSetting(name, environ[name], why, "user", value)
+    return EnvSetting(name, value, why, default_source if value is not None else "missing", value)
 
 
 def job_environment(settings: Sequence[EnvSetting], environ: Mapping[str, str]) -> dict[str, str]:
@@ -329,7 +359,7 @@ class Prepared:
         """``(kind, message)`` for each variable whose value is not simply the profile's: yours won, or unset."""
         notes = []
         for s in self.settings:
-            if s.source == "user" and s.profile_value is not None and s.value != s.profile_value:
+            if s.source == "user" and s.profile_value is not None and s.value != s.profile_value and not s.prepend:
                 notes.append(("env", f"{s.name}={s.value or ''} (yours) wins over the profile's {s.profile_value}"))
             elif s.source == "missing":
                 notes.append(("hint", f"{s.name} must be set per site: {s.why}"))

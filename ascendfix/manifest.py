@@ -17,6 +17,7 @@ from typing import Any
 
 from ascendfix import resources
 from ascendfix.errors import UsageError
+from ascendfix.rules import ACTIONS, Condition, Rule
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -47,16 +48,34 @@ class Component:
     editable: bool = False
     source: str | None = None
     devices: tuple[str, ...] = DEVICES
+    subdirectory: str | None = None  # where in the repository the distribution's project is
+    guide: str | None = None  # the deployment guide's section that names this component
+    guide_value: str | None = None  # the guide's own value, where the pin deliberately differs
 
 
 @dataclass(frozen=True)
 class EnvVar:
-    """A variable the job needs; ``value`` None means the site must choose it."""
+    """A variable the job needs; ``value`` None means the site must choose it.
+
+    ``prepend``: ``value`` is a ``:``-separated list put in front of what the variable
+    already holds (``LD_LIBRARY_PATH``), never in place of it. ``guide`` is the deployment
+    guide's section that sets the variable; a variable without one is beyond the guide and
+    names its ``source`` (upstream file at a pinned commit, an issue, vendor docs).
+    """
 
     name: str
     why: str
     value: str | None = None
     check: str | None = None
+    prepend: bool = False
+    guide: str | None = None
+    guide_value: str | None = None
+    source: str | None = None
+
+    @property
+    def beyond_guide(self) -> bool:
+        """Whether the guide does not set this variable (then ``source`` says who does)."""
+        return self.guide is None
 
 
 @dataclass(frozen=True)
@@ -68,6 +87,10 @@ class Device:
     env: tuple[EnvVar, ...]
     patches: tuple[str, ...]
     ulimit_nofile: int | None = None
+    ulimit_guide: str | None = None
+    ray_head: str | None = None  # the ``ray start`` command lines of the guide, for show and env
+    ray_worker: str | None = None
+    ray_guide: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +108,8 @@ class Hint:
 
     override: str
     why: str
+    guide: str | None = None
+    devices: tuple[str, ...] = DEVICES
 
 
 @dataclass(frozen=True)
@@ -163,6 +188,7 @@ class Profile:
     patches: dict[str, Patch]
     variants: dict[str, str] = dataclasses.field(default_factory=dict)
     hints: tuple[Hint, ...] = ()
+    rules: tuple[Rule, ...] = ()
 
     def variant(self, pid: str, override: dict[str, str] | None = None) -> Variant:
         """The variant of patch ``pid`` to apply: ``override``, else the profile's choice, else the first."""
@@ -479,7 +505,12 @@ def _component(name: str, t: _Table) -> Component:
         editable=t.get("editable", bool, False, False),
         source=t.text("source", required=False),
         devices=t.strings("devices", required=False) or DEVICES,
+        subdirectory=t.text("subdirectory", required=False),
+        guide=t.text("guide", required=False),
+        guide_value=t.text("guide_value", required=False),
     )
+    if c.subdirectory is not None:
+        check_relative_path(t, t.field("subdirectory"), c.subdirectory)
     for i, d in enumerate(c.devices):
         if d not in DEVICES:
             t.fail(f"{t.field('devices')}[{i}]", f"unknown device {d!r} (expected one of {', '.join(DEVICES)})")
@@ -499,14 +530,39 @@ def _device(name: str, t: _Table, path: Path) -> Device:
         check = vt.text("check", required=False)
         if check is not None and check not in ENV_CHECKS:
             vt.fail(vt.field("check"), f"unknown check {check!r} (expected one of {', '.join(ENV_CHECKS)})")
-        env.append(EnvVar(var, vt.text("why"), vt.text("value", required=False), check))
+        var_entry = EnvVar(
+            var,
+            vt.text("why"),
+            vt.text("value", required=False),
+            check,
+            vt.get("prepend", bool, False, False),
+            vt.text("guide", required=False),
+            vt.text("guide_value", required=False),
+            vt.text("source", required=False),
+        )
+        if var_entry.prepend and var_entry.value is None:
+            vt.fail(vt.field("prepend"), "a prepended variable needs a value")
+        env.append(var_entry)
         vt.done()
     if env_table:
         env_table.seen.update(env_table.data)
     ulimit = t.get("ulimit_nofile", int, required=False)
     if ulimit is not None and ulimit < 1:
         t.fail(t.field("ulimit_nofile"), "must be a positive integer")
-    device = Device(name, t.text("description"), tuple(env), t.strings("patches", required=False), ulimit)
+    ray = t.table("ray", required=False)
+    device = Device(
+        name,
+        t.text("description"),
+        tuple(env),
+        t.strings("patches", required=False),
+        ulimit,
+        t.text("ulimit_guide", required=False),
+        ray.text("head", required=False) if ray else None,
+        ray.text("worker", required=False) if ray else None,
+        ray.text("guide", required=False) if ray else None,
+    )
+    if ray:
+        ray.done()
     t.done()
     return device
 
@@ -536,6 +592,9 @@ def load_profile(ref: str) -> Profile:
         conflicts.append(AcceptedConflict(ct.text("requirer"), ct.text("requirement"), ct.text("why")))
         ct.done()
     hints = tuple(_hint(ht) for ht in top.tables("hints", required=False))
+    rules = tuple(_rule(rt) for rt in top.tables("rules", required=False))
+    if len({r.id for r in rules}) != len(rules):
+        top.fail("rules", "two rules have the same id")
     patches: dict[str, Patch] = {}
     for dname, device in devices.items():
         for pid in device.patches:
@@ -573,16 +632,87 @@ def load_profile(ref: str) -> Profile:
         vtable.seen.update(vtable.data)
     top.seen.add("extends")
     top.done()
-    return Profile(name, description, path, components, devices, tuple(conflicts), patches, variants, hints)
+    own_rules = "rules" in read_toml(path)
+    for i, rule in enumerate(rules):
+        for j, cond in enumerate(rule.when):
+            if cond.patch is not None and cond.patch not in patches and own_rules:
+                top.fail(f"rules[{i}].when[{j}].patch", f"{cond.patch!r} is not a patch of this profile")
+    # an inherited rule about a patch this profile dropped can never hold
+    rules = tuple(r for r in rules if all(c.patch is None or c.patch in patches for c in r.when))
+    return Profile(name, description, path, components, devices, tuple(conflicts), patches, variants, hints, rules)
 
 
 def _hint(t: _Table) -> Hint:
     override = t.text("override")
     if not HINT_OVERRIDE.match(override):
         t.fail(t.field("override"), f"{override!r} is not a Hydra override (key.sub=value, or key.sub)")
-    hint = Hint(override, t.text("why"))
+    hint = Hint(override, t.text("why"), t.text("guide", required=False), _devices(t))
     t.done()
     return hint
+
+
+def _devices(t: _Table) -> tuple[str, ...]:
+    return t.strings("devices", required=False, choices=DEVICES) or DEVICES
+
+
+CONDITION_SUBJECTS = ("env", "override", "module", "patch")
+
+
+def _rule(t: _Table) -> Rule:
+    rid = t.text("id")
+    if not PATCH_ID.match(rid):
+        t.fail(t.field("id"), f"{rid!r} is not a rule id (lowercase letters, digits and '-')")
+    action = t.text("action")
+    if action not in ACTIONS:
+        t.fail(t.field("action"), f"unknown action {action!r} (expected one of {', '.join(ACTIONS)})")
+    when = tuple(_condition(ct) for ct in t.tables("when"))
+    if not when:
+        t.fail(t.field("when"), "a rule needs at least one condition")
+    rule = Rule(rid, action, when, t.text("why"), t.text("source"), t.text("fix", required=False), _devices(t))
+    t.done()
+    return rule
+
+
+def _condition(t: _Table) -> Condition:
+    subjects = [s for s in CONDITION_SUBJECTS if s in t.data]
+    if len(subjects) != 1:
+        t.fail(t.where, f"name exactly one of {', '.join(CONDITION_SUBJECTS)}")
+    subject = subjects[0]
+    if subject == "override":
+        keys = t.get("override", (str, list))
+        keys = (keys,) if isinstance(keys, str) else t.strings("override")
+        for i, key in enumerate(keys):
+            if not HINT_OVERRIDE.match(key) or "=" in key:
+                t.fail(f"{t.field('override')}[{i}]", f"{key!r} is not a Hydra key (key.sub)")
+    else:
+        keys = (t.text(subject),)
+    allowed = {
+        "env": ("contains", "equals", "is_set", "default"),
+        "override": ("contains", "equals", "truthy", "is_set", "default"),
+        "module": ("importable",),
+        "patch": ("state",),
+    }[subject]
+    tests = [k for k in t.data if k not in CONDITION_SUBJECTS]
+    for key in tests:
+        if key not in allowed:
+            t.fail(t.field(key), f"unknown key for a {subject} condition (allowed: {', '.join(allowed)})")
+    if not [k for k in tests if k != "default"]:
+        t.fail(t.where, f"a {subject} condition needs one of {', '.join(k for k in allowed if k != 'default')}")
+    cond = Condition(
+        env=keys[0] if subject == "env" else None,
+        overrides=keys if subject == "override" else (),
+        module=keys[0] if subject == "module" else None,
+        patch=keys[0] if subject == "patch" else None,
+        contains=t.text("contains", required=False),
+        equals=t.get("equals", str, required=False),
+        truthy=t.get("truthy", bool, required=False),
+        is_set=t.get("is_set", bool, required=False),
+        importable=t.get("importable", bool, required=False),
+        state=t.text("state", required=False),
+        default=t.get("default", str, required=False),
+    )
+    t.done()
+    return cond
 
 
 def parse_variants(profile: Profile, values: tuple[str, ...] | list[str]) -> dict[str, str]:

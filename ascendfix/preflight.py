@@ -6,21 +6,24 @@ their backslash continuations, tokenized like the shell, ``key.sub=value`` token
 ``$VAR``/``${VAR}``/``${VAR:-default}`` expanded from the script's own assignments and the
 environment. Overrides given on the ``ascendfix run`` command line count too (a script may
 pass ``"$@"`` on). What doctor and the patch engine know comes in through :class:`Seams`.
+The profile's ``[[rules]]`` (:mod:`ascendfix.rules`) are checked over the job's effective
+environment (the user's exports win), these overrides, what the interpreter can import and
+the patch states: a ``refuse`` rule is a problem, a ``warn`` rule a hint.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ascendfix import rules
 from ascendfix.manifest import Profile
 from ascendfix.states import State
 
-DAPO_PATCH = "verl-dapo-no-interleave"
-FILTER_GROUPS = "algorithm.filter_groups.enable"
 TOTAL_STEPS = "trainer.total_training_steps"
 _OVERRIDE = re.compile(r"^[+~]{0,2}([A-Za-z_][\w\-]*(?:\.[\w\-]+)+)=(.*)$", re.DOTALL)
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_]\w*)=(.*)$")
@@ -53,11 +56,13 @@ class Seams:
     ``doctor_failures(profile, device)`` returns the messages of doctor's fail-level checks
     (None when doctor cannot run);
     ``patch_states(profile, device)`` returns ``{patch id: (state, reason)}`` with the engine's
-    states (applied, not-applied, not-applicable, drifted, partial), or None when it cannot tell.
+    states (applied, not-applied, not-applicable, drifted, partial), or None when it cannot tell;
+    ``importable(names)`` returns ``{module: whether the interpreter finds it}``, or None.
     """
 
     doctor_failures: Callable[[Profile, str], list[str] | None]
     patch_states: Callable[[Profile, str], dict[str, tuple[str, str]] | None]
+    importable: Callable[[list[str]], dict[str, bool] | None] = lambda names: None
 
 
 def _expand(value: str, variables: Mapping[str, str]) -> str:
@@ -117,10 +122,6 @@ def scan_overrides(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str,
     return overrides
 
 
-def _truthy(value: str | None) -> bool:
-    return value is not None and value.strip().strip("'\"").lower() in ("true", "1", "yes")
-
-
 def _hint_missing(override: str, overrides: Mapping[str, str]) -> bool:
     key, sep, value = override.partition("=")
     if key not in overrides:
@@ -136,11 +137,13 @@ def run_preflight(
     seams: Seams,
     full: bool = True,
 ) -> Preflight:
-    """Problems (doctor failures, the DAPO + filter_groups combination) and hints (missing overrides, site env).
+    """Problems (doctor failures, bad patch states, refuse rules) and hints (warn rules, missing overrides).
 
     Without ``full`` (``--no-preflight``) doctor and the patches' readiness are skipped; the
-    refusals that protect the run's correctness are not.
+    rules, which refuse settings that break the run, are not.
     """
+    from ascendfix.launch import job_environment, resolve_env
+
     overrides = scan_overrides(argv, environ)
     result = Preflight(overrides, full)
     failures = seams.doctor_failures(profile, device) if full else []
@@ -150,7 +153,14 @@ def run_preflight(
         result.problems.append(Finding("doctor", message))
     states = seams.patch_states(profile, device)
     wanted = profile.device(device).patches
-    filter_groups = _truthy(overrides.get(FILTER_GROUPS))
+    env = job_environment(resolve_env(profile, device, environ), environ)
+    names = rules.modules(profile.rules)
+    facts = rules.Facts(
+        env=env,
+        overrides=overrides,
+        importable=seams.importable(names) if names else {},
+        patch_states=None if states is None else {pid: state for pid, (state, _) in states.items()},
+    )
     if states is None:
         result.hints.append(Finding("patches", "patch status unknown: run `ascendfix status` before a long job"))
     else:
@@ -159,21 +169,24 @@ def run_preflight(
             because = f" ({reason})" if reason else ""
             if state in (State.DRIFTED, State.PARTIAL):
                 result.problems.append(Finding("patches", f"patch {pid} is {state}{because}: see `ascendfix status`"))
-            elif state == State.NOT_APPLIED and pid == DAPO_PATCH and filter_groups:
-                result.hints.append(Finding("patches", f"{DAPO_PATCH} is not applied, as {FILTER_GROUPS} requires"))
             elif state == State.NOT_APPLIED:
-                result.problems.append(Finding("patches", f"patch {pid} is not applied: run `ascendfix apply`"))
-        if states.get(DAPO_PATCH, ("", ""))[0] == State.APPLIED and filter_groups:
-            result.problems.append(
-                Finding(
-                    "patches",
-                    f"{DAPO_PATCH} is applied and the job sets {FILTER_GROUPS}={overrides[FILTER_GROUPS]}: "
-                    "the trainer's batch[:traj_bsz] truncation then keeps partial groups (verl PR #3770); "
-                    f"revert {DAPO_PATCH} or disable filter_groups",
-                )
-            )
+                # left out on purpose when applying it would break a rule (DAPO + filter_groups)
+                applied = dataclasses.replace(facts, patch_states={**facts.patch_states, pid: State.APPLIED})
+                blocking = [h.rule for h in rules.evaluate(profile.rules, applied, device).refusals]
+                if blocking:
+                    result.hints.append(Finding("patches", f"{pid} is not applied, as rule {blocking[0]} requires"))
+                else:
+                    result.problems.append(Finding("patches", f"patch {pid} is not applied: run `ascendfix apply`"))
+    outcome = rules.evaluate(profile.rules, facts, device)
+    for hit in outcome.hits:
+        fix = f"; fix: {hit.fix}" if hit.fix else ""
+        finding = Finding("rules", f"{hit.message} (source: {hit.source}){fix}")
+        (result.problems if hit.action == rules.REFUSE else result.hints).append(finding)
+    for rid in outcome.undecided:
+        unknown = f"rule {rid} not checked: the patch states or modules it needs are unknown"
+        result.hints.append(Finding("rules", unknown))
     for hint in profile.hints:
-        if _hint_missing(hint.override, overrides):
+        if device in hint.devices and _hint_missing(hint.override, overrides):
             result.hints.append(Finding("overrides", f"consider {hint.override}: {hint.why}"))
     result.hints.extend(Finding("overrides", m) for m in batch_size_hints(overrides))
     return result
@@ -230,7 +243,12 @@ def default_seams(
         failed = [r for r in report.checks if r.status == Status.FAIL]
         return [f"{r.title}: {r.messages[0] if r.messages else 'failed'}" for r in failed]
 
-    return Seams(doctor_failures=doctor_failures, patch_states=patch_states)
+    def importable(names: list[str]) -> dict[str, bool]:
+        from ascendfix.locate import locate
+
+        return {name: target.root is not None for name, target in locate(names, python).items()}
+
+    return Seams(doctor_failures=doctor_failures, patch_states=patch_states, importable=importable)
 
 
 def total_steps(overrides: Mapping[str, str]) -> int | None:

@@ -20,7 +20,16 @@ CURVES = {
     "timing_s/step": metrics.STEP_TIME,
     "e2e_tps": metrics.E2E,
 }
-COMPARED = ("timing_s/step", "e2e_tps", "update_tps", "vllm_tps", "reward")
+# The guide's 4.2 table (candidate relative to baseline, higher is better for the candidate), then reward.
+# metric: (label, lower is better) -- a lower-is-better figure is compared as baseline / candidate.
+COMPARED = {
+    "timing_s/step": ("端到端时间 step time", True),
+    "e2e_tps": ("端到端吞吐 e2e tokens/s", False),
+    "update_tps": ("训练吞吐 update tokens/s", False),
+    "vllm_tps": ("推理吞吐 vllm tokens/s", False),
+    "reward": ("reward mean", False),
+}
+GUIDE_ROWS = ("timing_s/step", "e2e_tps", "update_tps", "vllm_tps")
 
 
 @dataclass
@@ -130,27 +139,49 @@ def sparkline(values: Sequence[float], width: int = 40) -> str:
     return "".join(SPARK[round((v - low) / span * (len(SPARK) - 1))] if math.isfinite(v) else " " for v in values)
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return b / a if a and b is not None and math.isfinite(a) and math.isfinite(b) else None
+def _ratio(num: float | None, den: float | None) -> float | None:
+    ok = num is not None and den and math.isfinite(num) and math.isfinite(den)
+    return num / den if ok else None
 
 
-def compare_data(a: Run, b: Run) -> dict[str, Any]:
-    """B against A: steady step time, e2e/update/vllm tokens/s and reward as ratios B/A, and the reward gap."""
+def compare_data(baseline: Run, candidate: Run) -> dict[str, Any]:
+    """The candidate against the baseline, oriented as the guide's 4.2 table: higher is better for the candidate.
+
+    Each row keeps both raw steady medians; ``relative`` is baseline/candidate for step time
+    (so 0.29 means the candidate takes 1/0.29 times as long) and candidate/baseline for the
+    tokens/s figures and reward. Also the per-step reward gap (candidate − baseline).
+    """
+    a, b = baseline, candidate
     ra, rb = report_data(a), report_data(b)
 
     def figures(r: dict[str, Any], run: Run) -> dict[str, float | None]:
         reward = run.series.steady_median(r["reward_key"])
-        return {"timing_s/step": r["timing_s/step"], **{k: r["throughput"][k] for k in COMPARED[1:4]}, "reward": reward}
+        tokens = {k: r["throughput"][k] for k in GUIDE_ROWS[1:]}
+        return {"timing_s/step": r["timing_s/step"], **tokens, "reward": reward}
 
     fa, fb = figures(ra, a), figures(rb, b)
-    rows = [{"metric": k, "a": fa[k], "b": fb[k], "ratio": _ratio(fa[k], fb[k])} for k in COMPARED]
+    rows = []
+    for key, (label, lower_is_better) in COMPARED.items():
+        relative = _ratio(fa[key], fb[key]) if lower_is_better else _ratio(fb[key], fa[key])
+        rows.append(
+            {
+                "metric": key,
+                "label": label,
+                "baseline": fa[key],
+                "candidate": fb[key],
+                "relative": relative,
+                "formula": "baseline/candidate" if lower_is_better else "candidate/baseline",
+                "guide": key in GUIDE_ROWS,
+            }
+        )
     reward_a, reward_b = dict(curve(a, "reward")), dict(curve(b, "reward"))
     common = sorted(set(reward_a) & set(reward_b))
     gaps = [reward_b[s] - reward_a[s] for s in common]
     finite = [g for g in gaps if math.isfinite(g)]
     return {
-        "a": ra["run"],
-        "b": rb["run"],
+        "baseline": ra["run"],
+        "candidate": rb["run"],
+        "orientation": "candidate relative to baseline, higher is better for the candidate (the guide's 4.2)",
         "rows": rows,
         "reward_difference": {
             "common_steps": len(common),

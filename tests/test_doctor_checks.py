@@ -19,7 +19,7 @@ from tests import machine
 from tests.machine import doctor
 
 IDS = ["python", "packages", "commits", "integrity", "patches", "conflicts"]
-IDS += ["cann", "driver", "npu", "cuda", "env", "hazards"]
+IDS += ["cann", "driver", "npu", "cuda", "os", "env", "hazards"]
 
 
 @pytest.fixture(scope="module")
@@ -285,16 +285,21 @@ def test_env_wrong_missing_and_unknown_interface(profile):
     result = host.check_env(Context(profile, "npu", "test", environ=env))
     assert result.status == "fail"
     assert result.messages[0].endswith(" problem(s) with the environment the job inherits")  # 4 if ulimit is low
-    assert list(result.messages[1:4]) == [
-        "HCCL_EXEC_TIMEOUT is unset; the profile sets '3600': "
-        + next(v.why for v in profile.devices["npu"].env if v.name == "HCCL_EXEC_TIMEOUT"),
-        result.messages[2],
-        "TASK_QUEUE_ENABLE is '0'; the profile sets '2': "
-        + next(v.why for v in profile.devices["npu"].env if v.name == "TASK_QUEUE_ENABLE"),
-    ]
-    assert result.messages[2].startswith("HCCL_SOCKET_IFNAME=nosuchnic9 names no interface of this host (it has: ")
+    why = {v.name: v.why for v in profile.devices["npu"].env}
+    assert "HCCL_EXEC_TIMEOUT is unset; the profile sets '3600': " + why["HCCL_EXEC_TIMEOUT"] in result.messages
+    assert "TASK_QUEUE_ENABLE is '0'; the profile sets '2': " + why["TASK_QUEUE_ENABLE"] in result.messages
+    [nic] = [m for m in result.messages if m.startswith("HCCL_SOCKET_IFNAME=")]
+    assert nic.startswith("HCCL_SOCKET_IFNAME=nosuchnic9 names no interface of this host (it has: ")
+    assert "LD_LIBRARY_PATH has /usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64/driver" in result.messages
     assert "GLOO_SOCKET_IFNAME=lo" in result.messages
     assert "export HCCL_EXEC_TIMEOUT=3600" in result.fix and "export TASK_QUEUE_ENABLE=2" in result.fix
+    env["LD_LIBRARY_PATH"] = "/usr/local/Ascend/driver/lib64:/opt/cann/lib64"  # one driver entry lost
+    lost = host.check_env(Context(profile, "npu", "test", environ=env))
+    assert any(m.startswith("LD_LIBRARY_PATH lacks /usr/local/Ascend/driver/lib64/driver; ") for m in lost.messages)
+    assert (
+        "export LD_LIBRARY_PATH=/usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64/driver"
+        '"${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"' in lost.fix
+    )
 
 
 def test_socket_ifname_forms():
@@ -372,3 +377,22 @@ def test_doctor_in_this_interpreter_never_crashes(tmp_path):
     checks = json.loads(result.stdout)["checks"]
     assert result.returncode == 1  # at least the Ascend stack is missing here
     assert not [c for c in checks if any("crashed" in m or "did not finish" in m for m in c["messages"])]
+
+
+@pytest.mark.parametrize(
+    ("text", "status"),
+    [
+        ('NAME="AlmaLinux"\nID="almalinux"\nVERSION_ID="8.10"\nPRETTY_NAME="AlmaLinux 8.10"\n', "ok"),
+        ('NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="20.04"\nPRETTY_NAME="Ubuntu 20.04.6 LTS"\n', "warn"),
+        ('NAME="AlmaLinux"\nID="almalinux"\nVERSION_ID="9.4"\n', "warn"),
+    ],
+)
+def test_os_release_against_the_pin(profile, tmp_path, text, status):
+    (tmp_path / "os-release").write_text(text)
+    result = host.check_os(Context(profile, "npu", "test", os_release=tmp_path / "os-release"))
+    assert result.status == status
+    assert "the profile pins AlmaLinux 8; the guide's container is Ubuntu 20.04.6" in result.messages[0] or (
+        status == "ok" and "as the profile pins (AlmaLinux 8)" in result.messages[0]
+    )
+    assert host.check_os(Context(profile, "npu", "test", os_release=tmp_path / "none")).status == "skip"
+    assert host.check_os(Context(profile, "cuda", "test", os_release=tmp_path / "os-release")).status == "skip"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ascendfix import rl_plugin
 
 from tests import machine, upstream
 from tests.machine import GIT, PY310, doctor, run
@@ -99,7 +100,6 @@ def a2(tmp_path_factory) -> Machine:
         machine.make_wheel(wheels, "torch-npu", "2.7.1", {"torch_npu/__init__.py": b""}, ("torch==2.7.1",)),
         machine.make_wheel(wheels, "tensordict", "0.10.0", {"tensordict/__init__.py": b""}),
         machine.make_wheel(wheels, "megatron-core", "0.12.1", {"megatron/core/__init__.py": b""}),
-        machine.make_wheel(wheels, "mindspeed_rl", "2.2.0", {"mindspeed_rl/__init__.py": b""}),
     ]
     commits, sources = {}, []
     for component, dist in [
@@ -107,6 +107,7 @@ def a2(tmp_path_factory) -> Machine:
         ("vllm_ascend", "vllm-ascend"),
         ("transformers", "transformers"),
         ("mindspeed", "mindspeed"),
+        ("mindspeed_rl", "verl_npu"),
     ]:
         commits[component] = machine.git_project(root / "src" / dist, dist, {})
         sources.append(f"git+file://{root / 'src' / dist}")
@@ -123,6 +124,8 @@ def a2(tmp_path_factory) -> Machine:
     except AssertionError as e:
         pytest.skip(f"cannot install flit_core from the package index: {str(e)[-300:]}")
     machine.pip_install(python, "--no-build-isolation", *map(str, built), *sources, "-e", str(verl))
+    init = verl / "verl" / "__init__.py"  # the rl-plugin's install step edits the verl checkout (rl_plugin.py)
+    init.write_bytes(rl_plugin.installer_edit("verl/__init__.py", init.read_bytes()))
     (verl / "build" / "lib").mkdir(parents=True)  # untracked build leftovers are not "dirty"
     (verl / "verl.egg-info").mkdir()
     nofile = min(32768, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
@@ -130,19 +133,17 @@ def a2(tmp_path_factory) -> Machine:
     home = root / "Ascend"
     iface = _interface()
     env = {"HOME": os.environ.get("HOME", str(root)), **machine.fake_ascend(home)}
-    env.update(
-        HCCL_CONNECT_TIMEOUT="1800",
-        HCCL_EXEC_TIMEOUT="3600",
-        HCCL_IF_BASE_PORT="48890",
-        HCCL_SOCKET_IFNAME=iface,
-        GLOO_SOCKET_IFNAME=iface,
-        TASK_QUEUE_ENABLE="2",
-        CPU_AFFINITY_CONF="1",
-        PYTORCH_NPU_ALLOC_CONF="expandable_segments:True",
-        CUDA_DEVICE_MAX_CONNECTIONS="1",
-        VLLM_USE_V1="1",
+    env.update(  # the guide's exports (3.3.1, 3.3.2)
         RAY_DEDUP_LOGS="0",
         HYDRA_FULL_ERROR="1",
+        TASK_QUEUE_ENABLE="2",
+        HCCL_ASYNC_ERROR_HANDLING="0",
+        HCCL_EXEC_TIMEOUT="3600",
+        HCCL_CONNECT_TIMEOUT="3600",
+        LD_LIBRARY_PATH=f"/usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64/driver:{env['LD_LIBRARY_PATH']}",
+        HCCL_SOCKET_IFNAME=iface,
+        GLOO_SOCKET_IFNAME=iface,
+        CUDA_DEVICE_MAX_CONNECTIONS="1",
     )
     a2 = Machine(root, python, machine.site_packages(python), profile, home, verl, env, commits)
     a2.ascendfix("apply", "--device", "npu")
@@ -164,6 +165,7 @@ def test_a2_that_matches_the_profile_is_ready(a2):
         "driver": "ok",
         "npu": "ok",
         "cuda": "skip",
+        "os": statuses["os"],  # warn unless this host is AlmaLinux 8, as the image
         "env": statuses["env"],  # ok, or warn when this disk has < 500 GB free for checkpoints
         "hazards": "ok",
     }
@@ -173,6 +175,7 @@ def test_a2_that_matches_the_profile_is_ready(a2):
     assert "verl: checkout" in commits and "changed only by ascendfix's patches" in commits
     assert "verl/utils/device.py (verl-cuda-probe-off)" in commits
     assert "recipe/dapo/dapo_ray_trainer.py (verl-dapo-no-interleave)" in commits
+    assert "changed by the MindSpeed-RL rl-plugin installer" in commits and "verl/__init__.py" in commits
     assert "build" not in commits and "egg-info" not in commits
     assert f"vllm: {a2.commits['vllm'][:12]} (from direct_url.json)" in commits
     integrity = "\n".join(checks["integrity"]["messages"])
@@ -237,7 +240,11 @@ def test_vcs_install_from_another_commit_fails_commits(a2, tmp_path):
     assert checks["commits"]["messages"][0] == (
         f"vllm: installed from {a2.commits['vllm'][:12]} (from direct_url.json); the profile pins 0123456789ab"
     )
-    assert "vllm @ git+https://github.com/vllm-project/vllm.git@0123456789abcdef" in checks["commits"]["fix"]
+    assert (  # an editable checkout, as the rl-plugin README installs vllm
+        "git clone https://github.com/vllm-project/vllm.git vllm && git -C vllm checkout 0123456789abcdef"
+        in checks["commits"]["fix"]
+    )
+    assert "&& VLLM_TARGET_DEVICE=empty " in checks["commits"]["fix"]
 
 
 def test_installed_file_that_no_longer_matches_its_record_fails_integrity(a2):
@@ -267,7 +274,9 @@ def test_reverted_patches_fail_patches_with_apply_as_the_fix(a2):
     assert patches["status"] == "fail" and patches["messages"][0] == "5 of 5 patches not applied"
     assert "verl-cuda-probe-off: not-applied" in patches["messages"]
     assert patches["fix"] == f"ascendfix apply --profile {a2.profile} --device npu --python {a2.python}"
-    assert checks["commits"]["status"] == "ok" and any(m.endswith(", clean") for m in checks["commits"]["messages"])
+    commits = checks["commits"]["messages"]
+    assert checks["commits"]["status"] == "ok"  # ascendfix's edits gone, the rl-plugin's kept
+    assert any("changed by the MindSpeed-RL rl-plugin installer" in m and "verl/__init__.py" in m for m in commits)
     assert checks["integrity"]["messages"][0].startswith("9 installed distribution(s) match their RECORD (")
 
 
@@ -284,6 +293,7 @@ def test_wrong_interpreter_and_unsourced_cann(a2):
         assert checks["python"]["status"] == "fail" and "the profile needs 3.10" in checks["python"]["messages"][0]
     assert checks["cann"]["messages"][0].endswith("but its libraries are not on LD_LIBRARY_PATH")
     assert checks["cann"]["fix"] == f"source {a2.ascend_home / 'ascend-toolkit' / 'set_env.sh'}"
-    assert checks["env"]["messages"][0] == "1 problem(s) with the environment the job inherits"
+    assert checks["env"]["messages"][0] == "2 problem(s) with the environment the job inherits"
     assert checks["env"]["messages"][1].startswith("TASK_QUEUE_ENABLE is '1'; the profile sets '2': ")
+    assert checks["env"]["messages"][2].startswith("LD_LIBRARY_PATH lacks /usr/local/Ascend/driver/lib64:")
     assert "export TASK_QUEUE_ENABLE=2" in checks["env"]["fix"]

@@ -73,12 +73,13 @@ def test_every_pinned_component_appears_with_its_exact_ref():
             continue
         if c.kind == "pypi":
             assert f'"{c.distribution}=={c.version}"' in runs, c.name
-        elif c.kind == "git" and c.editable:
+        elif c.kind == "git" and (c.editable or c.subdirectory):
             folder = f"/src/{c.name}"
             ref = c.commit or f"tags/{c.tag}"
             assert f'git clone --filter=blob:none --no-checkout "{c.repo}" {folder}' in runs, c.name
             assert f'git -C {folder} checkout --detach "{ref}"' in runs, c.name
-            assert f"pip install -e {folder}" in runs, c.name
+            install = f"pip install -v {folder}/{c.subdirectory}" if c.subdirectory else f"pip install -e {folder}"
+            assert install in runs, c.name
         elif c.kind == "git":
             assert f'"{c.distribution} @ git+{c.repo}@{c.commit or c.tag}"' in runs, c.name
     assert 'assert v == "3.10"' in runs
@@ -104,7 +105,27 @@ def test_verl_is_an_editable_checkout_and_tensordict_goes_last_without_deps():
     assert runs[-1] == 'python3 -m pip install --no-deps "tensordict==0.10.0"'
     constraints_step = next(r for r in runs if "/etc/ascendfix/constraints.txt" in r)
     assert "tensordict" not in constraints_step  # verl's own cap would make its install unresolvable
-    assert "vllm @ git+" in next(r for r in runs if r.startswith("VLLM_TARGET_DEVICE=empty "))
+    assert "pip install -e /src/vllm" in next(r for r in runs if "VLLM_TARGET_DEVICE=empty " in r)
+
+
+def test_the_image_installs_the_stack_in_the_rl_plugin_readmes_order():
+    """MindSpeed-RL rl-plugin/README.MD (branch 2.2.0): vllm, vllm-ascend, transformers, MindSpeed, Megatron,
+    verl, then the plugin, whose installer edits verl (found through VERL_PATH) and vllm as text."""
+    runs = stages(COMMITTED)["stack"]["run"]
+    order = ["/src/vllm", "vllm-ascend @", "transformers @", "mindspeed @", "megatron-core @", "/src/verl", "rl-plugin"]
+    where = [next(i for i, r in enumerate(runs) if key in r) for key in order]
+    assert where == sorted(where)
+    plugin = runs[where[-1]]
+    assert plugin.endswith("VERL_PATH=/src/verl python3 -m pip install -v /src/mindspeed_rl/rl-plugin")
+    assert 'checkout --detach "a6ce810b5d8f1f8aac10a67647cca99ae30090ec"' in plugin  # branch 2.2.0, not tag v2.2.0
+    assert runs[where[1]].startswith("COMPILE_CUSTOM_KERNELS=1 ")
+
+
+def test_the_image_prepends_the_drivers_libraries_and_names_its_os():
+    text = COMMITTED.read_text()
+    driver = "/usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64/driver"
+    assert f"ENV LD_LIBRARY_PATH={driver}${{LD_LIBRARY_PATH:+:${{LD_LIBRARY_PATH}}}}" in text.splitlines()
+    assert "# os AlmaLinux 8 (/etc/os-release): the base image's; the guide's container is Ubuntu 20.04.6" in text
 
 
 def test_build_step_is_its_own_stage_on_stack_image():
@@ -159,7 +180,8 @@ def test_constraints_pin_every_component_of_the_device():
         "mindspeed @ git+https://gitee.com/ascend/MindSpeed.git@1cdd0abd75e40936ad31721c092f57c695dd72c4",
         "megatron-core @ git+https://github.com/NVIDIA/Megatron-LM.git@core_v0.12.1",
         "verl @ git+https://github.com/volcengine/verl.git@796871d7d092f7cbc6a64e7f4a3796f7a2217f5e",
-        "mindspeed_rl @ git+https://gitee.com/ascend/MindSpeed-RL.git@v2.2.0",
+        "verl_npu @ git+https://gitcode.com/Ascend/MindSpeed-RL.git@a6ce810b5d8f1f8aac10a67647cca99ae30090ec"
+        "#subdirectory=rl-plugin",
         "tensordict==0.10.0",
     ]
     assert "# accepted conflict: verl requires tensordict>=0.8.0,<=0.9.1,!=0.9.0" in result.output

@@ -68,8 +68,9 @@ def test_hints_name_missing_or_different_overrides_and_never_refuse(tmp_path):
     assert result.problems == []
     messages = [h.message for h in result.hints]
     assert any(m.startswith("consider trainer.val_before_train=False") for m in messages)
-    assert any(m.startswith("consider actor_rollout_ref.rollout.n:") for m in messages)
-    assert not any("data.train_batch_size:" in m for m in messages)  # set, so that hint is satisfied
+    assert any(m.startswith("consider actor_rollout_ref.rollout.n=16:") for m in messages)
+    assert any(m.startswith("consider data.train_batch_size=128:") for m in messages)  # set, but not to 128
+    assert not any("nccl_timeout" in m for m in messages)  # an H100 (3.4) hint is not the NPU's
 
 
 def test_batch_size_hints():
@@ -91,7 +92,8 @@ def test_batch_size_hints():
 def test_dapo_patch_with_filter_groups_is_refused_naming_both(value):
     argv = ["python3", "-m", "recipe.dapo.main_dapo", f"algorithm.filter_groups.enable={value}"]
     [problem] = run_preflight(PROFILE, "npu", argv, {}, ALL_APPLIED).problems
-    assert "verl-dapo-no-interleave is applied" in problem.message
+    assert problem.source == "rules" and problem.message.startswith("dapo-no-interleave-filter-groups: ")
+    assert "verl-dapo-no-interleave is applied" in problem.message and "PR #3770" in problem.message
     assert f"algorithm.filter_groups.enable={value}" in problem.message
 
 
@@ -130,7 +132,7 @@ def test_cli_run_refuses_with_the_reasons_and_exit_1(tmp_path, monkeypatch):
 
 
 def write_manifest(tmp_path, hints: str):
-    base = PROFILE.source.read_text().split("# Hydra overrides the guide")[0]
+    base = PROFILE.source.read_text().split("# Hydra overrides of the guide")[0]
     path = tmp_path / "m.toml"
     path.write_text(base + hints)
     return path
@@ -171,7 +173,9 @@ def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypat
     engine_only = dataclasses.replace(preflight.default_seams(), doctor_failures=lambda profile, device: [])
     result = run_preflight(DEMO_PROFILE, "npu", ["bash", str(script)], {"FILTER": "True"}, engine_only)
     assert result.problems == []  # the DAPO patch reverted, as filter_groups needs: nothing to refuse
-    assert "verl-dapo-no-interleave is not applied, as algorithm.filter_groups.enable requires" in str(result.hints)
+    assert "verl-dapo-no-interleave is not applied, as rule dapo-no-interleave-filter-groups requires" in str(
+        result.hints
+    )
     result = run_preflight(DEMO_PROFILE, "npu", ["bash", str(script)], {"FILTER": "False"}, engine_only)
     assert [p.message for p in result.problems] == [
         "patch verl-dapo-no-interleave is not applied: run `ascendfix apply`"

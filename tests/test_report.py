@@ -85,39 +85,54 @@ def test_sparkline():
     assert len(report.sparkline(list(range(1000)), width=40)) == 40
 
 
-def test_compare_gives_ratios_b_over_a_and_the_reward_gap(tmp_path):
-    a_steps = run_steps(6)
-    b_steps = []
+GUIDE_4_2 = {"timing_s/step": 0.29, "e2e_tps": 0.29, "update_tps": 0.12, "vllm_tps": 0.36}
+
+
+def guide_ratio_logs(tmp_path):
+    """An H100 baseline and an A2 candidate whose steps differ exactly by the guide's 4.2 ratios."""
+    h100 = run_steps(8)
+    a2 = []
     for values in run_steps(8):
         v = dict(values)
-        v["timing_s/step"] *= 2
-        v["perf/time_per_step"] *= 2
-        v["perf/throughput"] /= 2
-        v["timing_s/gen"] *= 4
+        v["timing_s/step"] /= 0.29  # the A2 step takes 1/0.29 as long: H100 step time / A2 step time = 0.29
+        v["perf/time_per_step"] /= 0.29
+        v["perf/throughput"] *= 0.29  # e2e tokens/s per device
+        v["timing_s/update_actor"] /= 0.12  # update tokens/s = tokens / (world × update time)
+        v["timing_s/gen"] /= 0.36  # vllm tokens/s = tokens / (world × gen time)
         v["critic/rewards/mean"] += 0.05
-        b_steps.append(v)
-    a = write_log(tmp_path / "h100.log", a_steps)
-    b = write_log(tmp_path / "npu.log", b_steps)
-    result = invoke("compare", str(a), str(b), "--json")
+        a2.append(v)
+    return write_log(tmp_path / "h100.log", h100), write_log(tmp_path / "a2.log", a2)
+
+
+def test_compare_reads_like_the_guides_table(tmp_path):
+    h100, a2 = guide_ratio_logs(tmp_path)
+    result = invoke("compare", str(h100), str(a2), "--json")
+    assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     rows = {r["metric"]: r for r in data["rows"]}
-    # steady steps: A 2..6, B 2..8; B's step times double, e2e halves, vllm quarters, update unchanged
-    # A's steady step times 2620 2605 2610 2625 2600 → 2610; B's (doubled) 2..8 → 2 × 2615 = 5230
-    assert rows["timing_s/step"]["ratio"] == pytest.approx(5230 / 2610)
-    assert rows["update_tps"]["ratio"] == pytest.approx(
-        report.report_data(report.load_run(b))["throughput"]["update_tps"]
-        / report.report_data(report.load_run(a))["throughput"]["update_tps"]
-    )
+    assert [r["metric"] for r in data["rows"] if r["guide"]] == list(GUIDE_4_2)
+    for metric, ratio in GUIDE_4_2.items():
+        assert rows[metric]["relative"] == pytest.approx(ratio), metric
+    assert rows["timing_s/step"]["formula"] == "baseline/candidate"
+    assert rows["e2e_tps"]["formula"] == "candidate/baseline"
+    base = report.report_data(report.load_run(h100))
+    assert rows["timing_s/step"]["baseline"] == pytest.approx(base["timing_s/step"])  # raw values stay
+    assert rows["timing_s/step"]["candidate"] == pytest.approx(base["timing_s/step"] / 0.29)
+    assert rows["vllm_tps"]["baseline"] == pytest.approx(base["throughput"]["vllm_tps"])
+    assert data["baseline"] == str(h100) and data["candidate"] == str(a2)
     gap = data["reward_difference"]
-    assert gap["common_steps"] == 6 and gap["mean"] == pytest.approx(0.05) and gap["max_abs"] == pytest.approx(0.05)
-    text = invoke("compare", str(a), str(b)).output
-    assert "B/A" in text and "reward B − A over 6 common steps: mean 0.050" in text
+    assert gap["common_steps"] == 8 and gap["mean"] == pytest.approx(0.05) and gap["max_abs"] == pytest.approx(0.05)
+    text = invoke("compare", str(h100), str(a2)).output
+    assert "higher is better for the candidate" in text and "step time is baseline/candidate" in text
+    step_row = next(line for line in text.splitlines() if line.strip().startswith("timing_s/step *"))
+    assert " 0.29 " in step_row and "baseline/candidate" in step_row and "3.45" not in step_row
+    assert "reward candidate − baseline over 8 common steps: mean 0.050" in text
 
 
 def test_compare_same_run_is_all_ones(tmp_path):
     a = write_log(tmp_path / "a.log", run_steps(5))
     data = report.compare_data(report.load_run(a), report.load_run(a))
-    assert [r["ratio"] for r in data["rows"]] == pytest.approx([1.0] * 5)
+    assert [r["relative"] for r in data["rows"]] == pytest.approx([1.0] * 5)
 
 
 def test_plot_writes_a_png_against_step_numbers(tmp_path):

@@ -127,7 +127,7 @@ def test_run_streams_output_writes_logs_and_returns_the_exit_status(job):
         "trainer.total_epochs=1",
     ]
     assert state["pgid"] != os.getpgid(0)
-    assert "HCCL_CONNECT_TIMEOUT=99 (yours) wins over the profile's 1800" in proc.stderr
+    assert "HCCL_CONNECT_TIMEOUT=99 (yours) wins over the profile's 3600" in proc.stderr
     assert "HCCL_SOCKET_IFNAME must be set per site" in proc.stderr
     record = json.loads((job / "logs" / "run.json").read_text())
     assert record["exit_status"] == 3 and record["steps"] == 6 and record["device"] == "npu"
@@ -238,20 +238,21 @@ def test_preflight_refuses_dapo_patch_with_filter_groups(job, monkeypatch):
 def test_env_prints_exports_that_bash_can_eval(tmp_path):
     proc = run_cli(tmp_path, "env", "--profile", "verl-796871d", "--device", "npu")
     assert proc.returncode == 0, proc.stderr
-    assert "export HCCL_CONNECT_TIMEOUT=1800" in proc.stdout
+    assert "export HCCL_CONNECT_TIMEOUT=3600" in proc.stdout and "export HCCL_ASYNC_ERROR_HANDLING=0" in proc.stdout
     assert "# HCCL_SOCKET_IFNAME must be set per site" in proc.stdout
-    shell = subprocess.run(
-        ["bash", "-c", 'eval "$1" && echo "$PYTORCH_NPU_ALLOC_CONF|$VLLM_USE_V1|$(ulimit -n)"', "_", proc.stdout],
-        capture_output=True,
-        text=True,
-        env={"PATH": os.environ["PATH"]},
-    )
-    values = shell.stdout.strip().split("|")
-    assert values[:2] == ["expandable_segments:True", "1"]
+    show = 'eval "$1" && echo "${PYTORCH_NPU_ALLOC_CONF-unset}|$LD_LIBRARY_PATH|$(ulimit -n)"'
+    driver = "/usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64/driver"
+    for before, after in [(None, driver), ("/opt/cann/lib64", f"{driver}:/opt/cann/lib64")]:
+        env = {"PATH": os.environ["PATH"], **({"LD_LIBRARY_PATH": before} if before else {})}
+        shell = subprocess.run(["bash", "-c", show, "_", proc.stdout], capture_output=True, text=True, env=env)
+        values = shell.stdout.strip().split("|")
+        assert values[:2] == ["unset", after]  # prepended, never replaced; no empty entry when it was empty
     as_json = json.loads(run_cli(tmp_path, "env", "--device", "cuda", "--shell", "json").stdout)
     assert as_json["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and "HCCL_CONNECT_TIMEOUT" not in as_json["env"]
     assert {v["name"] for v in as_json["site_specific"]} == {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}
-    assert as_json["ulimit_nofile"] == 32768
+    assert as_json["ulimit_nofile"] is None  # the guide's H100 script (3.4) sets no limit
+    npu = json.loads(run_cli(tmp_path, "env", "--device", "npu", "--shell", "json").stdout)
+    assert npu["prepend"] == ["LD_LIBRARY_PATH"] and npu["ulimit_nofile"] == 32768
 
 
 def test_secrets_are_redacted_in_the_command_and_environment():
@@ -277,6 +278,14 @@ def test_env_resolution_sources():
     assert settings["PYTHONUNBUFFERED"].source == "ascendfix"
     env = launch.job_environment(settings.values(), {"PATH": "/bin"})
     assert "GLOO_SOCKET_IFNAME" not in env and env["HCCL_EXEC_TIMEOUT"] == "3600" and env["PATH"] == "/bin"
+    driver = "/usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64/driver"
+    assert env["LD_LIBRARY_PATH"] == driver
+    user = {"LD_LIBRARY_PATH": "/opt/cann/lib64"}
+    job = launch.job_environment(launch.resolve_env(profile, "npu", user), user)
+    assert job["LD_LIBRARY_PATH"] == f"{driver}:/opt/cann/lib64"  # the user's entries stay, behind the driver's
+    already = {"LD_LIBRARY_PATH": f"/x:{driver}"}
+    [ld] = [s for s in launch.resolve_env(profile, "npu", already) if s.name == "LD_LIBRARY_PATH"]
+    assert (ld.value, ld.source) == (f"/x:{driver}", "user")  # every entry already there: left as the user set it
 
 
 def test_run_train_sh_by_its_bare_name_as_the_readme_types_it(job):
@@ -326,8 +335,8 @@ def test_no_preflight_still_refuses_settings_that_break_the_run(job, tmp_path, m
     profile = manifest.load_profile("verl-796871d")
     argv = ["bash", str(job / "train.sh")]
     quick = preflight.run_preflight(profile, "npu", argv, {"FILTER": "True"}, applied, full=False)
-    assert [p.source for p in quick.problems] == ["patches"]  # no doctor; the DAPO refusal stays
-    assert "verl-dapo-no-interleave is applied" in quick.problems[0].message
+    assert [p.source for p in quick.problems] == ["rules"]  # no doctor; the DAPO refusal stays
+    assert "verl-dapo-no-interleave" in quick.problems[0].message
     assert preflight.run_preflight(profile, "npu", argv, {"FILTER": "False"}, applied, full=False).problems == []
 
 
@@ -342,7 +351,8 @@ def test_run_takes_root_python_and_variant_for_its_preflight(tmp_path):
     run = ["run", "--device", "npu", "--log-dir", "logs"]
     blind = run_cli(tmp_path, *run, "bash", str(script))
     assert any(line.startswith("problem (patches)") for line in blind.stderr.splitlines())
-    seeing = run_cli(tmp_path, *run, *stack.root_args(), "--variant", "torch-global-plan-check=skip", "bash", str(script))
+    variant = ["--variant", "torch-global-plan-check=skip"]
+    seeing = run_cli(tmp_path, *run, *stack.root_args(), *variant, "bash", str(script))
     problems = [line for line in seeing.stderr.splitlines() if line.startswith("problem")]
     assert problems and all(line.startswith("problem (doctor)") for line in problems)  # no Ascend stack here
     assert seeing.returncode == 1 and "launched" not in seeing.stdout

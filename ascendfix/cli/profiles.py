@@ -45,13 +45,14 @@ def _render_profile(prof: manifest.Profile) -> None:
     console = out() if out().is_terminal else wide()  # a pipe or a file gets every pin whole, on one line
     console.print(f"[bold]{escape(prof.name)}[/] — {escape(prof.description)}\n[dim]{escape(str(prof.source))}[/]\n")
     table = Table(box=None, title="Components", title_justify="left")
-    for column in ("component", "pin", "devices", "why"):
+    for column in ("component", "pin", "devices", "guide", "why"):
         table.add_column(column, overflow="fold", no_wrap=column == "pin")  # a pin is never cut with "…"
     for c in prof.components:
         pin = c.commit or c.tag or c.version or ""
         if c.kind == "git":
             pin = f"{c.repo} @ {pin}" + (" (editable)" if c.editable else "")
-        table.add_row(c.name, pin, ", ".join(c.devices), c.why)
+        mark = _guide_mark(c.guide, c.guide_value, None)
+        table.add_row(c.name, escape(pin), ", ".join(c.devices), mark, escape(" ".join(c.why.split())))
     console.print(table)
     for conflict in prof.accepted_conflicts:
         console.print(
@@ -60,12 +61,8 @@ def _render_profile(prof: manifest.Profile) -> None:
         )
     for device in prof.devices.values():
         console.print(f"\n[bold]{device.name}[/]: {device.description}")
-        for var in device.env:
-            value = var.value if var.value is not None else "<set per site>"
-            console.print(f"  {var.name}={escape(value)}  [dim]{escape(var.why)}[/]")
-        if device.ulimit_nofile:
-            console.print(f"  ulimit -n {device.ulimit_nofile}")
-        console.print(f"  patches: {', '.join(device.patches) or '-'}")
+        for line in show_device_lines(prof, device.name):
+            console.print(line)
     for patch in prof.patches.values():
         console.print(f"\n[bold]{patch.id}[/] ({patch.package}: {', '.join(f.path for f in patch.files)})")
         console.print(f"  [dim]why:[/] {escape(' '.join(patch.why.split()))}")
@@ -74,3 +71,49 @@ def _render_profile(prof: manifest.Profile) -> None:
             how = registry.get(variant.transform).description()
             console.print(f"  [dim]{escape(name)}transform {variant.transform}:[/] {escape(how)}")
         console.print(f"  [dim]drop when:[/] {escape(' '.join(patch.drop_when.split()))}")
+    for rule in prof.rules:
+        when = " and ".join(c.describe() for c in rule.when)
+        console.print(f"\n[bold]rule {rule.id}[/] ({rule.action}; {', '.join(rule.devices)}): " + escape(when))
+        console.print(f"  [dim]why:[/] {escape(' '.join(rule.why.split()))}")
+        console.print(f"  [dim]source:[/] {escape(rule.source)}")
+
+
+BEYOND = "[yellow]beyond the guide[/]"
+
+
+def _guide_mark(guide: str | None, guide_value: str | None, source: str | None) -> str:
+    """Where a setting comes from: the guide's section (and its own value when ours differs), or its source."""
+    if guide is None:
+        return f"{BEYOND}, source: {escape(source)}" if source else BEYOND
+    return f"guide {guide}" + (f", [yellow]the guide has {escape(guide_value)}[/]" if guide_value else "")
+
+
+def show_device_lines(prof: manifest.Profile, name: str) -> list[str]:
+    """``show``'s lines for one device: env (guide section or "beyond the guide"), limits, Ray, hints, patches."""
+    device = prof.devices[name]
+    lines = []
+    for var in device.env:
+        value = var.value if var.value is not None else "<set per site>"
+        if var.prepend:
+            value = f"{var.value}:${var.name} (prepended)"
+        lines.append(f"  {var.name}={escape(value)}  [dim]({_guide_mark(var.guide, var.guide_value, var.source)})[/]")
+        lines.append(f"      [dim]{escape(' '.join(var.why.split()))}[/]")
+    if device.ulimit_nofile:
+        lines.append(f"  ulimit -n {device.ulimit_nofile}  [dim]({_guide_mark(device.ulimit_guide, None, None)})[/]")
+    if device.ray_head:
+        lines.append(f"  ray head:   {escape(device.ray_head)}  [dim](guide {device.ray_guide})[/]")
+    if device.ray_worker:
+        lines.append(f"  ray worker: {escape(device.ray_worker)}  [dim](guide {device.ray_guide})[/]")
+    for hint in prof.hints:
+        if name in hint.devices:
+            lines.append(f"  hint: {escape(hint.override)}  [dim]({_guide_mark(hint.guide, None, None)})[/]")
+    lines.append(f"  patches: {', '.join(device.patches) or '-'}")
+    if name == "cuda":
+        npu_only = sorted(set(prof.patches) - set(device.patches))
+        lines.append(
+            "  [yellow]differs from the guide's stock H100 run (3.4)[/], which patches nothing: "
+            + escape(", ".join(device.patches) or "-")
+            + " change the H100 side too, so both runs execute the same verl and torch code"
+            + (f"; not {escape(', '.join(npu_only))} (NPU only)" if npu_only else "")
+        )
+    return lines

@@ -34,23 +34,37 @@ def report_command(paths: tuple[Path, ...], as_json: bool, plot: Path | None, ex
 
 
 @click.command("compare")
-@click.argument("a", type=path_type())
-@click.argument("b", type=path_type())
+@click.argument("baseline", type=path_type())
+@click.argument("candidate", type=path_type())
 @json_option
-def compare_command(a: Path, b: Path, as_json: bool) -> None:
-    """Compare run B with run A (e.g. NPU against H100): steady figures as ratios B/A and the reward gap."""
+def compare_command(baseline: Path, candidate: Path, as_json: bool) -> None:
+    """Compare CANDIDATE with BASELINE (e.g. NPU against H100) as the guide's 4.2 table: higher is better.
+
+    Step time reads baseline/candidate, tokens/s candidate/baseline; the raw medians stay beside them.
+    """
     from ascendfix import report
 
     def human(data: dict) -> None:
         from rich.table import Table
 
-        caption = escape(f"A = {a}\nB = {b}")
-        table = Table("metric", "A", "B", "B/A", box=None, caption=caption, caption_justify="left")
+        caption = escape(
+            f"baseline = {baseline}\ncandidate = {candidate}\nrelative: candidate vs baseline, higher is better for "
+            "the candidate (the guide's 4.2); step time is baseline/candidate, the rest candidate/baseline; "
+            "* a row of the guide's 4.2 table"
+        )
+        table = Table("metric", "baseline", "candidate", "relative", "as", box=None, caption=caption)
+        table.caption_justify = "left"
         for row in data["rows"]:
-            table.add_row(row["metric"], num(row["a"]), num(row["b"]), num(row["ratio"], 2))
+            table.add_row(
+                row["metric"] + (" *" if row["guide"] else ""),
+                num(row["baseline"]),
+                num(row["candidate"]),
+                num(row["relative"], 2),
+                row["formula"],
+            )
         out().print(table)
         gap = data["reward_difference"]
-        out().print(f"reward B − A over {gap['common_steps']} common steps: ", end="")
+        out().print(f"reward candidate − baseline over {gap['common_steps']} common steps: ", end="")
         out().print(f"mean {num(gap['mean'])}, max |Δ| {num(gap['max_abs'])}")
 
-    render(report.compare_data(report.load_run(a), report.load_run(b)), as_json, human)
+    render(report.compare_data(report.load_run(baseline), report.load_run(candidate)), as_json, human)

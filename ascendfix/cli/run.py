@@ -130,6 +130,7 @@ def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> 
                 "profile": prof.name,
                 "device": device,
                 "env": {s.name: s.value for s in settings if s.value is not None},
+                "prepend": [s.name for s in settings if s.prepend],
                 "site_specific": [{"name": s.name, "why": s.why} for s in settings if s.value is None],
                 "ulimit_nofile": ulimit,
             }
@@ -139,6 +140,9 @@ def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> 
     for s in settings:
         if s.value is None:
             lines.append(f"# {s.name} must be set per site: {s.why}")
+        elif s.prepend:  # in front of what the variable holds, never in its place
+            tail = launch.prepend_shell(s.name, "")
+            lines.append(f'export {s.name}={shlex.quote(s.profile_value)}"{tail}"')
         else:
             lines.append(f"export {s.name}={shlex.quote(s.value)}")
     if ulimit:

@@ -45,6 +45,7 @@ class Context:
     python: str | None = None
     roots: dict[str, Path] = field(default_factory=dict)
     ascend_home: Path = device.ASCEND_HOME
+    os_release: Path = Path("/etc/os-release")
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     cwd: Path = field(default_factory=Path.cwd)
     timeout: float = 20.0
@@ -57,8 +58,11 @@ class Context:
         return [c for c in self.profile.components if self.device in c.devices and (kind is None or c.kind == kind)]
 
     def packages(self) -> list[str]:
-        """Top-level packages the checks locate: those the patches edit, and mindspeed (hazards)."""
-        return sorted({p.package for p in self.profile.patches.values()} | {"mindspeed"})
+        """Top-level packages the checks locate: those the patches edit, mindspeed and the rules' modules (hazards)."""
+        from ascendfix.rules import modules
+
+        patched = {p.package for p in self.profile.patches.values()}
+        return sorted(patched | {"mindspeed"} | set(modules(self.profile.rules)))
 
     def probe(self) -> locate.Probe:
         """The target interpreter's answer (computed once, shared by all checks)."""

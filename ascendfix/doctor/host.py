@@ -1,4 +1,4 @@
-"""Checks of the host around the Python stack: CUDA GPUs, the job's environment, known hazards."""
+"""Checks of the host around the Python stack: the OS, CUDA GPUs, the job's environment, known hazards."""
 
 from __future__ import annotations
 
@@ -7,14 +7,56 @@ import shlex
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from ascendfix import rules
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
+from ascendfix.launch import job_environment, path_entries, prepend_shell, resolve_env
 
 CHECKPOINT_FREE_GB = 500  # one bf16 copy of Qwen3-235B-A22B's weights is ~470 GB
 MINDSPEED_CKPT_ACCELERATION = "mindspeed/features_manager/ckpt_acceleration"
+
+
+def read_os_release(path: Path) -> dict[str, str]:
+    """``KEY=value`` pairs of an os-release file, quotes removed."""
+    values = {}
+    for line in path.read_text(errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.startswith("#"):
+            values[key.strip()] = value.strip().strip("'\"")
+    return values
+
+
+def _same_os(found: dict[str, str], pin: str) -> bool:
+    """Whether os-release matches a pin like ``AlmaLinux 8`` (distribution id, then a version prefix)."""
+    name, _, version = pin.rpartition(" ")
+    ids = {found.get("ID", "").lower(), found.get("NAME", "").lower(), *found.get("ID_LIKE", "").lower().split()}
+    found_version = found.get("VERSION_ID", "")
+    same_version = found_version == version or found_version.startswith(version + ".")
+    return name.lower().replace(" ", "") in {i.replace(" ", "") for i in ids} and same_version
+
+
+def check_os(ctx: Context) -> Finding:
+    """``/etc/os-release`` against the profile's OS pin (a warning: the stack may still run)."""
+    pin = next((c for c in ctx.components("system") if c.name == "os"), None)
+    if pin is None:
+        return skip(f"the profile pins no OS for {ctx.device}")
+    try:
+        found = read_os_release(ctx.os_release)
+    except OSError:
+        return skip(f"{ctx.os_release} cannot be read")
+    here = found.get("PRETTY_NAME") or f"{found.get('NAME', '?')} {found.get('VERSION_ID', '')}".strip()
+    guide = f"; the guide's container is {pin.guide_value}" if pin.guide_value else ""
+    if _same_os(found, pin.version):
+        return ok(f"{here} ({ctx.os_release}), as the profile pins ({pin.version}){guide}")
+    return warn(
+        f"{here} ({ctx.os_release}); the profile pins {pin.version}{guide}",
+        " ".join(pin.why.split()),
+        fix="run the job in the image the profile builds: ascendfix export dockerfile > Dockerfile",
+    )
 
 
 def check_cuda(ctx: Context) -> Finding:
@@ -76,7 +118,14 @@ def check_env(ctx: Context) -> Finding:
     bad, good, exports = [], [], []
     for var in device.env:
         value = ctx.environ.get(var.name)
-        if var.value is not None and value != var.value:
+        if var.prepend:
+            missing = [e for e in path_entries(var.value) if e not in path_entries(value)]
+            if missing:
+                bad.append(f"{var.name} lacks {':'.join(missing)}; the profile puts {var.value} in front: {var.why}")
+                exports.append(f'export {var.name}={shlex.quote(var.value)}"{prepend_shell(var.name, "")}"')
+            else:
+                good.append(f"{var.name} has {var.value}")
+        elif var.value is not None and value != var.value:
             now = "unset" if value is None else f"{value!r}"
             bad.append(f"{var.name} is {now}; the profile sets {var.value!r}: {var.why}")
             exports.append(f"export {var.name}={shlex.quote(var.value)}")
@@ -112,9 +161,28 @@ def check_env(ctx: Context) -> Finding:
     return ok(f"{len(device.env)} variables set as the profile needs", *good)
 
 
+def _rule_outcome(ctx: Context) -> rules.Outcome:
+    """The profile's rules over the job's effective environment and the interpreter's modules.
+
+    Doctor sees no job script, so the overrides are none (verl's defaults, which the rules
+    carry) and the patch states are left to the patches check.
+    """
+    env = job_environment(resolve_env(ctx.profile, ctx.device, ctx.environ), ctx.environ)
+    names = rules.modules(ctx.profile.rules)
+    importable = {name: ctx.package_root(name) is not None for name in names} if names else {}
+    return rules.evaluate(ctx.profile.rules, rules.Facts(env=env, overrides={}, importable=importable), ctx.device)
+
+
 def check_hazards(ctx: Context) -> Finding:
-    """Known combinations: MindSpeed's ckpt_acceleration (patches redundant), a patch superseded upstream."""
+    """The profile's rules, and known combinations: MindSpeed's ckpt_acceleration, a patch superseded upstream.
+
+    A ``refuse`` rule that holds fails the check (``run`` would refuse the job), a ``warn`` rule warns.
+    """
     notes, warnings, fixes = [], [], []
+    outcome = _rule_outcome(ctx)
+    failures = [f"{h.message} (source: {h.source})" for h in outcome.refusals]
+    warnings += [f"{h.message} (source: {h.source})" for h in outcome.hits if h.action != rules.REFUSE]
+    fixes += [h.fix for h in outcome.hits if h.fix]
     patches = ctx.profile.devices[ctx.device].patches
     torch_checks = [p for p in patches if ctx.profile.patches[p].package == "torch"]
     mindspeed = ctx.package_root("mindspeed")
@@ -136,6 +204,9 @@ def check_hazards(ctx: Context) -> Finding:
         if superseded:
             warnings.append(f"{patch.package} {installed.version} {' '.join(patch.superseded.why.split())}")
             fixes.append(patch.superseded.fix)
+    if failures:
+        return fail(*failures, *warnings, *notes, fix="\n".join(fixes))
     if warnings:
         return warn(*warnings, *notes, fix="\n".join(fixes))
-    return ok(*(notes or ["none of the known hazards applies"]))
+    checked = f"{len(ctx.profile.rules)} rule(s) of the profile hold for the environment and verl's defaults"
+    return ok(*(notes or ["none of the known hazards applies"]), checked)

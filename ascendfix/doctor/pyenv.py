@@ -10,6 +10,7 @@ import csv
 import hashlib
 import re
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -17,11 +18,13 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ascendfix import rl_plugin
 from ascendfix.doctor.context import REPORTED_ONLY, Context, editable_dir
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
 from ascendfix.doctor.ours import without_patches
 from ascendfix.manifest import Component
 
+PLUGIN_DISTRIBUTION = "verl_npu"
 PAIRED = {"torch-npu": "torch"}  # torch_npu X.Y.Z is built for torch X.Y.Z only
 LOCAL_COMMIT = re.compile(r"[+.]g([0-9a-f]{7,40})\b")  # setuptools-scm: 0.9.2.dev1+g38217877a
 
@@ -45,10 +48,14 @@ def _install(ctx: Context, c: Component) -> str:
     if c.kind == "pypi":
         return _pip(ctx, f"{c.distribution}=={c.version}")
     ref = c.commit or c.tag
+    prefix = "VLLM_TARGET_DEVICE=empty " if c.distribution == "vllm" and ctx.device == "npu" else ""
+    if c.subdirectory:  # the project is a folder of the repository, installed as its README says
+        folder = c.name
+        checkout = f"git clone {c.repo} {folder} && git -C {folder} checkout {ref} && "
+        return checkout + _pip(ctx, "-v", f"{folder}/{c.subdirectory}")
     if c.editable:
         folder = c.distribution
-        return f"git clone {c.repo} {folder} && git -C {folder} checkout {ref} && " + _pip(ctx, "-e", folder)
-    prefix = "VLLM_TARGET_DEVICE=empty " if c.distribution == "vllm" and ctx.device == "npu" else ""
+        return f"git clone {c.repo} {folder} && git -C {folder} checkout {ref} && " + prefix + _pip(ctx, "-e", folder)
     return prefix + _pip(ctx, f"{c.distribution} @ git+{c.repo}@{ref}")
 
 
@@ -128,8 +135,19 @@ class Unreadable(Exception):
     """A folder that should be a git checkout cannot be read as one."""
 
 
-def _checkout_state(ctx: Context, c: Component, folder: Path) -> tuple[str, list[str], list[str]]:
-    """HEAD of the checkout holding ``folder``, files changed only by ascendfix, files changed otherwise."""
+@dataclass
+class CheckoutState:
+    """A checkout's HEAD and its changed tracked files, sorted by who changed them."""
+
+    head: str
+    ours: list[str]  # changed only by ascendfix's patches
+    plugin: list[str]  # changed exactly as the rl-plugin installer changes them (maybe patched by us too)
+    foreign: list[str]  # changed otherwise
+    plugin_missing: list[str]  # files the installer edits, left as HEAD has them
+
+
+def _checkout_state(ctx: Context, c: Component, folder: Path) -> CheckoutState:
+    """HEAD of the checkout holding ``folder`` and who changed which of its tracked files."""
     import git  # gitpython: imported here, only checks of checkouts pay for it
 
     try:
@@ -140,7 +158,7 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> tuple[str, list
         raise Unreadable(f"{folder} is not a readable git checkout ({type(e).__name__})") from None
     top = Path(repo.working_tree_dir)
     package_dir = ctx.package_root(c.name) or folder
-    ours, foreign, i = [], [], 0
+    ours, plugin, foreign, changed, i = [], [], [], set(), 0
     while i < len(fields):
         entry = fields[i]
         i += 1
@@ -152,26 +170,60 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> tuple[str, list
             foreign.append(rel)
             continue
         path = top / rel
-        try:
-            pkg_rel = path.relative_to(package_dir).as_posix()
-        except ValueError:
-            pkg_rel = rel
+        changed.add(rel)
+        pkg_rel = _package_relative(path, package_dir, rel)
         try:
             original = (head.tree / rel).data_stream.read()
             restored, patches = without_patches(ctx.profile, pkg_rel, path.read_bytes())
         except (KeyError, OSError):
             foreign.append(rel)
             continue
+        ours_too = f" (and {', '.join(patches)})" if patches else ""
         if patches and restored == original:
             ours.append(f"{rel} ({', '.join(patches)})")
+        elif rl_plugin.is_installer_edit(pkg_rel, original, restored):
+            plugin.append(rel + ours_too)
         else:
             foreign.append(rel)
-    return head.hexsha, ours, foreign
+    missing = []
+    for rel, pkg_rel in _required_installer_files(head, top, package_dir):
+        original = (head.tree / rel).data_stream.read()
+        if rel not in changed and rl_plugin.installer_edit(pkg_rel, original) != original:
+            missing.append(rel)
+    return CheckoutState(head.hexsha, ours, plugin, foreign, missing)
+
+
+def _package_relative(path: Path, package_dir: Path, rel: str) -> str:
+    try:
+        return path.relative_to(package_dir).as_posix()
+    except ValueError:
+        return rel
+
+
+def _required_installer_files(head, top: Path, package_dir: Path) -> list[tuple[str, str]]:
+    """``(repository path, package path)`` of this checkout's files whose installer edits the plugin needs."""
+    found = []
+    for path in rl_plugin.REQUIRED:
+        rel = (package_dir / path).relative_to(top).as_posix() if package_dir.is_relative_to(top) else path
+        try:
+            head.tree / rel
+        except KeyError:
+            continue
+        found.append((rel, path))
+    return found
+
+
+def _reinstall_plugin(ctx: Context) -> str:
+    """The command that redoes the rl-plugin installer's edits (its own install step)."""
+    plugin = next((c for c in ctx.components("git") if c.distribution == PLUGIN_DISTRIBUTION), None)
+    if plugin is None:
+        return "reinstall MindSpeed-RL's rl-plugin: cd MindSpeed-RL/rl-plugin && pip install -v ."
+    return _install(ctx, plugin)
 
 
 def check_commits(ctx: Context) -> Finding:
     """The commit each commit-pinned component was installed from; its checkout clean but for our patches."""
-    good, bad, missing, cannot, fixes = [], [], [], [], []
+    good, bad, missing, cannot, fixes, lost = [], [], [], [], [], []
     for c in ctx.components("git"):
         if not c.commit:
             continue
@@ -183,11 +235,12 @@ def check_commits(ctx: Context) -> Finding:
             continue
         if folder is not None:
             try:
-                head, ours, foreign = _checkout_state(ctx, c, folder)
+                state = _checkout_state(ctx, c, folder)
             except Unreadable as e:
                 cannot.append(f"{c.distribution}: {e}")
                 fixes.append(_install(ctx, c))
                 continue
+            head, ours, foreign = state.head, state.ours, state.foreign
             where = f"checkout {folder} at {head[:12]}"
             if not _same_commit(head, c.commit):
                 bad.append(f"{c.distribution}: {where}; the profile pins {c.commit[:12]}")
@@ -195,9 +248,20 @@ def check_commits(ctx: Context) -> Finding:
             if foreign:
                 bad.append(f"{c.distribution}: {folder} has changes ascendfix did not make: {', '.join(foreign)}")
                 fixes.append(f"git -C {folder} diff  # review, then: git -C {folder} checkout -- {' '.join(foreign)}")
+            if state.plugin:  # never undone: without them the NPU rollout is off
+                good.append(
+                    f"{c.distribution}: {where}, changed by the {rl_plugin.INSTALLER} exactly as it edits them "
+                    f"(keep them): {', '.join(state.plugin)}"
+                )
+            if state.plugin_missing and ctx.installed(PLUGIN_DISTRIBUTION):
+                lost.append(
+                    f"{c.distribution}: {folder}: {PLUGIN_DISTRIBUTION} is installed but the {rl_plugin.INSTALLER} "
+                    f"edits are missing from: {', '.join(state.plugin_missing)}"
+                )
+                fixes.append(_reinstall_plugin(ctx))
             if ours:
                 good.append(f"{c.distribution}: {where}, changed only by ascendfix's patches: {', '.join(ours)}")
-            elif not foreign and _same_commit(head, c.commit):
+            elif not foreign and not state.plugin and _same_commit(head, c.commit):
                 good.append(f"{c.distribution}: {where}, clean")
             continue
         commit, how = _commit_of(info)
@@ -211,9 +275,9 @@ def check_commits(ctx: Context) -> Finding:
             fixes.append(_install(ctx, c))
     fix = "\n".join(dict.fromkeys(fixes))
     if bad:
-        return fail(*bad, *cannot, *missing, *good, fix=fix)
-    if cannot:
-        return warn(*cannot, *missing, *good, fix=fix)
+        return fail(*bad, *lost, *cannot, *missing, *good, fix=fix)
+    if cannot or lost:
+        return warn(*lost, *cannot, *missing, *good, fix=fix)
     if not good:
         return skip(*missing)
     return ok(f"{len(good)} commit-pinned components match", *good, *missing)
@@ -276,18 +340,23 @@ def check_integrity(ctx: Context) -> Finding:
         if not (metadata_dir / "RECORD").is_file():
             continue
         checked += 1
-        ours, foreign = [], []
+        ours, plugin, foreign = [], [], []
         count, changed = _changed_files(metadata_dir)
         files += count
         for rel, digest, code in changed:
             restored, patches = without_patches(ctx.profile, rel, code) if code is not None else (b"", [])
+            original = rl_plugin.original_of(rel, restored) if code is not None else None
             if patches and _digest(restored) == digest:
                 ours.append(f"{rel} ({', '.join(patches)})")
+            elif original is not None and _digest(original) == digest:
+                plugin.append(rel + (f" (and {', '.join(patches)})" if patches else ""))
             else:
                 foreign.append(rel + (" (missing)" if code is None else ""))
         name = f"{c.distribution} {info.version}"
         if ours:
             good.append(f"{name}: changed by ascendfix's patches, as expected: {', '.join(ours)}")
+        if plugin:  # never reinstalled away: without them the NPU rollout is off
+            good.append(f"{name}: changed by the {rl_plugin.INSTALLER} exactly as it edits them: {', '.join(plugin)}")
         if foreign:
             bad.append(f"{name}: {len(foreign)} file(s) differ from the wheel's RECORD: {', '.join(foreign)}")
             fixes.append(_pip(ctx, "--force-reinstall", "--no-deps", f"{c.distribution}=={info.version}"))

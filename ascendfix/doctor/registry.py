@@ -35,6 +35,7 @@ CHECKS: dict[str, Check] = {
         Check("driver", "Ascend driver", ASCEND, ascend.check_driver),
         Check("npu", "NPUs", ASCEND, ascend.check_npu),
         Check("cuda", "CUDA stack", "CUDA stack", host.check_cuda),
+        Check("os", "Operating system", HOST, host.check_os),
         Check("env", "Runtime environment", HOST, host.check_env),
         Check("hazards", "Known hazards", HOST, host.check_hazards),
     )

@@ -1,0 +1,180 @@
+"""Rules for settings that break each other: plain data in, plain data out.
+
+A profile's ``[[rules]]`` each name conditions over the job's effective environment, its
+Hydra overrides, what the target interpreter can import and the patches' states. A rule
+whose conditions all hold is a :class:`Hit`: ``refuse`` stops ``ascendfix run``, ``warn``
+only says so. A condition the facts cannot decide (no overrides known, no patch states)
+leaves its rule undecided, never fired. Nothing here prints, imports a package or reads a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+REFUSE, WARN = "refuse", "warn"
+ACTIONS = (REFUSE, WARN)
+TRUE_WORDS = ("true", "1", "yes")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One test over one subject: an env variable, Hydra override keys (any of them), a module, a patch.
+
+    ``default`` stands for the value when the variable or override is unset (for an override:
+    verl's own config default, which the job gets when it does not set the key).
+    """
+
+    env: str | None = None
+    overrides: tuple[str, ...] = ()
+    module: str | None = None
+    patch: str | None = None
+    contains: str | None = None
+    equals: str | None = None
+    truthy: bool | None = None
+    is_set: bool | None = None
+    importable: bool | None = None
+    state: str | None = None
+    default: str | None = None
+
+    def describe(self) -> str:
+        """The condition in words, e.g. ``PYTORCH_NPU_ALLOC_CONF contains 'expandable_segments:True'``."""
+        subject = self.env or " or ".join(self.overrides) or self.module or self.patch or "?"
+        if self.module is not None:
+            return f"{subject} is {'' if self.importable else 'not '}importable"
+        if self.patch is not None:
+            return f"patch {subject} is {self.state}"
+        if self.is_set is not None:
+            test = "is set" if self.is_set else "is unset"
+        elif self.truthy is not None:
+            test = "is true" if self.truthy else "is not true"
+        elif self.equals is not None:
+            test = f"= {self.equals!r}"
+        else:
+            test = f"contains {self.contains!r}"
+        unset = f" (unset counts as {self.default!r})" if self.default is not None else ""
+        return f"{subject} {test}{unset}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A combination that breaks a job, why, who says so, and what to do."""
+
+    id: str
+    action: str
+    when: tuple[Condition, ...]
+    why: str
+    source: str
+    fix: str | None = None
+    devices: tuple[str, ...] = ("npu", "cuda")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What is known about the job. ``None`` means unknown (the rules that need it stay undecided)."""
+
+    env: Mapping[str, str]
+    overrides: Mapping[str, str] | None = None
+    importable: Mapping[str, bool] | None = None
+    patch_states: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A rule whose conditions all hold, with the values that made them hold."""
+
+    rule: str
+    action: str
+    message: str
+    why: str
+    source: str
+    fix: str | None
+
+
+@dataclass
+class Outcome:
+    """The rules that fired, and those the facts could not decide."""
+
+    hits: list[Hit] = field(default_factory=list)
+    undecided: list[str] = field(default_factory=list)
+
+    @property
+    def refusals(self) -> list[Hit]:
+        """The hits that stop a launch."""
+        return [h for h in self.hits if h.action == REFUSE]
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().strip("'\"").lower() in TRUE_WORDS
+
+
+def _value_test(cond: Condition, value: str | None) -> bool:
+    if value is None:
+        value = cond.default
+    if cond.is_set is not None:
+        return (value is not None) == cond.is_set
+    if value is None:
+        return cond.truthy is False  # unset is "not true", and never equals or contains anything
+    if cond.truthy is not None:
+        return _truthy(value) == cond.truthy
+    if cond.equals is not None:
+        return value.strip().strip("'\"") == cond.equals
+    return cond.contains in value
+
+
+def check(cond: Condition, facts: Facts) -> tuple[bool | None, str]:
+    """Whether ``cond`` holds (None: unknown), and what was seen."""
+    if cond.env is not None:
+        value = facts.env.get(cond.env)
+        return _value_test(cond, value), f"{cond.env}={value}" if value is not None else f"{cond.env} unset"
+    if cond.overrides:
+        if facts.overrides is None:
+            return None, ""
+        present = [k for k in cond.overrides if k in facts.overrides]
+        if cond.is_set is not None:  # any of the keys set
+            seen = ", ".join(f"{k}={facts.overrides[k]}" for k in present) or "none set"
+            return bool(present) == cond.is_set, seen
+        key = present[0] if present else cond.overrides[0]
+        value = facts.overrides.get(key)
+        seen = f"{key}={value}" if value is not None else f"{key} unset (default {cond.default})"
+        return _value_test(cond, value), seen
+    if cond.module is not None:
+        if facts.importable is None or cond.module not in facts.importable:
+            return None, ""
+        found = facts.importable[cond.module]
+        return found == cond.importable, f"{cond.module} {'importable' if found else 'not importable'}"
+    if facts.patch_states is None or cond.patch not in facts.patch_states:
+        return None, ""
+    state = facts.patch_states[cond.patch]
+    return state == cond.state, f"{cond.patch} is {state}"
+
+
+def evaluate(rules: tuple[Rule, ...] | list[Rule], facts: Facts, device: str | None = None) -> Outcome:
+    """Each rule (for ``device``, when given) against the facts: hits and undecided rule ids."""
+    outcome = Outcome()
+    for rule in rules:
+        if device is not None and device not in rule.devices:
+            continue
+        seen, unknown, holds = [], False, True
+        for cond in rule.when:
+            result, what = check(cond, facts)
+            if result is None:
+                unknown = True
+            elif not result:
+                holds = False
+                break
+            else:
+                seen.append(what)
+        if not holds:
+            continue
+        if unknown:
+            outcome.undecided.append(rule.id)
+            continue
+        message = f"{rule.id}: {'; '.join(seen)}: {' '.join(rule.why.split())}"
+        outcome.hits.append(Hit(rule.id, rule.action, message, rule.why, rule.source, rule.fix))
+    return outcome
+
+
+def modules(rules: tuple[Rule, ...] | list[Rule]) -> list[str]:
+    """The modules the rules ask about (to locate in the target interpreter)."""
+    return sorted({c.module for r in rules for c in r.when if c.module is not None})

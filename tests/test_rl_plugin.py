@@ -1,0 +1,163 @@
+"""The rl-plugin installer's edits: re-derived, recognised by doctor as the plugin's, kept by apply/revert.
+
+The fixtures are our own small files, edited as the installer's documented behaviour says
+(MindSpeed-RL branch 2.2.0 rl-plugin/setup.py, see ascendfix/rl_plugin.py); the upstream test
+runs the same on verl 0.5.0's real files from PyPI.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+from ascendfix import engine, manifest, rl_plugin
+from ascendfix.doctor import pyenv
+from ascendfix.doctor.context import Context
+from ascendfix.locate import Distribution
+
+from tests import machine, upstream
+from tests.stack import DEMO_PROFILE, make_stack
+
+VERL_INIT = '"""verl."""\n\nfrom .protocol import DataProto\n\n__version__ = "0.5.0.dev"\n'
+LINEAR_CE = "import torch\n\nfrom . import kernels\n\n\ndef linear_cross_entropy(x):\n    return kernels.run(x)\n"
+FP8 = "from typing import Any, Callable, Optional\n\n\ndef scales(xs: list[int]) -> list[int]:\n    return xs\n"
+
+
+def installer(text: str, path: str) -> str:
+    """The installer's edit, written out by hand for the fixture files (not through the module under test)."""
+    if path == rl_plugin.VERL_INIT:
+        return text + (
+            "\n# NPU acceleration support added by mindspeed-rl plugin\n"
+            "from verl.utils.device import is_npu_available\n\n"
+            'if is_npu_available:\n    import verl_npu\n    print("NPU acceleration enabled for verl")\n'
+        )
+    if path == rl_plugin.LINEAR_CROSS_ENTROPY:
+        return text.replace("\nfrom . import kernels\n", "\n# from . import kernels\n")
+    return text.replace("Callable, Optional\n", "Callable, Optional, List\n").replace("list[int]", "List[int]")
+
+
+def test_installer_edits_are_rederived_exactly_and_once():
+    for path, text in [(rl_plugin.VERL_INIT, VERL_INIT), (rl_plugin.LINEAR_CROSS_ENTROPY, LINEAR_CE)]:
+        edited = rl_plugin.installer_edit(path, text.encode())
+        assert edited == installer(text, path).encode()
+        assert rl_plugin.installer_edit(path, edited) == edited  # a second install changes nothing
+        assert rl_plugin.is_installer_edit(path, text.encode(), edited)
+        assert rl_plugin.original_of(path, edited) == text.encode()
+    fp8 = rl_plugin.installer_edit(rl_plugin.FP8_UTILS, FP8.encode())
+    assert fp8 == installer(FP8, rl_plugin.FP8_UTILS).encode()
+    assert rl_plugin.original_of(rl_plugin.FP8_UTILS, fp8) == FP8.encode()
+    assert rl_plugin.installer_edit("verl/utils/device.py", b"x = 1\n") is None
+    other = VERL_INIT + "import verl_npu\n"  # imported, but not as the installer writes it
+    assert not rl_plugin.is_installer_edit(rl_plugin.VERL_INIT, VERL_INIT.encode(), other.encode())
+
+
+def checkout_profile(tmp_path: Path, files: dict[str, str]) -> tuple[Path, manifest.Profile]:
+    verl = tmp_path / "verl-src"
+    head = machine.git_project(verl, "verl", files)
+    path = tmp_path / "profile.toml"
+    path.write_text(f'extends = "verl-796871d"\nname = "fixture"\n[components.verl]\ncommit = "{head}"\n')
+    return verl, manifest.load_profile(str(path))
+
+
+def commits(profile, verl: Path, monkeypatch, plugin_installed: bool):
+    installed = Context.installed
+    commit = profile.component("mindspeed_rl").commit
+    plugin = Distribution("0.0.1", {"vcs_info": {"commit_id": commit}}, None)
+    monkeypatch.setattr(
+        Context,
+        "installed",
+        lambda self, d: (plugin if plugin_installed else None) if d == "verl_npu" else installed(self, d),
+    )
+    return pyenv.check_commits(Context(profile, "npu", "test", roots={"verl": verl}, environ={}))
+
+
+def run_commits_on(tmp_path, monkeypatch, files: dict[str, str]):
+    verl, profile = checkout_profile(tmp_path, files)
+    for rel in (rl_plugin.VERL_INIT, rl_plugin.LINEAR_CROSS_ENTROPY):
+        (verl / rel).write_text(installer(files[rel], rel))
+    return verl, profile, commits(profile, verl, monkeypatch, plugin_installed=True)
+
+
+def test_doctor_names_the_plugins_edits_of_a_checkout_and_never_undoes_them(tmp_path, monkeypatch):
+    files = {rl_plugin.VERL_INIT: VERL_INIT, rl_plugin.LINEAR_CROSS_ENTROPY: LINEAR_CE}
+    verl, profile, result = run_commits_on(tmp_path, monkeypatch, files)
+    assert result.status == "ok", result
+    [line] = [m for m in result.messages if "rl-plugin installer" in m]
+    assert f"{rl_plugin.VERL_INIT}, {rl_plugin.LINEAR_CROSS_ENTROPY}" in line and "(keep them)" in line
+    assert "checkout --" not in result.fix and "git" not in result.fix
+
+
+def test_a_different_edit_of_the_same_file_is_foreign(tmp_path, monkeypatch):
+    files = {rl_plugin.VERL_INIT: VERL_INIT, rl_plugin.LINEAR_CROSS_ENTROPY: LINEAR_CE}
+    verl, profile = checkout_profile(tmp_path, files)
+    (verl / rl_plugin.VERL_INIT).write_text(VERL_INIT + "import verl_npu\n")
+    (verl / rl_plugin.LINEAR_CROSS_ENTROPY).write_text(installer(LINEAR_CE, rl_plugin.LINEAR_CROSS_ENTROPY))
+    result = commits(profile, verl, monkeypatch, plugin_installed=True)
+    assert result.status == "fail"
+    assert f"has changes ascendfix did not make: {rl_plugin.VERL_INIT}" in "\n".join(result.messages)
+    assert f"checkout -- {rl_plugin.VERL_INIT}" in result.fix
+    assert rl_plugin.LINEAR_CROSS_ENTROPY not in result.fix  # the plugin's edit is never offered for undoing
+
+
+def test_a_node_that_lost_the_plugins_edits_is_caught(tmp_path, monkeypatch):
+    files = {rl_plugin.VERL_INIT: VERL_INIT, rl_plugin.LINEAR_CROSS_ENTROPY: LINEAR_CE}
+    verl, profile = checkout_profile(tmp_path, files)
+    (verl / rl_plugin.LINEAR_CROSS_ENTROPY).write_text(installer(LINEAR_CE, rl_plugin.LINEAR_CROSS_ENTROPY))
+    half = commits(profile, verl, monkeypatch, plugin_installed=True)  # __init__.py lost its import block
+    assert half.status == "warn"
+    assert f"verl_npu is installed but the {rl_plugin.INSTALLER} edits are missing from: verl/__init__.py" in (
+        half.messages[0]
+    )
+    assert "pip install" in half.fix and "rl-plugin" in half.fix
+    assert commits(profile, verl, monkeypatch, plugin_installed=False).status == "ok"  # no plugin: nothing lost
+
+
+def test_apply_and_revert_leave_the_plugins_edits_byte_for_byte(tmp_path):
+    stack = make_stack(tmp_path / "stack")
+    init = stack.file("verl", rl_plugin.VERL_INIT)
+    lce = stack.file("verl", rl_plugin.LINEAR_CROSS_ENTROPY)
+    init.write_text(installer(VERL_INIT, rl_plugin.VERL_INIT))
+    lce.parent.mkdir(parents=True, exist_ok=True)
+    lce.write_text(installer(LINEAR_CE, rl_plugin.LINEAR_CROSS_ENTROPY))
+    before = (init.read_bytes(), lce.read_bytes())
+    applied = engine.apply(engine.select(DEMO_PROFILE, "npu", roots=stack.roots()))
+    assert {s.action for s in applied} == {"applied"}
+    assert (init.read_bytes(), lce.read_bytes()) == before
+    engine.revert(engine.select(DEMO_PROFILE, None, roots=stack.roots()))
+    assert (init.read_bytes(), lce.read_bytes()) == before
+
+
+@pytest.mark.upstream
+def test_doctor_on_verls_real_files_edited_as_the_installer_does(tmp_path, monkeypatch):
+    with zipfile.ZipFile(upstream.verl_wheel("0.5.0")) as zf:
+        files = {rel: zf.read(rel).decode() for rel in (rl_plugin.VERL_INIT, rl_plugin.LINEAR_CROSS_ENTROPY)}
+    assert "\nfrom . import kernels\n" in files[rl_plugin.LINEAR_CROSS_ENTROPY]
+    verl, profile, result = run_commits_on(tmp_path, monkeypatch, files)
+    assert result.status == "ok", result
+    assert any("rl-plugin installer" in m and "(keep them)" in m for m in result.messages)
+
+
+def test_integrity_names_the_plugins_edit_of_a_wheel_install(tmp_path, monkeypatch):
+    import base64
+    import hashlib
+    import os
+
+    site = tmp_path / "site-packages"
+    dist_info = site / "verl-0.5.0.dist-info"
+    dist_info.mkdir(parents=True)
+    rows = []
+    for rel, text in [(rl_plugin.VERL_INIT, VERL_INIT), (rl_plugin.LINEAR_CROSS_ENTROPY, LINEAR_CE)]:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        rows.append(f"{rel},sha256={digest},{len(text)}")
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(installer(text, rel) if rel == rl_plugin.VERL_INIT else text + "# edited\n")
+    (dist_info / "RECORD").write_text("\n".join(rows) + "\n")
+    os.utime(dist_info / "RECORD", ns=(1, 1))  # installed before the edits
+    info = Distribution("0.5.0", None, str(dist_info))
+    monkeypatch.setattr(Context, "installed", lambda self, d: info if d == "verl" else None)
+    result = pyenv.check_integrity(Context(manifest.load_profile("verl-796871d"), "npu", "test", environ={}))
+    assert result.status == "fail"  # the other file was edited by someone else
+    text = "\n".join(result.messages)
+    assert f"verl 0.5.0: 1 file(s) differ from the wheel's RECORD: {rl_plugin.LINEAR_CROSS_ENTROPY}" in text
+    assert f"verl 0.5.0: changed by the {rl_plugin.INSTALLER} exactly as it edits them: verl/__init__.py" in text

@@ -1,0 +1,200 @@
+"""The profile's rules for settings that break each other: each refused and accepted, over verl's real defaults.
+
+verl 796871d's rollout default (``free_cache_engine: True``, rollout.yaml line 38) is read from
+the verl 0.5.0 wheel on PyPI: its ``verl/trainer/config/rollout/rollout.yaml`` has the same
+line 38 (the two files differ only in ``name``, one comment and a later ``agent`` key).
+"""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+from ascendfix import cli, manifest, rules
+from ascendfix.errors import UsageError
+from ascendfix.preflight import Seams, run_preflight
+from click.testing import CliRunner
+
+from tests import upstream
+
+PROFILE = manifest.load_profile("verl-796871d")
+RULES = {r.id: r for r in PROFILE.rules}
+ALLOC = "expandable-segments-sleep-mode"
+PLUGIN = "rl-plugin-overrides-need-verl-npu"
+DAPO = "dapo-no-interleave-filter-groups"
+
+
+def seams(verl_npu: bool = True, dapo: str = "applied") -> Seams:
+    states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
+    states["verl-dapo-no-interleave"] = (dapo, "")
+    return Seams(lambda p, d: [], lambda p, d: states, lambda names: {n: verl_npu for n in names})
+
+
+def refusals(argv, environ, **kw) -> list[str]:
+    return [p.message for p in run_preflight(PROFILE, "npu", argv, environ, seams(**kw)).problems]
+
+
+@pytest.fixture(scope="module")
+def rollout_defaults() -> dict[str, tuple[int, str]]:
+    """``key: (line, value)`` of the top-level scalars of verl's rollout.yaml, as the 0.5.0 wheel ships it."""
+    with zipfile.ZipFile(upstream.verl_wheel("0.5.0")) as zf:
+        text = zf.read("verl/trainer/config/rollout/rollout.yaml").decode()
+    found = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        key, sep, value = line.partition(":")
+        if sep and line[:1].isalpha() and value.strip():
+            found[key] = (number, value.split("#")[0].strip())
+    return found
+
+
+@pytest.mark.upstream
+def test_the_sleep_mode_rule_takes_verls_own_default(rollout_defaults):
+    line, value = rollout_defaults["free_cache_engine"]
+    assert (line, value) == (38, "True")  # the line the rule's source cites
+    [cond] = [c for c in RULES[ALLOC].when if c.overrides]
+    assert cond.overrides == ("actor_rollout_ref.rollout.free_cache_engine",)
+    assert cond.default == value
+    assert "rollout.yaml:38" in RULES[ALLOC].source and "camem.py:148" in RULES[ALLOC].source
+
+
+@pytest.mark.upstream
+def test_expandable_segments_with_sleep_mode_is_refused(rollout_defaults):
+    argv = ["python3", "-m", "verl.trainer.main_ppo", "trainer.device=npu"]  # free_cache_engine left to verl
+    env = {"PYTORCH_NPU_ALLOC_CONF": "max_split_size_mb:128,expandable_segments:True"}  # the user's export
+    [problem] = refusals(argv, env)
+    assert problem.startswith(f"{ALLOC}: PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:128,expandable_segments:True; ")
+    assert f"free_cache_engine unset (default {rollout_defaults['free_cache_engine'][1]})" in problem
+    assert "fix: drop expandable_segments:True" in problem
+    explicit = refusals([*argv, "actor_rollout_ref.rollout.free_cache_engine=true"], env)
+    assert len(explicit) == 1 and "free_cache_engine=true" in explicit[0]
+
+
+def test_expandable_segments_is_accepted_without_sleep_mode_or_without_the_setting():
+    argv = ["python3", "-m", "verl.trainer.main_ppo"]
+    env = {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}
+    assert refusals([*argv, "actor_rollout_ref.rollout.free_cache_engine=False"], env) == []
+    assert refusals(argv, {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:False"}) == []
+    assert refusals(argv, {}) == []  # the bundled profile no longer sets it
+
+
+def test_the_profile_no_longer_exports_expandable_segments():
+    assert all(v.name != "PYTORCH_NPU_ALLOC_CONF" for d in PROFILE.devices.values() for v in d.env)
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["+actor_rollout_ref.rollout.dp_model_parallel_size=8", "+actor_rollout_ref.rollout.enable_expert_parallel=True"],
+)
+def test_rl_plugin_overrides_without_verl_npu_are_refused_naming_the_install(override):
+    [problem] = refusals(["python3", "-m", "verl.trainer.main_ppo", override], {}, verl_npu=False)
+    assert problem.startswith(f"{PLUGIN}: ") and "verl_npu not importable" in problem
+    assert "MindSpeed-RL.git -b 2.2.0 && cd MindSpeed-RL/rl-plugin && pip install -v ." in problem
+
+
+def test_rl_plugin_overrides_with_verl_npu_or_without_the_overrides_are_accepted():
+    argv = ["python3", "-m", "verl.trainer.main_ppo", "+actor_rollout_ref.rollout.dp_model_parallel_size=8"]
+    assert refusals(argv, {}, verl_npu=True) == []
+    assert refusals(["python3", "-m", "verl.trainer.main_ppo"], {}, verl_npu=False) == []
+
+
+def test_dapo_rule_accepts_filter_groups_off_and_the_patch_reverted():
+    argv = ["python3", "-m", "recipe.dapo.main_dapo"]
+    assert refusals([*argv, "algorithm.filter_groups.enable=False"], {}) == []
+    assert refusals(argv, {}) == []  # dapo_trainer.yaml:23 enable: False
+    assert refusals([*argv, "algorithm.filter_groups.enable=True"], {}, dapo="not-applied") == []
+    assert refusals([*argv, "algorithm.filter_groups.enable=True"], {})[0].startswith(f"{DAPO}: ")
+
+
+def test_evaluator_is_plain_data_and_leaves_unknown_facts_undecided():
+    facts = rules.Facts(env={}, overrides={"algorithm.filter_groups.enable": "True"}, importable=None)
+    outcome = rules.evaluate(PROFILE.rules, facts, "npu")
+    assert outcome.hits == [] and outcome.undecided == [DAPO]  # patch states unknown
+    facts = rules.Facts(env={}, overrides={"actor_rollout_ref.rollout.enable_expert_parallel": "True"})
+    assert rules.evaluate(PROFILE.rules, facts, "npu").undecided == [PLUGIN]
+    assert rules.evaluate(PROFILE.rules, facts, "cuda").undecided == []  # an NPU-only rule
+    assert rules.modules(PROFILE.rules) == ["verl_npu"]
+
+
+def test_a_warn_rule_is_a_hint_not_a_problem(tmp_path):
+    text = PROFILE.source.read_text().replace('action = "refuse"\ndevices = ["npu"]\nwhy = "vllm', 'action = "warn"\n'
+                                               'devices = ["npu"]\nwhy = "vllm')
+    path = tmp_path / "warn.toml"
+    path.write_text(text)
+    prof = manifest.load_profile(str(path))
+    result = run_preflight(prof, "npu", ["x"], {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}, seams())
+    assert result.problems == []
+    assert any(h.source == "rules" and h.message.startswith(ALLOC) for h in result.hints)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('action = "refuse"\ndevices = ["npu"]\nwhy = "vllm', 'action = "deny"\ndevices = ["npu"]\nwhy = "vllm',
+         r"rules\[0\]\.action: unknown action 'deny'"),
+        ('contains = "expandable_segments:True"', 'contains = "expandable_segments:True"\nmatches = "x"',
+         r"rules\[0\]\.when\[0\]\.matches: unknown key for a env condition"),
+        ('module = "verl_npu"\nimportable = false', 'module = "verl_npu"\nstate = "applied"',
+         r"rules\[1\]\.when\[1\]\.state: unknown key for a module condition"),
+        ('patch = "verl-dapo-no-interleave"', 'patch = "verl-no-such-patch"',
+         r"rules\[2\]\.when\[0\]\.patch: 'verl-no-such-patch' is not a patch of this profile"),
+        ('id = "dapo-no-interleave-filter-groups"', 'id = "expandable-segments-sleep-mode"',
+         r"rules: two rules have the same id"),
+        ('source = "verl PR #3760', 'sauce = "verl PR #3760', r"rules\[2\]\.source: missing required field"),
+    ],
+)
+def test_bad_rules_name_file_and_field_and_exit_2(tmp_path, old, new, message):
+    text = PROFILE.source.read_text()
+    assert text.count(old) == 1
+    path = tmp_path / "bad.toml"
+    path.write_text(text.replace(old, new))
+    with pytest.raises(UsageError, match=r"bad\.toml: " + message):
+        manifest.load_profile(str(path))
+    result = CliRunner().invoke(cli.main, ["show", str(path)])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+
+
+def test_doctor_hazards_enforces_the_rules_over_the_effective_environment():
+    from ascendfix.doctor import host
+    from ascendfix.doctor.context import Context
+
+    bad = Context(PROFILE, "npu", "test", environ={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})
+    result = host.check_hazards(bad)
+    assert result.status == "fail" and result.messages[0].startswith(f"{ALLOC}: PYTORCH_NPU_ALLOC_CONF=")
+    assert "camem.py:148" in result.messages[0] and result.fix.startswith("drop expandable_segments:True")
+    fine = host.check_hazards(Context(PROFILE, "npu", "test", environ={}))
+    assert fine.status == "ok" and "3 rule(s) of the profile hold" in fine.messages[-1]
+
+
+def test_a_team_profile_that_drops_a_patch_drops_the_inherited_rule_about_it(tmp_path):
+    path = tmp_path / "team.toml"
+    path.write_text(
+        'extends = "verl-796871d"\nname = "team"\n'
+        '[devices.npu]\ndrop_patches = ["verl-dapo-no-interleave"]\n'
+        '[devices.cuda]\ndrop_patches = ["verl-dapo-no-interleave"]\n'
+    )
+    team = manifest.load_profile(str(path))
+    assert [r.id for r in team.rules] == [ALLOC, PLUGIN]
+
+
+def test_the_default_seam_locates_modules_without_importing_them():
+    from ascendfix import preflight
+
+    found = preflight.default_seams().importable(["json", "no_such_module_xyz"])
+    assert found == {"json": True, "no_such_module_xyz": False}
+
+
+def test_cli_run_refuses_the_users_expandable_segments_export(tmp_path, monkeypatch):
+    from ascendfix import preflight
+
+    monkeypatch.setattr(preflight, "default_seams", lambda *args: seams())
+    script = tmp_path / "train.sh"
+    script.write_text("echo should-not-run\necho python3 -m verl.trainer.main_ppo trainer.device=npu\n")
+    args = ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)]
+    result = CliRunner().invoke(cli.main, args, env={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})
+    assert result.exit_code == 1
+    assert "problem (rules): expandable-segments-sleep-mode: PYTORCH_NPU_ALLOC_CONF=expandable_segments:True" in (
+        " ".join(result.output.split())
+    )
+    assert "should-not-run" not in result.output
+    fine = CliRunner().invoke(cli.main, ["run", "--no-preflight", *args[1:]], env={"PYTORCH_NPU_ALLOC_CONF": ""})
+    assert fine.exit_code == 0 and "should-not-run" in (tmp_path / "logs" / "train.log").read_text()
