@@ -7,6 +7,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -200,3 +201,19 @@ def test_a_newer_state_folder_is_refused_with_what_to_do(stack):
     assert f"schema {SCHEMA + 1}" in result.stderr and "upgrade ascendfix" in result.stderr
     assert stack.snapshot() == before
 
+
+
+def test_doctor_integrity_reports_a_leftover_temp_file_and_apply_removes_it(stack):
+    from ascendfix.doctor import pyenv
+    from ascendfix.doctor.context import Context
+
+    assert _apply_killed_in_the_write_window(stack) == -signal.SIGKILL
+    shutil.rmtree(stack.verl / ".ascendfix")  # the journal lost too: only the temp file tells
+    temp = stack.verl / "verl/utils/.device.py.ascendfix-tmp"
+    ctx = Context(DEMO_PROFILE, "npu", "test", roots=stack.roots(), environ={})
+    finding = pyenv.check_integrity(ctx)
+    assert finding.status == "warn"
+    assert finding.messages[0] == f"{temp}: left by a killed ascendfix write; the next apply or revert removes it"
+    engine.apply(select(stack))
+    assert not temp.exists()
+    assert pyenv.check_integrity(Context(DEMO_PROFILE, "npu", "test", roots=stack.roots(), environ={})).status != "warn"

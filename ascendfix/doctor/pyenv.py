@@ -22,6 +22,7 @@ from ascendfix import rl_plugin
 from ascendfix.doctor.context import REPORTED_ONLY, Context, editable_dir
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
 from ascendfix.doctor.ours import without_patches
+from ascendfix.fsutil import leftover_temps
 from ascendfix.manifest import Component
 
 PLUGIN_DISTRIBUTION = "verl_npu"
@@ -360,13 +361,27 @@ def check_integrity(ctx: Context) -> Finding:
         if foreign:
             bad.append(f"{name}: {len(foreign)} file(s) differ from the wheel's RECORD: {', '.join(foreign)}")
             fixes.append(_pip(ctx, "--force-reinstall", "--no-deps", f"{c.distribution}=={info.version}"))
+    leftovers = [f"{tmp}: left by a killed ascendfix write; the next apply or revert removes it" for tmp in _temps(ctx)]
     if bad:
         if ctx.profile.devices[ctx.device].patches:  # a reinstall drops them
             fixes.append(ctx.command("apply"))
-        return fail(*bad, *good, fix="\n".join(fixes))
+        return fail(*bad, *leftovers, *good, fix="\n".join(fixes))
+    if leftovers:
+        return warn(*leftovers, *good, fix=ctx.command("apply"))
     if not checked:
         return skip("no pinned distribution installed from a wheel (nothing to compare against a RECORD)")
     return ok(f"{checked} installed distribution(s) match their RECORD ({files} .py files)", *good)
+
+
+def _temps(ctx: Context) -> list[Path]:
+    """ascendfix's temp files beside the files the profile patches (a write killed in its window)."""
+    targets = ctx.targets()
+    found = []
+    for patch in ctx.profile.patches.values():
+        target = targets.get(patch.package)
+        if target is not None and target.root is not None:
+            found += [tmp for f in patch.files for tmp in leftover_temps(target.root / f.path)]
+    return found
 
 
 def _installed_by_name(ctx: Context) -> dict[str, dict]:
