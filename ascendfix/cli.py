@@ -106,6 +106,11 @@ def show(profile: str, as_json: bool) -> None:
         out.print(f"\n[bold]{patch.id}[/] ({patch.package}: {', '.join(f.path for f in patch.files)})")
         out.print(f"  [dim]why:[/] {escape(' '.join(patch.why.split()))}")
         out.print(f"  [dim]drop when:[/] {escape(' '.join(patch.drop_when.split()))}")
+        if patch.drop_probe:
+            probe = manifest.DROP_PROBES[patch.drop_probe]
+            out.print(f"  [dim]checked by upgrade-check ({patch.drop_probe}):[/] obsolete when {escape(probe)}")
+        else:
+            out.print("  [dim]not checked by upgrade-check (measure it; see drop when)[/]")
 
 
 # --- the whole Ray cluster: --ray [ADDRESS] on status / apply / doctor ------------------------------
@@ -736,6 +741,69 @@ def compare_command(a: Path, b: Path, as_json: bool) -> None:
     gap = data["reward_difference"]
     out.print(f"reward B − A over {gap['common_steps']} common steps: ", end="")
     out.print(f"mean {_num(gap['mean'])}, max |Δ| {_num(gap['max_abs'])}")
+
+
+# --- upgrade-check: judge candidate releases before rebuilding the image ------------------------
+
+VERDICT_STYLE = {"applies": "green", "obsolete": "cyan", "unchanged": "dim", "refused": "red", "not-applicable": "dim"}
+
+
+@main.command("upgrade-check")
+@click.option("--profile", "profile_ref", default=DEFAULT_PROFILE, show_default=True, help="Profile name or file.")
+@click.option("--device", type=DEVICE_CHOICE, help="npu or cuda (default: detected, else the profile's first).")
+@click.option(
+    "--with",
+    "releases",
+    multiple=True,
+    metavar="DIST==VERSION|DIST=PATH",
+    help="A release from the package index, or a local checkout, to judge (repeatable).",
+)
+@click.option(
+    "--platform", metavar="TAG", help="Wheel platform tag (default: the device's, e.g. manylinux_2_28_aarch64)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def upgrade_check(profile_ref: str, device: str | None, releases: tuple[str, ...], platform: str | None, as_json: bool):
+    """Judge an upgrade before rebuilding the image: each patch on the named releases, and the pins.
+
+    Fetches each release with pip download --no-deps into the user's cache and judges it in memory,
+    installing nothing. Exit 0 when every patch applies, is obsolete or unchanged and nothing
+    conflicts; 1 otherwise; 2 on bad input or a release that does not exist.
+    """
+    from ascendfix import upgrade
+    from ascendfix.device import detect_device
+
+    prof = manifest.load_profile(profile_ref)
+    detected = detect_device()
+    device = device or (detected if detected in prof.devices else next(iter(prof.devices)))
+    report = upgrade.check(prof, device, upgrade.parse_with(prof, device, releases), platform)
+    if as_json:
+        emit_json(report.as_json())
+    else:
+        asked = ", ".join(f"{dist} {what}" for dist, what in report.with_.items())
+        where = f"{' or '.join(report.target.platforms)}, Python {report.target.python}"
+        out.print(f"[bold]{escape(report.profile)}[/] on {report.device} with {escape(asked)} [dim]({where})[/]\n")
+        for v in report.patches:
+            variant = f" [{v.variant}]" if v.variant and v.variant != manifest.DEFAULT_VARIANT else ""
+            sites = f", {v.sites} site(s)" if v.sites is not None else ""
+            out.print(f"[{VERDICT_STYLE.get(v.verdict, '')}]{v.verdict:15}[/] {v.id}{escape(variant)}{sites}")
+            if v.reason:
+                out.print(f"                [dim]{escape(v.reason)}[/]")
+        for c in report.conflicts:
+            out.print(
+                f"[red]conflict[/]        {escape(c.requirer)} requires {escape(c.requirement)}, not {escape(c.pinned)}"
+            )
+        for a in report.accepted:
+            state = "still needed" if a.needed else "[green]no longer needed[/]"
+            text = f"{escape(a.requirer)} requires {escape(a.requirement)}; the stack pins {escape(a.pinned)}"
+            out.print(f"[yellow]accepted[/]        {text}: {state}")
+        for note in report.notes:
+            err.print(f"[yellow]note:[/] {escape(note)}")
+        failing = sum(v.verdict not in upgrade.PASSING for v in report.patches) + len(report.conflicts)
+        out.print(
+            "\n[green]the upgrade keeps every patch and pin[/]" if report.ok else f"\n[red]{failing} problem(s)[/]"
+        )
+    if not report.ok:
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -30,6 +30,8 @@ PATCH_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 HINT_OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)+(=\S.*)?$")
+# Checks of a patch's drop_when that upgrade-check runs on a candidate release (``drop_probe``).
+DROP_PROBES = {"no-site": "the patch's transform finds no site left in its files"}
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,7 @@ class Patch:
     drop_when: str
     source: Path
     caveat: str | None = None
+    drop_probe: str | None = None  # a key of DROP_PROBES: drop_when, checked on a release
 
 
 @dataclass(frozen=True)
@@ -318,7 +321,10 @@ def load_patch(path: Path) -> Patch:
         drop_when=top.text("drop_when"),
         source=path,
         caveat=top.text("caveat", required=False),
+        drop_probe=top.text("drop_probe", required=False),
     )
+    if patch.drop_probe is not None and patch.drop_probe not in DROP_PROBES:
+        top.fail("drop_probe", f"unknown probe {patch.drop_probe!r} (known: {', '.join(DROP_PROBES)})")
     top.done()
     return patch
 

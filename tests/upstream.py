@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -40,16 +41,17 @@ def cache_dir() -> Path:
     return path
 
 
-def _download(spec: str, extra: list[str]) -> Path:
+def _download(spec: str, extra: list[str], sdist: bool = False) -> Path:
     wheels = cache_dir() / "wheels"
     wheels.mkdir(exist_ok=True)
     name, version = spec.split("==")
-    pattern = f"{name}-{version}-*.whl"
+    pattern = f"{name}-{version}.tar.gz" if sdist else f"{name}-{version}-*.whl"
     with open(cache_dir() / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test processes share the cache
         found = sorted(wheels.glob(pattern))
         if not found:
-            cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
+            binary = "--no-binary=:all:" if sdist else "--only-binary=:all:"
+            cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", binary]
             result = subprocess.run(
                 [*cmd, *extra, "-d", str(wheels), spec], capture_output=True, text=True, timeout=900
             )
@@ -90,3 +92,19 @@ def torch_tree(version: str) -> Path:
 def verl_wheel(version: str) -> Path:
     """The verl ``version`` wheel itself, as PyPI serves it."""
     return _download(f"verl=={version}", [])
+
+
+def verl_checkout(version: str) -> Path:
+    """verl's PyPI source distribution of ``version``, unpacked: a checkout's layout (setup.py, version
+    file, verl/), without recipe/ (which only the git repository has)."""
+    archive = _download(f"verl=={version}", [], sdist=True)
+    dest = cache_dir() / "trees" / f"verl-{version}-sdist"
+    with open(cache_dir() / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (dest / ".complete").exists():
+            shutil.rmtree(dest, ignore_errors=True)
+            with tarfile.open(archive) as tar:
+                safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # 3.10.12+ has filters
+                tar.extractall(dest, **safe)
+            (dest / ".complete").touch()
+    return dest / f"verl-{version}"
