@@ -4,6 +4,8 @@ The stock and patched functions are the real bodies from the torch wheels, 2.5.0
 tests/torch_standins.py); the hypothesis properties run on one release per distinct body
 (``upstream.EQUIVALENCE_VERSIONS``). ``ASCENDFIX_EQUIVALENCE_EXAMPLES`` sets the examples per
 property (benchmarks/dcp_validation.py --equivalence runs 10,000); CI runs a fixed, derandomized set.
+Where torch itself is installed (a CPU build is enough), the same properties also run on its real
+modules and types, stock against patched; without torch those two tests skip.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from tests.torch_standins import (
     BytesStorageMetadata,
     ChunkStorageMetadata,
     Metadata,
+    Recorder,
     ShardMetadata,
     Size,
     TensorStorageMetadata,
@@ -370,3 +373,70 @@ def test_engine_applies_switches_and_reverts_the_variants(copy_tree, version):
     assert b"_ascendfix_" not in (root / upstream.DEFAULT_PLANNER).read_bytes()
     engine.revert(select("skip"))
     assert {p: (root / p).read_bytes() for p in before} == before
+
+
+# --- with real torch, where it is installed (a CPU torch runs this; the suite does not need it) ---
+
+
+@pytest.fixture(scope="module")
+def real_torch():
+    """The installed torch's two validators, stock (imported) and patched (the same file, transformed
+    and executed as a module beside it), logging (where they log) into one recorder."""
+    import importlib
+    import importlib.util
+
+    torch = pytest.importorskip("torch")
+    pairs = {}
+    for transform, module_name, name in (
+        (SHARD, "torch.distributed._shard.sharding_spec._internals", "validate_non_overlapping_shards_metadata"),
+        (PLAN, "torch.distributed.checkpoint.default_planner", "_validate_global_plan"),
+    ):
+        stock = importlib.import_module(module_name)
+        patched_code = transform.apply(Path(stock.__file__).read_bytes(), "torch-check").code
+        assert b"_ascendfix_overlaps = " in patched_code, f"torch {torch.__version__} is not one fast-validate knows"
+        patched = importlib.util.module_from_spec(importlib.util.spec_from_loader(f"{module_name}_patched", None))
+        exec(compile(patched_code, stock.__file__, "exec"), patched.__dict__)
+        pairs[name] = (stock, patched)
+    recorder = Recorder()
+    saved = {name: stock.logger for name, (stock, _) in pairs.items() if hasattr(stock, "logger")}
+    for name in saved:
+        pairs[name][0].logger = pairs[name][1].logger = recorder
+    yield torch, pairs, recorder
+    for name, logger in saved.items():
+        pairs[name][0].logger = logger
+
+
+@given(layout=layouts(lowest=0))
+@EQUIVALENCE
+def test_real_torch_shard_validation_is_unchanged(real_torch, layout):
+    from hypothesis import assume
+
+    torch, pairs, recorder = real_torch
+    from torch.distributed._shard.metadata import ShardMetadata as RealShardMetadata
+
+    try:
+        shards = [RealShardMetadata(o, s, "rank:0/cpu") for o, s in layout[1]]
+    except (ValueError, AssertionError):  # real ShardMetadata refuses some boxes before validation sees them
+        assume(False)
+    name = "validate_non_overlapping_shards_metadata"
+    stock, patched = pairs[name]
+    assert outcome(getattr(patched, name), recorder, shards) == outcome(getattr(stock, name), recorder, shards)
+
+
+@given(plan=plans())
+@EQUIVALENCE
+def test_real_torch_plan_validation_is_unchanged(real_torch, plan):
+    torch, pairs, recorder = real_torch
+    from torch.distributed.checkpoint import metadata as real
+
+    def convert(entry):
+        if isinstance(entry, BytesStorageMetadata):
+            return real.BytesStorageMetadata()
+        chunks = [real.ChunkStorageMetadata(torch.Size(c.offsets), torch.Size(c.sizes)) for c in entry.chunks]
+        return real.TensorStorageMetadata(real.TensorProperties(dtype=torch.float32), torch.Size(entry.size), chunks)
+
+    global_plan, metadata = plan
+    args = (global_plan, real.Metadata({k: convert(v) for k, v in metadata.state_dict_metadata.items()}))
+    stock, patched = pairs["_validate_global_plan"]
+    expected = outcome(stock._validate_global_plan, recorder, *args)
+    assert outcome(patched._validate_global_plan, recorder, *args) == expected
