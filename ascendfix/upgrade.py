@@ -447,14 +447,38 @@ def judge(profile: Profile, patch: Patch, candidate: Candidate | None) -> Verdic
     if state == "no-site" and patch.drop_probe == "no-site":
         reason = f"no site of {patch.id} is left in {candidate.label}: it has nothing to change (probe no-site)"
         return Verdict(patch.id, OBSOLETE, reason)
+    if patch.drop_probe == "sub-quadratic-scan":
+        holds, found = _scan_probe(patch, candidate)
+        if holds:
+            return Verdict(patch.id, OBSOLETE, found)
+        reason = "; ".join(filter(None, [reason, found]))
     if state == APPLIES:
-        return Verdict(patch.id, APPLIES, "", variant.name, sites)
+        return Verdict(patch.id, APPLIES, reason, variant.name, sites)
     if state == NOT_APPLICABLE:
         return Verdict(patch.id, NOT_APPLICABLE, reason)
     others = [v.name for v in patch.variants if v is not variant and _sites(patch, v, candidate)[0] == APPLIES]
     if others:
         reason += f" (variant {', '.join(others)} applies: --variant {patch.id}={others[0]})"
     return Verdict(patch.id, REFUSED, reason, variant.name)
+
+
+def _scan_probe(patch: Patch, candidate: Candidate) -> tuple[bool, str]:
+    """(holds, what was found) for the ``sub-quadratic-scan`` probe on every file of ``patch``."""
+    from ascendfix import scan_probe
+
+    found = []
+    for pfile in patch.files:
+        code = candidate.read(pfile.path)
+        if code is None:
+            return False, f"probe sub-quadratic-scan: {pfile.path} is missing"
+        try:
+            m = scan_probe.measure(pfile.path, code)
+        except ValueError as e:
+            return False, f"probe sub-quadratic-scan could not run: {e}"
+        kind = "sub-quadratic" if m.sub_quadratic else "still quadratic"
+        found.append((m.sub_quadratic, f"{m.function}() is {kind}: {m.growth:.1f}x the time for 4x the chunks"))
+    text = f"{candidate.label} on the expert layout: " + "; ".join(t for _, t in found) + " (probe sub-quadratic-scan)"
+    return all(holds for holds, _ in found), text
 
 
 def _dist_of(profile: Profile, patch: Patch) -> str:

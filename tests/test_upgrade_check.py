@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ascendfix import demo, manifest
+from ascendfix import demo, manifest, scan_probe
 from ascendfix.errors import UsageError
 
 from tests import upstream
@@ -89,6 +89,8 @@ def test_torch_2_10_alone_conflicts_with_torch_npu_and_together_they_pass():
     assert code == 1
     assert verdicts(data)["torch-shard-overlap-check"] == ("applies", "fast-validate", 1)
     assert verdicts(data)["torch-global-plan-check"] == ("applies", "fast-validate", 1)
+    plan = next(p for p in data["patches"] if p["id"] == "torch-global-plan-check")
+    assert "torch 2.10.0 on the expert layout: _validate_global_plan() is still quadratic" in plan["reason"]
     assert data["conflicts"] == [
         {"requirer": "torch-npu==2.7.1", "requirement": "torch==2.7.1", "pinned": "torch==2.10.0"}
     ]
@@ -182,7 +184,8 @@ def test_an_unknown_drop_probe_is_refused(tmp_path):
     source = (REPO / "patches" / "verl-cuda-probe-off.toml").read_text()
     bad = tmp_path / "verl-cuda-probe-off.toml"
     bad.write_text(source.replace('drop_probe = "no-site"', 'drop_probe = "benchmark"'))
-    with pytest.raises(UsageError, match="drop_probe: unknown probe 'benchmark' \\(known: no-site\\)"):
+    known = r"\(known: no-site, sub-quadratic-scan\)"
+    with pytest.raises(UsageError, match=f"drop_probe: unknown probe 'benchmark' {known}"):
         manifest.load_patch(bad)
 
 
@@ -195,4 +198,52 @@ def test_show_says_which_drop_when_is_checked():
     )
     assert result.returncode == 0
     assert result.stdout.count("checked by upgrade-check (no-site)") == 3
-    assert result.stdout.count("not checked by upgrade-check") == 2
+    assert result.stdout.count("checked by upgrade-check (sub-quadratic-scan)") == 2
+
+
+# A stand-in for a torch whose own checks are linear: what the torch patches' drop_when waits for.
+LINEAR = {
+    upstream.SHARD_INTERNALS: b"""
+def validate_non_overlapping_shards_metadata(shards):
+    seen = set()
+    for s in shards:
+        box = (tuple(s.shard_offsets), tuple(s.shard_sizes))
+        if box in seen:
+            raise ValueError("overlap")
+        seen.add(box)
+""",
+    upstream.DEFAULT_PLANNER: b"""
+def _validate_global_plan(global_plan, metadata) -> bool:
+    for value in metadata.state_dict_metadata.values():
+        boxes = [(tuple(c.offsets), tuple(c.sizes)) for c in value.chunks]
+        if len(set(boxes)) != len(boxes):
+            return False
+    return True
+""",
+}
+
+
+@pytest.mark.upstream
+def test_the_scan_probe_tells_torchs_quadratic_checks_from_a_linear_one():
+    root = upstream.torch_tree("2.7.1")
+    for path, linear in LINEAR.items():
+        stock = scan_probe.measure(path, (root / path).read_bytes())
+        assert not stock.sub_quadratic, stock  # about 16x the time for 4x the chunks
+        assert scan_probe.measure(path, linear).sub_quadratic  # about 4x
+    with pytest.raises(ValueError, match="no function _validate_global_plan"):
+        scan_probe.measure(upstream.DEFAULT_PLANNER, b"def other():\n    pass\n")
+    with pytest.raises(ValueError, match="fails on the expert layout"):
+        scan_probe.measure(upstream.SHARD_INTERNALS, b"def validate_non_overlapping_shards_metadata(s):\n    1 / 0\n")
+
+
+@pytest.mark.upstream
+def test_a_torch_whose_own_checks_are_sub_quadratic_makes_both_patches_obsolete(tmp_path):
+    root = tmp_path / "torch"
+    for path, code in LINEAR.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(code)
+    code, data = report("--with", f"torch={root}")
+    assert code == 0
+    for pid in ("torch-shard-overlap-check", "torch-global-plan-check"):
+        patch = next(p for p in data["patches"] if p["id"] == pid)
+        assert patch["verdict"] == "obsolete" and "is sub-quadratic" in patch["reason"], patch
