@@ -30,6 +30,8 @@ from ascendfix.transforms.base import TransformError
 APPLIES, REFUSED, OBSOLETE, UNCHANGED = "applies", "refused", "obsolete", "unchanged"
 NOT_APPLICABLE = engine.NOT_APPLICABLE  # a file that only a source checkout has, judged on a wheel
 PASSING = (APPLIES, OBSOLETE, UNCHANGED, NOT_APPLICABLE)
+NO_SITE = "no-site"  # a file where the variant finds no site; also the drop probe that looks for that
+SCAN_PROBE = "sub-quadratic-scan"
 # The wheel platforms of each device: the newer manylinux tag, and the older one as fallback.
 PLATFORMS = {
     "npu": ("manylinux_2_28_aarch64", "manylinux2014_aarch64"),
@@ -416,7 +418,7 @@ def _sites(patch: Patch, variant: Variant, candidate: Candidate) -> tuple[str, s
         found = outcome.pending + outcome.done
         total += found
         if found == 0:
-            states.append("no-site")
+            states.append(NO_SITE)
             reasons.append(f"{pfile.path}: expected {pfile.sites} site(s) for {patch.id}, found 0")
         elif found == pfile.sites and 0 in (outcome.pending, outcome.done):
             states.append(APPLIES)
@@ -431,10 +433,10 @@ def _sites(patch: Patch, variant: Variant, candidate: Candidate) -> tuple[str, s
         state = NOT_APPLICABLE
     elif REFUSED in judged:
         state = REFUSED
-    elif judged == {"no-site"}:
-        state = "no-site"
+    elif judged == {NO_SITE}:
+        state = NO_SITE
     else:
-        state = REFUSED if "no-site" in judged else APPLIES
+        state = REFUSED if NO_SITE in judged else APPLIES
     return state, "; ".join(reasons), total
 
 
@@ -444,10 +446,10 @@ def judge(profile: Profile, patch: Patch, candidate: Candidate | None) -> Verdic
         return Verdict(patch.id, UNCHANGED, f"{_dist_of(profile, patch)} is not being upgraded")
     variant = profile.variant(patch.id)
     state, reason, sites = _sites(patch, variant, candidate)
-    if state == "no-site" and patch.drop_probe == "no-site":
-        reason = f"no site of {patch.id} is left in {candidate.label}: it has nothing to change (probe no-site)"
+    if state == NO_SITE and patch.drop_probe == NO_SITE:
+        reason = f"no site of {patch.id} is left in {candidate.label}: it has nothing to change (probe {NO_SITE})"
         return Verdict(patch.id, OBSOLETE, reason)
-    if patch.drop_probe == "sub-quadratic-scan":
+    if patch.drop_probe == SCAN_PROBE:
         holds, found = _scan_probe(patch, candidate)
         if holds:
             return Verdict(patch.id, OBSOLETE, found)
@@ -470,14 +472,14 @@ def _scan_probe(patch: Patch, candidate: Candidate) -> tuple[bool, str]:
     for pfile in patch.files:
         code = candidate.read(pfile.path)
         if code is None:
-            return False, f"probe sub-quadratic-scan: {pfile.path} is missing"
+            return False, f"probe {SCAN_PROBE}: {pfile.path} is missing"
         try:
             m = scan_probe.measure(pfile.path, code)
         except ValueError as e:
-            return False, f"probe sub-quadratic-scan could not run: {e}"
+            return False, f"probe {SCAN_PROBE} could not run: {e}"
         kind = "sub-quadratic" if m.sub_quadratic else "still quadratic"
         found.append((m.sub_quadratic, f"{m.function}() is {kind}: {m.growth:.1f}x the time for 4x the chunks"))
-    text = f"{candidate.label} on the expert layout: " + "; ".join(t for _, t in found) + " (probe sub-quadratic-scan)"
+    text = f"{candidate.label} on the expert layout: " + "; ".join(t for _, t in found) + f" (probe {SCAN_PROBE})"
     return all(holds for holds, _ in found), text
 
 
@@ -546,7 +548,7 @@ def conflicts(
                 continue
             if req.specifier.contains(pins[needed], prereleases=True):
                 continue
-            who, pinned = f"{requirer}=={pins.get(requirer, '?')}", f"{needed}=={pins[needed]}"
+            who, pinned = _release(requirer, pins, candidates), f"{needed}=={pins[needed]}"
             if (requirer, needed) in accepted:
                 judged[(requirer, needed)] = Accepted(who, str(req), pinned, True)
             else:
@@ -554,7 +556,7 @@ def conflicts(
     for (requirer, needed), a in accepted.items():
         if (requirer, needed) in judged or not ({requirer, needed} & set(candidates)) or needed not in pins:
             continue
-        who, pinned = f"{requirer}=={pins.get(requirer, '?')}", f"{needed}=={pins[needed]}"
+        who, pinned = _release(requirer, pins, candidates), f"{needed}=={pins[needed]}"
         if requirer in requires:  # its requirements were read: none of them is violated any more
             own = [str(r) for r in _applicable(requires[requirer], target) if canonical(r.name) == needed]
             judged[(requirer, needed)] = Accepted(who, ", ".join(own) or "(none)", pinned, False)
@@ -563,6 +565,11 @@ def conflicts(
             still = req is not None and not req.specifier.contains(pins[needed], prereleases=True)
             judged[(requirer, needed)] = Accepted(who, a.requirement, pinned, still)
     return found, list(judged.values()), notes
+
+
+def _release(dist: str, pins: dict[str, str], candidates: dict[str, Candidate]) -> str:
+    """``dist==version``, or the checkout's label when it does not state a version."""
+    return f"{dist}=={pins[dist]}" if dist in pins else candidates[dist].label if dist in candidates else dist
 
 
 def _requirement_name(text: str) -> str:
