@@ -799,9 +799,12 @@ def upgrade_check(profile_ref: str, device: str | None, releases: tuple[str, ...
         for note in report.notes:
             err.print(f"[yellow]note:[/] {escape(note)}")
         failing = sum(v.verdict not in upgrade.PASSING for v in report.patches) + len(report.conflicts)
-        out.print(
-            "\n[green]the upgrade keeps every patch and pin[/]" if report.ok else f"\n[red]{failing} problem(s)[/]"
-        )
+        if not report.ok:
+            out.print(f"\n[red]{failing} problem(s)[/]")
+        elif report.notes:
+            out.print(f"\n[yellow]no problem found, but {len(report.notes)} requirement check(s) could not run[/]")
+        else:
+            out.print("\n[green]the upgrade keeps every patch and pin[/]")
     if not report.ok:
         sys.exit(1)
 

@@ -162,7 +162,8 @@ class Report:
         return all(v.verdict in PASSING for v in self.patches) and not self.conflicts
 
     def as_json(self) -> dict:
-        """The JSON contract: profile, device, with, patches, conflicts; plus the accepted conflicts judged."""
+        """The JSON contract: profile, device, with, patches, conflicts; plus the accepted conflicts judged and
+        notes (requirements that could not be read, so were not checked)."""
         return {
             "profile": self.profile,
             "device": self.device,
@@ -178,6 +179,7 @@ class Report:
                 {"requirer": a.requirer, "requirement": a.requirement, "pinned": a.pinned, "needed": a.needed}
                 for a in self.accepted
             ],
+            "notes": list(self.notes),
         }
 
 
@@ -275,8 +277,12 @@ def _not_found(spec: str, target: Target, stderr: str) -> AscendfixError:
                 f"{spec}: the release exists but has no wheel for {' or '.join(target.platforms)} "
                 f"and Python {target.python} (pass --platform TAG)"
             )
-        newest = f" (newest: {versions[-1]})" if versions else ""
-        return UsageError(f"{spec}: no such release of {dist} on the package index{newest}")
+        if not versions:
+            return UsageError(
+                f"{spec}: the package index has no wheel of {dist} for {' or '.join(target.platforms)} "
+                f"and Python {target.python} (pass --platform TAG)"
+            )
+        return UsageError(f"{spec}: no such release of {dist} on the package index (newest: {versions[-1]})")
     lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("WARNING")]
     return AscendfixError(f"cannot fetch {spec}: {lines[-1].strip() if lines else 'pip failed'}")
 

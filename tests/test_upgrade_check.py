@@ -21,7 +21,7 @@ from tests import upstream
 
 REPO = Path(__file__).resolve().parent.parent
 DAPO = "recipe/dapo/dapo_ray_trainer.py"
-KEYS = ["profile", "device", "with", "patches", "conflicts", "accepted"]
+KEYS = ["profile", "device", "with", "patches", "conflicts", "accepted", "notes"]
 
 
 def check(*args: str) -> subprocess.CompletedProcess:
@@ -58,7 +58,7 @@ def test_verl_0_7_0_keeps_every_patch_and_drops_the_accepted_tensordict_conflict
     }
     dapo = next(p for p in data["patches"] if p["id"] == "verl-dapo-no-interleave")
     assert "only in a verl source checkout" in dapo["reason"] and "--with verl=CHECKOUT" in dapo["reason"]
-    assert data["conflicts"] == []
+    assert data["conflicts"] == [] and data["notes"] == []
     # verl 0.7.0 allows tensordict up to 0.10.0: the profile's accepted conflict is no longer needed
     assert data["accepted"] == [
         {
@@ -70,6 +70,7 @@ def test_verl_0_7_0_keeps_every_patch_and_drops_the_accepted_tensordict_conflict
     ]
     text = check("--with", "verl==0.7.0")
     assert text.returncode == 0 and "no longer needed" in text.stdout
+    assert "the upgrade keeps every patch and pin" in text.stdout
 
 
 @pytest.mark.upstream
@@ -148,6 +149,21 @@ def test_a_checkout_is_read_in_place_and_needs_its_recipe(checkout):
     (checkout / DAPO).write_bytes(demo.DAPO)  # the demo's stand-in with the two DAPO sites
     code, data = report("--with", f"verl={checkout}")
     assert code == 0 and verdicts(data)["verl-dapo-no-interleave"] == ("applies", "default", 2)
+    (checkout / "setup.py").unlink()  # nothing says what it requires: said, not guessed
+    (checkout / "pyproject.toml").unlink()
+    code, data = report("--with", f"verl={checkout}")
+    assert code == 0
+    # the accepted conflict is then judged on the requirement the profile accepted
+    assert data["accepted"] == [
+        {
+            "requirer": f"verl checkout {checkout}",  # no version stated either
+            "requirement": "tensordict>=0.8.0,<=0.9.1,!=0.9.0",
+            "pinned": "tensordict==0.10.0",
+            "needed": True,
+        }
+    ]
+    assert data["notes"] == [f"verl checkout {checkout}: its requirements are not stated statically; not checked"]
+    assert "requirement check(s) could not run" in check("--with", f"verl={checkout}").stdout
 
 
 @pytest.mark.upstream
