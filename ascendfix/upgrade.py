@@ -511,15 +511,18 @@ def _pins(profile: Profile, device: str, candidates: dict[str, Candidate]) -> di
 
 def _applicable(requires: tuple[str, ...], target: Target) -> list:
     """The parsed requirements whose markers hold on ``target`` (no extras)."""
+    from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
     from packaging.requirements import InvalidRequirement, Requirement
 
     found = []
     for text in requires:
         try:
             req = Requirement(text)
+            if req.marker is None or req.marker.evaluate(target.markers()):
+                found.append(req)
         except InvalidRequirement:
             continue
-        if req.marker is None or req.marker.evaluate(target.markers()):
+        except (UndefinedComparison, UndefinedEnvironmentName):  # a marker we cannot decide: check it anyway
             found.append(req)
     return found
 
