@@ -32,6 +32,8 @@ class Size(tuple):
 
 @dataclass
 class ShardMetadata:
+    """Stand-in for torch's ShardMetadata."""
+
     shard_offsets: list
     shard_sizes: list
     placement: object = None
@@ -39,12 +41,16 @@ class ShardMetadata:
 
 @dataclass
 class ChunkStorageMetadata:
+    """Stand-in for torch's ChunkStorageMetadata."""
+
     offsets: Size
     sizes: Size
 
 
 @dataclass
 class TensorStorageMetadata:
+    """Stand-in for torch's TensorStorageMetadata."""
+
     size: Size
     chunks: list
     properties: object = None
@@ -52,11 +58,13 @@ class TensorStorageMetadata:
 
 @dataclass
 class BytesStorageMetadata:
-    pass
+    """Stand-in for torch's BytesStorageMetadata."""
 
 
 @dataclass
 class Metadata:
+    """Stand-in for torch's checkpoint Metadata."""
+
     state_dict_metadata: dict
     planner_data: object = None
 

@@ -88,7 +88,6 @@ class Candidate:
     """One release being judged: a fetched wheel or a local checkout, with its metadata."""
 
     dist: str  # canonical name
-    asked: str  # the version asked for, or the checkout's path
     version: str | None  # from the wheel's METADATA or the checkout; None when a checkout does not say
     requires: tuple[str, ...] | None  # Requires-Dist; None when a checkout's are not static
     source: Path
@@ -332,7 +331,7 @@ def _wheel_candidate(dist: str, version: str, target: Target) -> Candidate:
     with zipfile.ZipFile(wheel) as zf:
         names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
         found, requires = _metadata_fields(zf.read(names[0]).decode("utf-8", "replace")) if names else (None, ())
-    return Candidate(dist, version, found or version, requires, wheel, False)
+    return Candidate(dist, found or version, requires, wheel, False)
 
 
 def _checkout_candidate(dist: str, path: Path) -> Candidate:
@@ -352,7 +351,7 @@ def _checkout_candidate(dist: str, path: Path) -> Candidate:
         requires = tuple(project["dependencies"])
     elif (path / "setup.py").is_file():
         requires = _setup_py_requires((path / "setup.py").read_text(encoding="utf-8", errors="replace"))
-    return Candidate(dist, str(path), version, requires, path, True)
+    return Candidate(dist, version, requires, path, True)
 
 
 def _setup_py_requires(text: str) -> tuple[str, ...] | None:
