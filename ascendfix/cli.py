@@ -745,8 +745,6 @@ def compare_command(a: Path, b: Path, as_json: bool) -> None:
 
 # --- upgrade-check: judge candidate releases before rebuilding the image ------------------------
 
-VERDICT_STYLE = {"applies": "green", "obsolete": "cyan", "unchanged": "dim", "refused": "red", "not-applicable": "dim"}
-
 
 @main.command("upgrade-check")
 @click.option("--profile", "profile_ref", default=DEFAULT_PROFILE, show_default=True, help="Profile name or file.")
@@ -766,8 +764,8 @@ def upgrade_check(profile_ref: str, device: str | None, releases: tuple[str, ...
     """Judge an upgrade before rebuilding the image: each patch on the named releases, and the pins.
 
     Fetches each release with pip download --no-deps into the user's cache and judges it in memory,
-    installing nothing. Exit 0 when every patch applies, is obsolete or unchanged and nothing
-    conflicts; 1 otherwise; 2 on bad input or a release that does not exist.
+    installing nothing. Exit 0 when every patch applies, is obsolete, unchanged or needs a checkout
+    to be judged, and nothing conflicts; 1 otherwise; 2 on bad input or a release that does not exist.
     """
     from ascendfix import upgrade
     from ascendfix.device import detect_device
@@ -779,13 +777,14 @@ def upgrade_check(profile_ref: str, device: str | None, releases: tuple[str, ...
     if as_json:
         emit_json(report.as_json())
     else:
+        style = {upgrade.APPLIES: "green", upgrade.OBSOLETE: "cyan", upgrade.REFUSED: "red"}
         asked = ", ".join(f"{dist} {what}" for dist, what in report.with_.items())
         where = f"{' or '.join(report.target.platforms)}, Python {report.target.python}"
         out.print(f"[bold]{escape(report.profile)}[/] on {report.device} with {escape(asked)} [dim]({where})[/]\n")
         for v in report.patches:
             variant = f" [{v.variant}]" if v.variant and v.variant != manifest.DEFAULT_VARIANT else ""
             sites = f", {v.sites} site(s)" if v.sites is not None else ""
-            out.print(f"[{VERDICT_STYLE.get(v.verdict, '')}]{v.verdict:15}[/] {v.id}{escape(variant)}{sites}")
+            out.print(f"[{style.get(v.verdict, 'dim')}]{v.verdict:15}[/] {v.id}{escape(variant)}{sites}")
             if v.reason:
                 out.print(f"                [dim]{escape(v.reason)}[/]")
         for c in report.conflicts:
