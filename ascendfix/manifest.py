@@ -31,6 +31,12 @@ PATCH_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 HINT_OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)+(=\S.*)?$")
+# Checks of a patch's drop_when that upgrade-check runs on a candidate release (``drop_probe``).
+DROP_PROBES = {
+    "no-site": "the patch's transform finds no site left in its files",
+    "sub-quadratic-scan": "torch's own overlap check, run on the release's code, does less than 8x the work "
+    "for 4x the chunks of the benchmark's expert layout (slower than n² growth)",
+}
 
 
 @dataclass(frozen=True)
@@ -173,6 +179,7 @@ class Patch:
     source: Path
     caveat: str | None = None  # warned on apply (e.g. a setting the patch does not go with)
     superseded: Superseded | None = None  # doctor's hazards check warns from that release on
+    drop_probe: str | None = None  # a key of DROP_PROBES: drop_when, checked on a release
 
 
 @dataclass(frozen=True)
@@ -361,7 +368,10 @@ def load_patch(path: Path) -> Patch:
         source=path,
         caveat=top.text("caveat", required=False),
         superseded=_superseded(top.table("superseded", required=False)),
+        drop_probe=top.text("drop_probe", required=False),
     )
+    if patch.drop_probe is not None and patch.drop_probe not in DROP_PROBES:
+        top.fail("drop_probe", f"unknown probe {patch.drop_probe!r} (known: {', '.join(DROP_PROBES)})")
     top.done()
     return patch
 

@@ -3,8 +3,9 @@
 The functions timed are the real bodies from the torch wheels (downloaded into the test cache,
 never committed), run with stand-ins for the torch types (tests/torch_standins.py):
 ``validate_non_overlapping_shards_metadata`` (every load) and ``_validate_global_plan`` (every
-save), stock 2.7.1 (the A2's torch), stock 2.14.1 (newest; it has 2.10's sort-and-sweep), the
-guide's ``skip`` and ascendfix's ``fast-validate`` on both.
+save), stock 2.7.1 (the A2's torch, pairwise), stock 2.10.0 (torch's own sort-and-sweep, which
+sweeps the largest dimension), stock 2.14.1 (newest; the same sweep, returning list[str]), the
+guide's ``skip`` and ascendfix's ``fast-validate`` on all three.
 
 The layout is Megatron's distributed checkpoint of Qwen3-235B-A22B on 128 NPUs, TP4 PP8 EP4
 (expert TP 1): 94 layers stacked on a leading axis, PP stages of 12,12,12,12,12,12,11,11 layers;
@@ -15,6 +16,7 @@ Stock torch runs once per tensor (minutes on the expert tensors); skip and fast-
 the best of three. Whole checkpoint = the sum over its tensors (both functions work per tensor).
 
 Targets: fast-validate < 1 s for the whole checkpoint; >= 1000x stock 2.7.1 on the expert tensor.
+The ratio columns are measured side by side in this run: stock 2.7.1 / fast and stock 2.10.0 / fast.
 
     python benchmarks/dcp_validation.py [--layers N] [--equivalence EXAMPLES]
 
@@ -51,6 +53,7 @@ from tests.torch_standins import (  # noqa: E402
 )
 
 TEMPLATE = "templates/fast_overlap.py"
+VERSIONS = ("2.7.1", "2.10.0", "2.14.1")  # the A2's torch, torch's own sweep, the newest
 SHARDS, PLAN = "validate_non_overlapping_shards_metadata", "_validate_global_plan"
 TP, PP, EP, WORLD = 4, 8, 4, 128
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, EXPERTS, MOE_FFN, VOCAB = 4096, 64, 4, 128, 128, 1536, 151936
@@ -121,7 +124,7 @@ def qwen3_235b(layers: int) -> list[Tensor]:
 def variants() -> dict[str, dict[str, tuple]]:
     """name -> {function: (callable, logger)} for every column of the table."""
     columns = {}
-    for version in upstream.TORCH_WHEELS:
+    for version in VERSIONS:
         root = upstream.torch_tree(version)
         shard_src = (root / upstream.SHARD_INTERNALS).read_bytes()
         plan_src = (root / upstream.DEFAULT_PLANNER).read_bytes()
@@ -141,7 +144,7 @@ def variants() -> dict[str, dict[str, tuple]]:
             shard_ns, shard_log = load(shards, SHARD_FUNCTIONS)
             plan_ns, plan_log = load(plan, PLAN_FUNCTIONS)
             columns[name] = {SHARDS: (shard_ns[SHARDS], shard_log), PLAN: (plan_ns[PLAN], plan_log)}
-    order = ["stock 2.7.1", "stock 2.14.1", "skip 2.7.1", "fast 2.7.1", "fast 2.14.1"]
+    order = [f"stock {v}" for v in VERSIONS] + ["skip 2.7.1"] + [f"fast {v}" for v in VERSIONS]
     return {name: columns[name] for name in order}
 
 
@@ -150,6 +153,11 @@ def arguments(function: str, tensor: Tensor) -> tuple:
         return ([ShardMetadata(list(o), list(s)) for o, s in tensor.boxes],)
     chunks = [ChunkStorageMetadata(Size(o), Size(s)) for o, s in tensor.boxes]
     return [object()] * WORLD, Metadata({tensor.name: TensorStorageMetadata(Size(tensor.shape), chunks)})
+
+
+def speedups(times: dict[str, float]) -> str:
+    """The two ratio columns: stock 2.7.1 / fast 2.7.1 and stock 2.10.0 / fast 2.10.0."""
+    return " ".join(f"{times[f'stock {v}'] / times[f'fast {v}']:10.0f}x" for v in VERSIONS[:2])
 
 
 def timed(func, logger, args, runs: int) -> tuple[float, tuple]:
@@ -186,7 +194,8 @@ def main() -> None:
     print(f"Qwen3-235B-A22B, {args.layers} layers, TP{TP} PP{PP} EP{EP}: {len(tensors)} tensors, {total_chunks} chunks")
     for function in (SHARDS, PLAN):
         print(f"\n{function}: seconds (stock: one run; skip, fast: best of 3)")
-        print(f"{'tensor':58} {'chunks':>6} " + " ".join(f"{n:>12}" for n in names) + f" {'2.7.1/fast':>11}")
+        ratios = f" {'2.7.1/fast':>11} {'2.10.0/fast':>11}"
+        print(f"{'tensor':58} {'chunks':>6} " + " ".join(f"{n:>12}" for n in names) + ratios)
         whole = dict.fromkeys(names, 0.0)
         for tensor in sorted(tensors, key=lambda t: -len(t.boxes)):
             args_ = arguments(function, tensor)
@@ -194,17 +203,16 @@ def main() -> None:
             for name, funcs in columns.items():
                 times[name], results[name] = timed(*funcs[function], args_, 1 if name.startswith("stock") else 3)
                 whole[name] += times[name]
-            for version in upstream.TORCH_WHEELS:
+            for version in VERSIONS:
                 if results[f"fast {version}"] != results[f"stock {version}"]:
                     raise SystemExit(f"{tensor.name}: fast {version} differs from stock: {results}")
-            ratio = times["stock 2.7.1"] / times["fast 2.7.1"]
             row = " ".join(f"{times[n]:12.5f}" for n in names)
-            print(f"{tensor.name[-58:]:58} {len(tensor.boxes):6} {row} {ratio:10.0f}x")
-        ratio = whole["stock 2.7.1"] / whole["fast 2.7.1"]
+            print(f"{tensor.name[-58:]:58} {len(tensor.boxes):6} {row} {speedups(times)}")
         row = " ".join(f"{whole[n]:12.4f}" for n in names)
-        print(f"{'whole checkpoint':58} {total_chunks:6} {row} {ratio:10.0f}x")
-        speedup_newest = whole["stock 2.14.1"] / whole["fast 2.14.1"]
-        print(f"  fast-validate vs stock 2.14.1 on the whole checkpoint: {speedup_newest:.0f}x; results identical")
+        print(f"{'whole checkpoint':58} {total_chunks:6} {row} {speedups(whole)}")
+        for version in VERSIONS[1:]:
+            speedup = whole[f"stock {version}"] / whole[f"fast {version}"]
+            print(f"  fast-validate vs stock {version} on the whole checkpoint: {speedup:.0f}x; results identical")
     if args.equivalence:
         equivalence(args.equivalence)
 

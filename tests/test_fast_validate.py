@@ -1,8 +1,11 @@
 """fast-validate: the patched torch checkpoint validators behave exactly like the stock ones.
 
-The stock and patched functions are the real bodies from the torch wheels (see
-tests/torch_standins.py). ``ASCENDFIX_EQUIVALENCE_EXAMPLES`` sets the examples per property
-(benchmarks/dcp_validation.py --equivalence runs 10,000); CI runs a fixed, derandomized set.
+The stock and patched functions are the real bodies from the torch wheels, 2.5.0 to 2.14.1 (see
+tests/torch_standins.py); the hypothesis properties run on one release per distinct body
+(``upstream.EQUIVALENCE_VERSIONS``). ``ASCENDFIX_EQUIVALENCE_EXAMPLES`` sets the examples per
+property (benchmarks/dcp_validation.py --equivalence runs 10,000); CI runs a fixed, derandomized set.
+Where torch itself is installed (a CPU build is enough), the same properties also run on its real
+modules and types, stock against patched; without torch those two tests skip.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from tests.torch_standins import (
     BytesStorageMetadata,
     ChunkStorageMetadata,
     Metadata,
+    Recorder,
     ShardMetadata,
     Size,
     TensorStorageMetadata,
@@ -41,6 +45,7 @@ from tests.torch_standins import (
 pytestmark = pytest.mark.upstream
 
 VERSIONS = list(upstream.TORCH_WHEELS)
+PAIRWISE = [v for v in VERSIONS if tuple(map(int, v.split("."))) < (2, 10)]  # before torch's sort-and-sweep
 TEMPLATE = "templates/fast_overlap.py"
 SHARD = FastOverlapScan("_find_nd_overlapping_shards", TEMPLATE)
 PLAN = FastOverlapScan("_validate_global_plan", TEMPLATE)
@@ -59,10 +64,8 @@ def _source(version: str, path: str) -> bytes:
     return (upstream.torch_tree(version) / path).read_bytes()
 
 
-@pytest.fixture(scope="module", params=VERSIONS)
-def pair(request):
-    """(stock, patched) namespaces of both modules of one torch version, each with its logger."""
-    version = request.param
+def _load_pair(version: str) -> tuple[str, dict]:
+    """(version, {path: ((stock, logger), (patched, logger))}) for both modules of one torch release."""
     loaded = {}
     for transform, path, names in (
         (SHARD, upstream.SHARD_INTERNALS, SHARD_FUNCTIONS),
@@ -72,6 +75,18 @@ def pair(request):
         patched = transform.apply(stock, "torch-check").code
         loaded[path] = (load(stock, names), load(patched, names))
     return version, loaded
+
+
+@pytest.fixture(scope="module", params=upstream.EQUIVALENCE_VERSIONS)
+def pair(request):
+    """(stock, patched) namespaces of both modules of one release per distinct body, each with its logger."""
+    return _load_pair(request.param)
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def any_pair(request):
+    """The same for every torch release fast-validate knows."""
+    return _load_pair(request.param)
 
 
 # --- layouts ---------------------------------------------------------------------------------
@@ -193,9 +208,9 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", DAMAGE)
-def test_realistic_layouts_with_damage(pair, damage):
+def test_realistic_layouts_with_damage(any_pair, damage):
     """The expert tensor of the benchmark, 2 layers deep, clean and damaged: the same answer at scale."""
-    _, loaded = pair
+    _, loaded = any_pair
     boxes = DAMAGE[damage](_experts(2))
     shape = Size([2, 128, 3072, 4096])
     (stock, stock_log), (patched, patched_log) = loaded[upstream.SHARD_INTERNALS]
@@ -210,13 +225,13 @@ def test_realistic_layouts_with_damage(pair, damage):
     assert bool(expected[2]) == (damage != "clean")  # damage is reported, a clean layout is not
 
 
-def test_helpers_take_the_fast_path(pair):
+def test_helpers_take_the_fast_path(any_pair):
     """The equivalence above is not won by falling back: int boxes get an answer, grid or not."""
-    version, loaded = pair
+    version, loaded = any_pair
     (_, _), (patched, _) = loaded[upstream.DEFAULT_PLANNER]
     grid = [ChunkStorageMetadata(Size([r, c]), Size([2, 3])) for r in (0, 2) for c in (0, 3, 6)]
     ragged = [*grid, ChunkStorageMetadata(Size([1, 1]), Size([1, 3])), ChunkStorageMetadata(Size([1, 4]), Size([0, 0]))]
-    if version == "2.7.1":
+    if version in PAIRWISE:
         later = patched["_ascendfix_chunks_overlapping_later"]
         assert [list(c) for c in later(grid + grid[:1])] == [[grid[0]], [], [], [], [], [], []]
         assert later(ragged)[0] == [ragged[6]] and later(ragged)[1] == [ragged[6], ragged[7]]
@@ -255,7 +270,7 @@ def test_a_changed_scan_is_refused(version, transform, path):
     changed = stock.replace("_offsets[i] >= shard2", "_offsets[i] > shard2").replace(
         "box0.offsets[i] >= box1", "box0.offsets[i] > box1"
     )
-    if version == "2.7.1" and transform is SHARD:
+    if version in PAIRWISE and transform is SHARD:
         changed = stock.replace("interval_i[0] > interval_j[1]", "interval_i[0] >= interval_j[1]")
     assert changed != stock
     with pytest.raises(TransformError, match="use the skip variant"):
@@ -358,3 +373,70 @@ def test_engine_applies_switches_and_reverts_the_variants(copy_tree, version):
     assert b"_ascendfix_" not in (root / upstream.DEFAULT_PLANNER).read_bytes()
     engine.revert(select("skip"))
     assert {p: (root / p).read_bytes() for p in before} == before
+
+
+# --- with real torch, where it is installed (a CPU torch runs this; the suite does not need it) ---
+
+
+@pytest.fixture(scope="module")
+def real_torch():
+    """The installed torch's two validators, stock (imported) and patched (the same file, transformed
+    and executed as a module beside it), logging (where they log) into one recorder."""
+    import importlib
+    import importlib.util
+
+    torch = pytest.importorskip("torch")
+    pairs = {}
+    for transform, module_name, name in (
+        (SHARD, "torch.distributed._shard.sharding_spec._internals", "validate_non_overlapping_shards_metadata"),
+        (PLAN, "torch.distributed.checkpoint.default_planner", "_validate_global_plan"),
+    ):
+        stock = importlib.import_module(module_name)
+        patched_code = transform.apply(Path(stock.__file__).read_bytes(), "torch-check").code
+        assert b"_ascendfix_overlaps = " in patched_code, f"torch {torch.__version__} is not one fast-validate knows"
+        patched = importlib.util.module_from_spec(importlib.util.spec_from_loader(f"{module_name}_patched", None))
+        exec(compile(patched_code, stock.__file__, "exec"), patched.__dict__)
+        pairs[name] = (stock, patched)
+    recorder = Recorder()
+    saved = {name: stock.logger for name, (stock, _) in pairs.items() if hasattr(stock, "logger")}
+    for name in saved:
+        pairs[name][0].logger = pairs[name][1].logger = recorder
+    yield torch, pairs, recorder
+    for name, logger in saved.items():
+        pairs[name][0].logger = logger
+
+
+@given(layout=layouts(lowest=0))
+@EQUIVALENCE
+def test_real_torch_shard_validation_is_unchanged(real_torch, layout):
+    from hypothesis import assume
+
+    torch, pairs, recorder = real_torch
+    from torch.distributed._shard.metadata import ShardMetadata as RealShardMetadata
+
+    try:
+        shards = [RealShardMetadata(o, s, "rank:0/cpu") for o, s in layout[1]]
+    except (ValueError, AssertionError):  # real ShardMetadata refuses some boxes before validation sees them
+        assume(False)
+    name = "validate_non_overlapping_shards_metadata"
+    stock, patched = pairs[name]
+    assert outcome(getattr(patched, name), recorder, shards) == outcome(getattr(stock, name), recorder, shards)
+
+
+@given(plan=plans())
+@EQUIVALENCE
+def test_real_torch_plan_validation_is_unchanged(real_torch, plan):
+    torch, pairs, recorder = real_torch
+    from torch.distributed.checkpoint import metadata as real
+
+    def convert(entry):
+        if isinstance(entry, BytesStorageMetadata):
+            return real.BytesStorageMetadata()
+        chunks = [real.ChunkStorageMetadata(torch.Size(c.offsets), torch.Size(c.sizes)) for c in entry.chunks]
+        return real.TensorStorageMetadata(real.TensorProperties(dtype=torch.float32), torch.Size(entry.size), chunks)
+
+    global_plan, metadata = plan
+    args = (global_plan, real.Metadata({k: convert(v) for k, v in metadata.state_dict_metadata.items()}))
+    stock, patched = pairs["_validate_global_plan"]
+    expected = outcome(stock._validate_global_plan, recorder, *args)
+    assert outcome(patched._validate_global_plan, recorder, *args) == expected

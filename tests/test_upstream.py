@@ -94,14 +94,20 @@ def test_torch_2_7_1_keeps_validating_by_default_and_skip_is_one_switch_away(cop
     assert tree_bytes(root) == before
 
 
+@pytest.mark.parametrize("version", upstream.TORCH_RELEASES)
+def test_every_torch_release_is_a_known_original(version):
+    """Each release's two files are a preimage labelled with that release (apply --strict takes them)."""
+    selection = engine.select(PROFILE, "npu", tuple(TORCH_IDS), roots={"torch": upstream.torch_tree(version)})
+    labels = [s.files[0].preimage for s in engine.evaluate(selection)]
+    assert all(label and version in label.removeprefix("torch ").split(", ") for label in labels), labels
+
+
 def test_torch_2_14_returns_an_empty_error_list(copy_tree):
     root = copy_tree(upstream.torch_tree("2.14.1"))
     before = tree_bytes(root)
     selection = engine.select(PROFILE, "npu", tuple(TORCH_IDS), roots={"torch": root}, variants=SKIP)
-    with pytest.raises(RefusedError, match="not a known original"):
-        engine.apply(selection, strict=True)
-    result = engine.apply(selection)
-    assert all(s.state == "applied" and s.warnings for s in result)
+    result = engine.apply(selection, strict=True)  # a known original since the preimages list every release
+    assert all(s.state == "applied" and not s.warnings for s in result)
     planner = (root / upstream.DEFAULT_PLANNER).read_text()
     assert "-> list[str]:\n" in planner and "    return []  # ascendfix: torch-global-plan-check\n" in planner
     namespace: dict = {}

@@ -13,17 +13,23 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
 VERL_VERSIONS = ["0.4.0", "0.4.1", "0.5.0", "0.6.0", "0.6.1", "0.7.0", "0.7.1", "0.8.0", "0.9.0", "0.9.1"]
+TORCH_RELEASES = ["2.5.0", "2.5.1", "2.6.0", "2.7.0", "2.7.1", "2.8.0", "2.9.0", "2.9.1", "2.10.0", "2.11.0"]
+TORCH_RELEASES += ["2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"]
+# version: (platform, python version) -- every release from 2.5 to 2.14: the A2's own wheel for 2.7.1,
+# else the small macOS arm64 one (the two checkpoint files are the same on every platform)
 TORCH_WHEELS = {
-    # version: (platform, python version) -- the A2's own wheel, and one with the >= 2.12 forms
-    "2.7.1": ("manylinux_2_28_aarch64", "3.10"),
-    "2.14.1": ("macosx_14_0_arm64", "3.11"),
+    v: ("manylinux_2_28_aarch64", "3.10") if v == "2.7.1" else ("macosx_14_0_arm64", "3.11") for v in TORCH_RELEASES
 }
+# One release per distinct body of the two functions: the pairwise scans (typing.List, then list
+# annotations, then 2.9's volume condition), 2.10's sort-and-sweep returning bool, >= 2.12's list[str].
+EQUIVALENCE_VERSIONS = ["2.5.1", "2.7.1", "2.9.1", "2.10.0", "2.13.0"]
 SHARD_INTERNALS = "torch/distributed/_shard/sharding_spec/_internals.py"
 DEFAULT_PLANNER = "torch/distributed/checkpoint/default_planner.py"
 
@@ -35,16 +41,17 @@ def cache_dir() -> Path:
     return path
 
 
-def _download(spec: str, extra: list[str]) -> Path:
+def _download(spec: str, extra: list[str], sdist: bool = False) -> Path:
     wheels = cache_dir() / "wheels"
     wheels.mkdir(exist_ok=True)
     name, version = spec.split("==")
-    pattern = f"{name}-{version}-*.whl"
+    pattern = f"{name}-{version}.tar.gz" if sdist else f"{name}-{version}-*.whl"
     with open(cache_dir() / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test processes share the cache
         found = sorted(wheels.glob(pattern))
         if not found:
-            cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
+            binary = "--no-binary=:all:" if sdist else "--only-binary=:all:"
+            cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", binary]
             result = subprocess.run(
                 [*cmd, *extra, "-d", str(wheels), spec], capture_output=True, text=True, timeout=900
             )
@@ -85,3 +92,19 @@ def torch_tree(version: str) -> Path:
 def verl_wheel(version: str) -> Path:
     """The verl ``version`` wheel itself, as PyPI serves it."""
     return _download(f"verl=={version}", [])
+
+
+def verl_checkout(version: str) -> Path:
+    """verl's PyPI source distribution of ``version``, unpacked: a checkout's layout (setup.py, version
+    file, verl/), without recipe/ (which only the git repository has)."""
+    archive = _download(f"verl=={version}", [], sdist=True)
+    dest = cache_dir() / "trees" / f"verl-{version}-sdist"
+    with open(cache_dir() / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (dest / ".complete").exists():
+            shutil.rmtree(dest, ignore_errors=True)
+            with tarfile.open(archive) as tar:
+                safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # 3.10.12+ has filters
+                tar.extractall(dest, **safe)
+            (dest / ".complete").touch()
+    return dest / f"verl-{version}"

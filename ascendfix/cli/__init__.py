@@ -29,6 +29,7 @@ COMMANDS = {
     "compare": "report:compare_command",
     "export": "export:export",
     "demo": "demo:demo",
+    "upgrade-check": "upgrade:upgrade_check",
 }
 
 

@@ -71,6 +71,11 @@ def _render_profile(prof: manifest.Profile) -> None:
             how = registry.get(variant.transform).description()
             console.print(f"  [dim]{escape(name)}transform {variant.transform}:[/] {escape(how)}")
         console.print(f"  [dim]drop when:[/] {escape(' '.join(patch.drop_when.split()))}")
+        if patch.drop_probe:
+            probe = manifest.DROP_PROBES[patch.drop_probe]
+            console.print(f"  [dim]checked by upgrade-check ({patch.drop_probe}):[/] obsolete when {escape(probe)}")
+        else:
+            console.print("  [dim]not checked by upgrade-check (measure it; see drop when)[/]")
     for rule in prof.rules:
         when = " and ".join(c.describe() for c in rule.when)
         console.print(f"\n[bold]rule {rule.id}[/] ({rule.action}; {', '.join(rule.devices)}): " + escape(when))

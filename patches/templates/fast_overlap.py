@@ -27,7 +27,16 @@ Keep every docstring on one line: the transform marks each inserted line with a 
 # ``index`` its position variable; ``narrow_outer`` also narrows the outer loop to the positions
 # that have an overlap (a sweep, whose outer loop does nothing else).
 REPLACES = {
-    # torch 2.7.1 _internals._find_nd_overlapping_shards: every i, every j > i; returns the first (i, j)
+    # _internals._find_nd_overlapping_shards, pairwise: every i, every j > i; returns the first (i, j)
+    # torch 2.5.0, 2.5.1, 2.6.0 (typing.List annotations)
+    "e55657925f2ac7340bc53af48e33a33b4a48bfa3bc4968d2c96efe70a81a4b49": {
+        "loop": "for i in range(len(shards))",
+        "helper": "_ascendfix_shards_overlapping_later",
+        "args": "shards, sharded_dims",
+        "index": "i",
+        "narrow_outer": False,
+    },
+    # torch 2.7.0, 2.7.1, 2.8.0, 2.9.0, 2.9.1
     "f0235046d2ddb7841563cdf73429e2e9ec8a231c64c7fbdef7ab20a721bb949c": {
         "loop": "for i in range(len(shards))",
         "helper": "_ascendfix_shards_overlapping_later",
@@ -35,7 +44,8 @@ REPLACES = {
         "index": "i",
         "narrow_outer": False,
     },
-    # torch 2.14.1 _internals._find_nd_overlapping_shards: sort-and-sweep; returns the first overlap met
+    # _internals._find_nd_overlapping_shards, sort-and-sweep; returns the first overlap met
+    # torch 2.10.0, 2.11.0, 2.12.0, 2.12.1, 2.13.0, 2.14.0, 2.14.1
     "a9d2d3b09b6979aa10355f89ad5e49d029188534d4ca2422ccf5b8c56ebd4fc2": {
         "loop": "for idx in sorted_indices",
         "helper": "_ascendfix_shards_overlapping_in_sweep",
@@ -43,7 +53,16 @@ REPLACES = {
         "index": "idx",
         "narrow_outer": True,
     },
-    # torch 2.7.1 default_planner._validate_global_plan -> bool: per chunk, bounds, then every later chunk
+    # default_planner._validate_global_plan -> bool, pairwise: per chunk, bounds, then every later chunk
+    # torch 2.5.0, 2.5.1, 2.6.0 (typing.List annotations)
+    "3ab1d40d7aea886934f00fe9d40e5c55a446f9ec5328f533b811eacfbf73e6fe": {
+        "loop": "for chunk_idx, chunk0 in enumerate(value.chunks)",
+        "helper": "_ascendfix_chunks_overlapping_later",
+        "args": "value.chunks",
+        "index": "chunk_idx",
+        "narrow_outer": False,
+    },
+    # torch 2.7.0, 2.7.1, 2.8.0
     "6cbcf9ce2892c2369ae5012c4dfdc3d38f58dd549510ea5dcf671d4c567df858": {
         "loop": "for chunk_idx, chunk0 in enumerate(value.chunks)",
         "helper": "_ascendfix_chunks_overlapping_later",
@@ -51,7 +70,25 @@ REPLACES = {
         "index": "chunk_idx",
         "narrow_outer": False,
     },
-    # torch 2.14.1 default_planner._validate_global_plan -> list[str]: sort-and-sweep, every overlap
+    # torch 2.9.0, 2.9.1 (the volume check only when the plan has more than one rank)
+    "dfc0889bea04d13a53a871e23ac1c6d46420bb460d01abd0192db3a293fbb9dd": {
+        "loop": "for chunk_idx, chunk0 in enumerate(value.chunks)",
+        "helper": "_ascendfix_chunks_overlapping_later",
+        "args": "value.chunks",
+        "index": "chunk_idx",
+        "narrow_outer": False,
+    },
+    # default_planner._validate_global_plan -> bool, sort-and-sweep, every overlap
+    # torch 2.10.0, 2.11.0
+    "75a226a4595a8bb0069e5d4d164eac080b372a2a40184824ef97d53a337f07de": {
+        "loop": "for idx in sorted_indices",
+        "helper": "_ascendfix_chunks_overlapping_in_sweep",
+        "args": "chunks, sorted_indices, sweep_dim",
+        "index": "idx",
+        "narrow_outer": True,
+    },
+    # default_planner._validate_global_plan -> list[str], sort-and-sweep, every overlap
+    # torch 2.12.0, 2.12.1, 2.13.0, 2.14.0, 2.14.1
     "0fa604cd89ca007ef78de2187306f86defa0e95857bc02e80ec265f4e7bb9cbd": {
         "loop": "for idx in sorted_indices",
         "helper": "_ascendfix_chunks_overlapping_in_sweep",
