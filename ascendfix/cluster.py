@@ -160,7 +160,10 @@ def _answer(base: NodeAnswer, result: dict) -> NodeAnswer:
     try:
         data = json.loads(result["stdout"])
     except json.JSONDecodeError:
-        last = (result["stderr"].strip().splitlines() or ["no output"])[-1]
+        data = None
+    failed = isinstance(data, dict) and set(data) == {"error", "exit_code"}  # --json's error object
+    if data is None or failed:
+        last = data["error"] if failed else (result["stderr"].strip().splitlines() or ["no output"])[-1]
         return replace(base, hostname=result["hostname"], returncode=result["returncode"], error=last)
     return replace(base, hostname=result["hostname"], returncode=result["returncode"], data=data)
 

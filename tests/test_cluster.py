@@ -111,7 +111,6 @@ def test_apply_and_status_on_every_node_name_the_drifted_one(ray_cluster):
 
 @pytest.mark.slow
 @pytest.mark.upstream
-@pytest.mark.skipif("doctor" not in main.commands, reason="ascendfix doctor has not landed on this branch")
 def test_doctor_on_every_node_names_the_drifted_one(ray_cluster):
     c, ids = ray_cluster  # after the test above: head and w0 applied, w1's torch file drifted
     result = ascendfix("doctor", "--ray", c.address, "--device", "npu", "--only", "patches", "--json", timeout=300)

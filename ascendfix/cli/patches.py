@@ -11,7 +11,6 @@ from ascendfix import engine, manifest
 from ascendfix.cli.base import (
     device_option,
     emit_json,
-    err,
     escape,
     json_option,
     only_option,
@@ -27,11 +26,11 @@ from ascendfix.locate import parse_roots
 from ascendfix.states import Action, State
 
 STATE_STYLE = {
-    State.APPLIED: "green",
-    State.NOT_APPLIED: "yellow",
-    State.NOT_APPLICABLE: "dim",
-    State.DRIFTED: "red",
-    State.PARTIAL: "red",
+    State.APPLIED: {"fg": "green"},
+    State.NOT_APPLIED: {"fg": "yellow"},
+    State.NOT_APPLICABLE: {"dim": True},
+    State.DRIFTED: {"fg": "red"},
+    State.PARTIAL: {"fg": "red"},
 }
 
 
@@ -63,18 +62,21 @@ def selection(profile, device, roots, python, only=(), variants=(), need_device=
 
 
 def render_statuses(statuses: list[engine.PatchStatus]) -> None:
-    """One line per patch (state, id, variant, action), its reason under it, warnings on stderr."""
+    """One line per patch (state, id, variant, action), its reason and fix under it, warnings on stderr.
+
+    Plain click styling, not rich: the engine's commands are the ones run on every node and in
+    every build step, and start faster without rich's import.
+    """
     for s in statuses:
-        style = STATE_STYLE.get(s.state, "")
         action = f" ({s.action})" if s.action and s.action not in (Action.UNCHANGED, Action.SKIPPED) else ""
         variant = f" [{s.variant}]" if s.variant and s.variant != manifest.DEFAULT_VARIANT else ""
-        out().print(f"[{style}]{s.state:15}[/] {s.id}{escape(variant)}{action}")
+        click.echo(click.style(f"{s.state:15}", **STATE_STYLE.get(s.state, {})) + f" {s.id}{variant}{action}")
         if s.reason:
-            out().print(f"                [dim]{escape(s.reason)}[/]")
+            click.echo(" " * 16 + click.style(s.reason, dim=True))
         if s.hint:
-            out().print(f"                [bold]fix:[/] [cyan]{escape(s.hint)}[/]")
+            click.echo(" " * 16 + click.style("fix:", bold=True) + " " + click.style(s.hint, fg="cyan"))
         for w in s.warnings:
-            err().print(f"[yellow]warning:[/] {s.id}: {escape(w)}")
+            click.echo(click.style("warning:", fg="yellow") + f" {s.id}: {w}", err=True)
 
 
 @click.command()
@@ -96,10 +98,10 @@ def apply(profile, device, python, roots, only, variants, dry_run, strict, as_js
         render_statuses(report.statuses)
         if dry_run:
             planned = sum(s.action == Action.WOULD_APPLY for s in report.statuses)
-            out().print(f"\n{planned} patch(es) would be applied (dry run)")
+            click.echo(f"\n{planned} patch(es) would be applied (dry run)")
         else:
             wrote = sum(s.action in (Action.APPLIED, Action.SWITCHED) for s in report.statuses)
-            out().print(f"\n{wrote} patch(es) applied")
+            click.echo(f"\n{wrote} patch(es) applied")
 
     render(report, as_json, human)
 
