@@ -738,5 +738,149 @@ def compare_command(a: Path, b: Path, as_json: bool) -> None:
     out.print(f"mean {_num(gap['mean'])}, max |Δ| {_num(gap['max_abs'])}")
 
 
+# --- ray start / ray wait: bring the Ray cluster up the guide's way -----------------------------------
+
+
+@main.group("ray")
+def ray_group() -> None:
+    """Start this node's Ray with the profile's environment; wait until every node is there and agrees."""
+
+
+@ray_group.command("start", context_settings={"ignore_unknown_options": True})
+@click.option("--profile", "profile_ref", default=DEFAULT_PROFILE, show_default=True, help="Profile name or file.")
+@click.option("--device", type=DEVICE_CHOICE, help="Device kind (default: detected).")
+@click.option("--no-preflight", is_flag=True, help="Start even if doctor's fail-level checks fail here.")
+@click.argument("ray_args", nargs=-1, type=click.UNPROCESSED, metavar="(--head | --address HOST:PORT) [RAY OPTIONS]...")
+def ray_start(profile_ref: str, device: str | None, no_preflight: bool, ray_args: tuple[str, ...]) -> None:
+    """Run `ray start` with the profile's environment, `ulimit -n` raised and this node's NPUs registered.
+
+    --head adds the guide's --port 6166 --dashboard-host=0.0.0.0 --dashboard-port=8260 unless given;
+    on npu, --resources gets {"NPU": N} (N from npu-smi) merged in. Every other option goes to
+    `ray start` unchanged, which then replaces this process: --block, signals and the exit status are ray's.
+    """
+    import shlex
+
+    from ascendfix import launch, preflight, raystart
+    from ascendfix.errors import RefusedError
+
+    raystart.require_ray()
+    profile = manifest.load_profile(profile_ref)
+    device = require_device(device)
+    plan = raystart.plan(profile, device, ray_args, os.environ)
+    if not no_preflight:
+        failures = preflight.default_seams().doctor_failures(profile, device) or []
+        for message in failures:
+            err.print(f"[red]problem[/] (doctor): {escape(message)}")
+        if failures:
+            raise RefusedError(f"doctor found {len(failures)} problem(s) on this node; fix them or pass --no-preflight")
+    settings = launch.resolve_env(profile, device, os.environ)
+    for s in settings:
+        if s.source == "user" and s.profile_value is not None and s.value != s.profile_value:
+            mine, theirs = escape(s.value or ""), escape(s.profile_value)
+            err.print(f"[dim]env[/] {s.name}={mine} (yours) wins over the profile's {theirs}")
+        elif s.source == "missing":
+            err.print(f"[yellow]hint[/] (env): {s.name} must be set per site: {escape(s.why)}")
+    for warning in plan.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}")
+    if plan.npu_source == "yours":
+        err.print("[dim]resources[/] your --resources names NPU: kept as given")
+    ulimit = launch.raise_nofile(profile.devices[device].ulimit_nofile)
+    if ulimit["wanted"] and ulimit["after"] < ulimit["wanted"]:
+        hard = f"ulimit -n could be raised only to {ulimit['after']} (the hard limit)"
+        err.print(f"[yellow]warning:[/] {hard}; the profile wants {ulimit['wanted']}")
+    err.print(f"[dim]ascendfix: {escape(shlex.join(plan.argv))}[/]")
+    raystart.exec_ray(plan.argv, launch.job_environment(settings, os.environ))
+
+
+@ray_group.command("wait")
+@click.option("--profile", "profile_ref", default=DEFAULT_PROFILE, show_default=True, help="Profile name or file.")
+@click.option("--device", type=DEVICE_CHOICE, help="Device kind (default: detected).")
+@click.option("--address", metavar="HOST:PORT", help="The cluster's head (default: RAY_ADDRESS, else the local one).")
+@click.option("--nodes", type=click.IntRange(min=1), metavar="N", help="Wait for N alive nodes.")
+@click.option(
+    "--per-node", type=click.IntRange(min=1), metavar="K", help="Each with K NPUs (GPUs) [default: the profile's]."
+)
+@click.option("--for", "script", type=click.Path(path_type=Path), help="N and K from the script's trainer.* overrides.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def ray_wait(
+    profile_ref: str,
+    device: str | None,
+    address: str | None,
+    nodes: int | None,
+    per_node: int | None,
+    script: Path | None,
+    timeout: float,
+    as_json: bool,
+) -> None:
+    """Wait until N nodes with K NPUs each are registered, then check every node sees the same.
+
+    Compares, as a Ray task pinned to each node sees them: the profile's variables, `ulimit -n`, the
+    node's NPU (GPU) resource and the patch status. Exit 0 when ready, 1 naming what lacks or differs.
+    """
+    from ascendfix import preflight, raystart, raywait
+
+    raystart.require_ray()
+    if (nodes is None) == (script is None):
+        raise UsageError("ray wait: give --nodes N [--per-node K], or --for SCRIPT")
+    if script is not None and per_node is not None:
+        raise UsageError(f"--per-node: --for {script} reads it from the script's {raywait.PER_NODE}")
+    profile = manifest.load_profile(profile_ref)
+    device = require_device(device)
+    if script is not None:
+        if not script.is_file():
+            raise UsageError(f"--for {script}: no such file")
+        nodes, per_node = raywait.job_size(preflight.scan_overrides([str(script)], os.environ), f"--for {script}")
+    per_node = per_node or profile.devices[device].accelerators_per_node
+    if per_node is None:
+        raise UsageError(f"--per-node: profile {profile.name} has no accelerators_per_node; pass --per-node K")
+    unit = raystart.RESOURCE[device]
+    live = err.is_terminal and not as_json
+
+    def progress(now: raywait.Arrival) -> None:
+        err.file.write(f"\r\x1b[2Kascendfix ray wait: {now.line()}")
+        err.file.flush()
+
+    arrived = raywait.wait(address, nodes, per_node, unit, timeout, progress if live else None)
+    if live:
+        err.file.write("\r\x1b[2K")
+    report = raywait.WaitReport(address or "auto", arrived)
+    if arrived.ready:
+        status_argv = ["status", "--profile", profile_ref, "--device", device, "--json"]
+        report = raywait.check(profile, device, address, arrived, per_node, 60.0, status_argv)
+    if as_json:
+        emit_json({**report.as_json(), "timeout_s": timeout})
+    else:
+        _render_ray_wait(report, timeout)
+    sys.exit(0 if report.ok else 1)
+
+
+def _render_ray_wait(report, timeout: float) -> None:
+    if not report.arrival.ready:
+        out.print(f"[bold red]not ready after {timeout:g} s:[/] {report.arrival.line()}")
+        return
+    unit = report.arrival.unit
+    table = Table("node", "host", unit, "ulimit -n", "patches", box=None, title="Ray nodes", title_justify="left")
+    for node in report.nodes:
+        states = sorted({state for state, _ in node.patches.values()})
+        table.add_row(
+            escape(node.label),
+            escape(node.hostname),
+            f"{node.resources.get(unit, 0):g}",
+            escape(node.ulimit_nofile),
+            escape(node.error or ", ".join(states) or "-"),
+        )
+    (out if out.is_terminal else Console(width=240, highlight=False)).print(table)
+    if report.differences:
+        diffs = Table("node", "what", "value there", "other nodes", "why", box=None, title_justify="left")
+        diffs.title = "[bold red]nodes that lack something or differ[/]"
+        for d in report.differences:
+            diffs.add_row(escape(d.node), escape(d.item), escape(d.value), escape(d.others), escape(d.why))
+        (out if out.is_terminal else Console(width=240, highlight=False)).print(diffs)
+        out.print(f"[bold red]not ready:[/] {report.arrival.line()}, {len(report.differences)} difference(s)")
+    else:
+        out.print(f"[green]ready:[/] {report.arrival.line()}, every node sees the same")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

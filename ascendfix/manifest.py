@@ -68,6 +68,7 @@ class Device:
     env: tuple[EnvVar, ...]
     patches: tuple[str, ...]
     ulimit_nofile: int | None = None
+    accelerators_per_node: int | None = None  # what `ray start` registers when the node itself cannot say
 
 
 @dataclass(frozen=True)
@@ -441,7 +442,11 @@ def _device(name: str, t: _Table, path: Path) -> Device:
     ulimit = t.get("ulimit_nofile", int, required=False)
     if ulimit is not None and ulimit < 1:
         t.fail(t.field("ulimit_nofile"), "must be a positive integer")
-    device = Device(name, t.text("description"), tuple(env), t.strings("patches", required=False), ulimit)
+    per_node = t.get("accelerators_per_node", int, required=False)
+    if per_node is not None and per_node < 1:
+        t.fail(t.field("accelerators_per_node"), "must be a positive integer")
+    patches = t.strings("patches", required=False)
+    device = Device(name, t.text("description"), tuple(env), patches, ulimit, per_node)
     t.done()
     return device
 

@@ -51,11 +51,14 @@ class Seams:
     ``doctor_failures(profile, device)`` returns the messages of doctor's fail-level checks
     (None when doctor cannot run);
     ``patch_states(profile, device)`` returns ``{patch id: (state, reason)}`` with the engine's
-    states (applied, not-applied, not-applicable, drifted, partial), or None when it cannot tell.
+    states (applied, not-applied, not-applicable, drifted, partial), or None when it cannot tell;
+    ``cluster_problems(profile, device, overrides, environ)`` returns why the reachable Ray
+    cluster cannot take the job (None when no cluster is reachable or ray is not installed).
     """
 
     doctor_failures: Callable[[Profile, str], list[str] | None]
     patch_states: Callable[[Profile, str], dict[str, tuple[str, str]] | None]
+    cluster_problems: Callable[[Profile, str, Mapping[str, str], Mapping[str, str]], list[str] | None] | None = None
 
 
 def _expand(value: str, variables: Mapping[str, str]) -> str:
@@ -161,6 +164,9 @@ def run_preflight(
                     f"revert {DAPO_PATCH} or disable filter_groups",
                 )
             )
+    if seams.cluster_problems is not None:
+        objections = seams.cluster_problems(profile, device, overrides, environ)
+        result.problems.extend(Finding("ray", m) for m in objections or ())
     for hint in profile.hints:
         if _hint_missing(hint.override, overrides):
             result.hints.append(Finding("overrides", f"consider {hint.override}: {hint.why}"))
@@ -213,9 +219,18 @@ def _doctor_failures(profile: Profile, device: str) -> list[str]:
     return [f"{r.title}: {r.messages[0] if r.messages else 'failed'}" for r in report.checks if r.status == "fail"]
 
 
+def _cluster_problems(
+    profile: Profile, device: str, overrides: Mapping[str, str], environ: Mapping[str, str]
+) -> list[str] | None:
+    """The reachable Ray cluster's objections to the job (see :func:`ascendfix.raywait.job_problems`)."""
+    from ascendfix import raywait
+
+    return raywait.job_problems(profile, device, overrides, environ)
+
+
 def default_seams() -> Seams:
-    """Doctor's fail-level checks and the patch engine's status, in this interpreter."""
-    return Seams(doctor_failures=_doctor_failures, patch_states=_engine_states)
+    """Doctor's fail-level checks, the patch engine's status, and the Ray cluster's size and agreement."""
+    return Seams(doctor_failures=_doctor_failures, patch_states=_engine_states, cluster_problems=_cluster_problems)
 
 
 def total_steps(overrides: Mapping[str, str]) -> int | None:
