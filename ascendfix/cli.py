@@ -872,7 +872,7 @@ def _render_ray_wait(report, timeout: float) -> None:
         )
     (out if out.is_terminal else Console(width=240, highlight=False)).print(table)
     if report.differences:
-        diffs = Table("node", "what", "value there", "other nodes", "why", box=None, title_justify="left")
+        diffs = Table("node", "what", "value there", "other nodes (or wanted)", "why", box=None, title_justify="left")
         diffs.title = "[bold red]nodes that lack something or differ[/]"
         for d in report.differences:
             diffs.add_row(escape(d.node), escape(d.item), escape(d.value), escape(d.others), escape(d.why))

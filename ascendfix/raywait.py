@@ -153,8 +153,13 @@ def _connect(ray, address: str | None) -> None:
     try:
         ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False, configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as e:
-        where = address or os.environ.get("RAY_ADDRESS") or "this machine"
-        raise UsageError(f"no Ray cluster answers at {where} ({str(e).splitlines()[0]}): start one first") from None
+        if not address and not os.environ.get("RAY_ADDRESS"):
+            raise UsageError(
+                "no Ray cluster runs on this machine: start one (ascendfix ray start --head), "
+                "or pass --address HEAD_IP:PORT"
+            ) from None
+        where = address or os.environ["RAY_ADDRESS"]
+        raise UsageError(f"{where}: cannot connect to a Ray cluster: {str(e).splitlines()[0]}") from None
 
 
 def arrival(nodes: Sequence[Mapping], wanted: int, per_node: int, unit: str) -> Arrival:
