@@ -766,6 +766,7 @@ def ray_start(profile_ref: str, device: str | None, no_preflight: bool, ray_args
     raystart.require_ray()
     profile = manifest.load_profile(profile_ref)
     device = require_device(device)
+    settings = launch.resolve_env(profile, device, os.environ)  # a device the profile lacks is bad input
     plan = raystart.plan(profile, device, ray_args, os.environ)
     if not no_preflight:
         failures = preflight.default_seams().doctor_failures(profile, device) or []
@@ -773,7 +774,6 @@ def ray_start(profile_ref: str, device: str | None, no_preflight: bool, ray_args
             err.print(f"[red]problem[/] (doctor): {escape(message)}")
         if failures:
             raise RefusedError(f"doctor found {len(failures)} problem(s) on this node; fix them or pass --no-preflight")
-    settings = launch.resolve_env(profile, device, os.environ)
     for s in settings:
         if s.source == "user" and s.profile_value is not None and s.value != s.profile_value:
             mine, theirs = escape(s.value or ""), escape(s.profile_value)
@@ -827,6 +827,8 @@ def ray_wait(
         raise UsageError(f"--per-node: --for {script} reads it from the script's {raywait.PER_NODE}")
     profile = manifest.load_profile(profile_ref)
     device = require_device(device)
+    if device not in profile.devices:
+        raise UsageError(f"--device {device}: profile {profile.name} defines only {', '.join(profile.devices)}")
     if script is not None:
         if not script.is_file():
             raise UsageError(f"--for {script}: no such file")

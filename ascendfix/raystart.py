@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ascendfix.cluster import INSTALL_HINT
@@ -37,8 +37,7 @@ class Plan:
     head: bool
     npus: int | None = None  # the NPU count ascendfix registered (None: not npu, or the user's own)
     npu_source: str = ""  # npu-smi | profile | yours
-    warnings: tuple[str, ...] = field(default_factory=tuple)
-    added: tuple[str, ...] = field(default_factory=tuple)  # the options ascendfix added
+    warnings: tuple[str, ...] = ()
 
 
 def require_ray() -> None:
@@ -122,7 +121,7 @@ def plan(
                 added.append(f"--resources={merged}")
             else:
                 args[at : at + (1 if "=" in args[at] else 2)] = [f"--resources={merged}"]
-    return Plan(("ray", "start", *args, *added), head, npus, source, tuple(warnings), tuple(added))
+    return Plan(("ray", "start", *args, *added), head, npus, source, tuple(warnings))
 
 
 def ray_executable(environ: Mapping[str, str]) -> str:

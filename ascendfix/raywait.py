@@ -148,8 +148,9 @@ def _ray():
 
 
 def _connect(ray, address: str | None) -> None:
-    if address:
-        cluster._reachable(address)
+    named = ("--address", address) if address else ("RAY_ADDRESS", os.environ.get("RAY_ADDRESS", ""))
+    if named[1] and named[1] not in ("auto", "local") and not _answers(named[1], 5.0):
+        raise UsageError(f"{named[0]} {named[1]}: no Ray head answers there (expected HEAD_IP:PORT of a started head)")
     try:
         ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False, configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as e:
@@ -228,7 +229,6 @@ def survey(
     answers = cluster.run(list(status_argv), address, timeout, local=_node_task(names))
     views = []
     for a in answers:
-        base = NodeView(a.node_id, a.address, a.hostname)
         if a.error or not isinstance(a.data, dict):
             views.append(NodeView(a.node_id, a.address, a.hostname, error=a.error or "no answer"))
             continue
@@ -236,9 +236,9 @@ def survey(
         patches = cluster.cells(data["status"]) if isinstance(data.get("status"), dict) else {}
         views.append(
             NodeView(
-                base.node_id,
-                base.address,
-                base.hostname,
+                a.node_id,
+                a.address,
+                a.hostname,
                 {k: float(v) for k, v in data.get("resources", {}).items()},
                 data.get("env", {}),
                 data.get("ulimit_nofile", ""),
@@ -303,9 +303,14 @@ def differences(views: Sequence[NodeView], profile: Profile, device: str, per_no
 
 
 def check(
-    profile: Profile, device: str, address: str | None, arrived: Arrival, per_node: int, timeout: float,
+    profile: Profile,
+    device: str,
+    address: str | None,
+    arrived: Arrival,
+    per_node: int,
+    timeout: float,
     status_argv: Sequence[str],
-) -> WaitReport:  # fmt: skip
+) -> WaitReport:
     """Once the nodes arrived: every node's view and what differs."""
     views = survey(profile, device, address, timeout, status_argv)
     return WaitReport(address or "auto", arrived, tuple(views), tuple(differences(views, profile, device, per_node)))

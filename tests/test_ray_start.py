@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import resource
 import shutil
@@ -61,6 +62,26 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
+def _worker_ports(taken: set[int], count: int = 40) -> tuple[int, int]:
+    """A free range of worker ports below the kernel's ephemeral range (where the single free ports come
+    from, and where Ray picks its own), not overlapping another node's range."""
+    for base in random.Random().sample(range(21000, 32000 - count, count), 50):
+        ports = range(base, base + count)
+        if taken.isdisjoint(ports) and all(_bindable(p) for p in ports):
+            taken.update(ports)
+            return base, base + count - 1
+    raise AssertionError("no free range of worker ports")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
 def _ours(marker: str) -> list[int]:
     """Pids of live processes whose environment carries this cluster's RAY_TMPDIR."""
     pids = []
@@ -94,11 +115,13 @@ class LocalCluster:
         self.gcs = _free_ports(1)[0]
         self.address = f"127.0.0.1:{self.gcs}"
         self.procs: dict[str, subprocess.Popen] = {}
+        self.worker_ports: set[int] = set()
         self.logs = base
 
     def start(self, name: str, extra_env: dict[str, str] | None = None) -> None:
         """Start one node: the head first, then workers joining it."""
-        ports = _free_ports(7)
+        ports = _free_ports(6)
+        low, high = _worker_ports(self.worker_ports)
         role = ["--head", "--port", str(self.gcs), "--dashboard-host", "127.0.0.1", "--include-dashboard=false"]
         if name != "head":
             role = ["--address", self.address]
@@ -114,8 +137,8 @@ class LocalCluster:
             "--metrics-export-port", str(ports[3]),
             "--runtime-env-agent-port", str(ports[4]),
             "--dashboard-port", str(ports[5]),
-            "--min-worker-port", str(ports[6] + 1),
-            "--max-worker-port", str(ports[6] + 40),
+            "--min-worker-port", str(low),
+            "--max-worker-port", str(high),
             "--disable-usage-stats",
             "--block",
         ]  # fmt: skip
@@ -148,6 +171,14 @@ class LocalCluster:
             except OSError:
                 time.sleep(0.5)
         raise AssertionError("the head's GCS never answered")
+
+    def wait_started(self, name: str, seconds: float = 120) -> None:
+        """Until the node's `ray start --block` says it started; its log when it died instead."""
+        log, deadline = self.logs / f"{name}.log", time.monotonic() + seconds
+        while "will now block forever" not in log.read_text():
+            if self.procs[name].poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"node {name} did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
 
     def stop(self) -> list[int]:
         """SIGTERM each `ray start --block` (workers, then the head); kill by pid whatever is left; return it."""
@@ -187,8 +218,9 @@ def local_cluster(tmp_path_factory):
     try:
         c.start("head")
         c.wait_for_head()
-        c.start("w0")
-        c.start(ODD, {"TASK_QUEUE_ENABLE": "1"})
+        for name in NODES[1:]:  # one after the other: raylets starting together can pick the same free port
+            c.start(name, {"TASK_QUEUE_ENABLE": "1"} if name == ODD else None)
+            c.wait_started(name)
         yield c
     finally:
         left = c.stop()
@@ -365,6 +397,7 @@ def test_ray_start_refuses_when_doctor_fails_here_and_starts_nothing(tmp_path):
         (["--nodes", "2", "--for", "x.sh"], "error: ray wait: give --nodes N [--per-node K], or --for SCRIPT"),
         ([], "error: ray wait: give --nodes N [--per-node K], or --for SCRIPT"),
         (["--for", "missing.sh"], "error: --for missing.sh: no such file"),
+        (["--nodes", "2", "--address", "127.0.0.1:1"], "error: --address 127.0.0.1:1: no Ray head answers there"),
         (["--for", "empty.sh"], "error: --for empty.sh: sets no integer trainer.nnodes= (pass --nodes N --per-node K"),
     ],
 )
