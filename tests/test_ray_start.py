@@ -262,6 +262,20 @@ def test_wait_names_the_node_started_with_another_value(local_cluster):
 
 
 @pytest.mark.slow
+def test_wait_is_ready_when_every_node_sees_what_the_profile_sets(local_cluster, tmp_path):
+    c = local_cluster  # a profile without TASK_QUEUE_ENABLE: the one variable w1 differs on
+    bundled = (REPO / "manifests" / "verl-796871d.toml").read_text()
+    start = bundled.index("[devices.npu.env.TASK_QUEUE_ENABLE]")
+    bundled = bundled[:start] + bundled[bundled.index("[devices.npu.env.", start + 1) :]
+    profile = tmp_path / "agreeing.toml"
+    profile.write_text(bundled.replace("ulimit_nofile = 32768", f"ulimit_nofile = {NOFILE}", 1))
+    args = ["ray", "wait", "--profile", str(profile), "--device", "npu", "--nodes", "3", "--timeout", "120"]
+    result = ascendfix(*args, env=c.env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().endswith("ready: 3 of 3 nodes, 24 of 24 NPU, every node sees the same")
+
+
+@pytest.mark.slow
 def test_wait_for_a_script_reads_its_size_and_times_out_saying_what_arrived(local_cluster, tmp_path):
     c = local_cluster
     script = tmp_path / "train.sh"
