@@ -102,7 +102,7 @@ def plan(
             except json.JSONDecodeError:
                 resources = None
             if not isinstance(resources, dict):
-                raise UsageError(f"--resources {text}: expected a JSON object, e.g. '{{\"NPU\": 8}}'")
+                raise UsageError(f"--resources {text or ''}: expected a JSON object, e.g. '{{\"NPU\": 8}}'")
         if "NPU" in resources:
             source = "yours"
         else:

@@ -363,7 +363,10 @@ def job_problems(
     address = reachable_address(environ)
     if address is None:
         return None
-    views = survey(profile, device, address, timeout)
+    try:
+        views = survey(profile, device, address, timeout)
+    except UsageError as e:  # something answers there, but not a Ray cluster this ray can join
+        return [f"cannot read the Ray cluster at {address}: {e}"]
     unit = RESOURCE[device]
     problems = []
     try:
