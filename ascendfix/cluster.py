@@ -104,8 +104,11 @@ def run_local(argv: list[str], timeout: float) -> dict:
     }
 
 
-def run(argv: list[str], address: str | None = None, timeout: float = 60.0) -> list[NodeAnswer]:
-    """Run the command on every alive node of the cluster at ``address`` ("auto": the local one's)."""
+def run(argv: list[str], address: str | None = None, timeout: float = 60.0, local=run_local) -> list[NodeAnswer]:
+    """Run the command on every alive node of the cluster at ``address`` ("auto": the local one's).
+
+    ``local(argv, timeout)`` is what each node's task runs; it answers as :func:`run_local` does.
+    """
     ray = _ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -119,7 +122,7 @@ def run(argv: list[str], address: str | None = None, timeout: float = 60.0) -> l
         raise UsageError(f"--ray {address}: cannot connect to a Ray cluster: {str(e).splitlines()[0]}") from None
     try:
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        task = ray.remote(num_cpus=0, max_retries=0)(run_local)
+        task = ray.remote(num_cpus=0, max_retries=0)(local)
         refs = {
             task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
                 argv, timeout

@@ -355,15 +355,17 @@ class Prepared:
     overrides: dict[str, str]
     preflight: Any  # a preflight.Preflight
 
-    def env_notes(self) -> list[tuple[str, str]]:
-        """``(kind, message)`` for each variable whose value is not simply the profile's: yours won, or unset."""
-        notes = []
-        for s in self.settings:
-            if s.source == "user" and s.profile_value is not None and s.value != s.profile_value and not s.prepend:
-                notes.append(("env", f"{s.name}={s.value or ''} (yours) wins over the profile's {s.profile_value}"))
-            elif s.source == "missing":
-                notes.append(("hint", f"{s.name} must be set per site: {s.why}"))
-        return notes
+
+
+def env_notes(settings: Sequence[EnvSetting]) -> list[tuple[str, str]]:
+    """``(kind, message)`` for each variable whose value is not simply the profile's: yours won, or unset."""
+    notes = []
+    for s in settings:
+        if s.source == "user" and s.profile_value is not None and s.value != s.profile_value and not s.prepend:
+            notes.append(("env", f"{s.name}={s.value or ''} (yours) wins over the profile's {s.profile_value}"))
+        elif s.source == "missing":
+            notes.append(("hint", f"{s.name} must be set per site: {s.why}"))
+    return notes
 
 
 def prepare(

@@ -97,6 +97,7 @@ class Device:
     ray_head: str | None = None  # the ``ray start`` command lines of the guide, for show and env
     ray_worker: str | None = None
     ray_guide: str | None = None
+    accelerators_per_node: int | None = None  # what `ray start` registers when the node itself cannot say
 
 
 @dataclass(frozen=True)
@@ -559,6 +560,9 @@ def _device(name: str, t: _Table, path: Path) -> Device:
     ulimit = t.get("ulimit_nofile", int, required=False)
     if ulimit is not None and ulimit < 1:
         t.fail(t.field("ulimit_nofile"), "must be a positive integer")
+    per_node = t.get("accelerators_per_node", int, required=False)
+    if per_node is not None and per_node < 1:
+        t.fail(t.field("accelerators_per_node"), "must be a positive integer")
     ray = t.table("ray", required=False)
     device = Device(
         name,
@@ -570,6 +574,7 @@ def _device(name: str, t: _Table, path: Path) -> Device:
         ray.text("head", required=False) if ray else None,
         ray.text("worker", required=False) if ray else None,
         ray.text("guide", required=False) if ray else None,
+        per_node,
     )
     if ray:
         ray.done()

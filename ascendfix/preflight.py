@@ -57,12 +57,15 @@ class Seams:
     (None when doctor cannot run);
     ``patch_states(profile, device)`` returns ``{patch id: (state, reason)}`` with the engine's
     states (applied, not-applied, not-applicable, drifted, partial), or None when it cannot tell;
-    ``importable(names)`` returns ``{module: whether the interpreter finds it}``, or None.
+    ``importable(names)`` returns ``{module: whether the interpreter finds it}``, or None;
+    ``cluster_problems(profile, device, overrides, environ)`` returns why the reachable Ray
+    cluster cannot take the job (None when no cluster is reachable or ray is not installed).
     """
 
     doctor_failures: Callable[[Profile, str], list[str] | None]
     patch_states: Callable[[Profile, str], dict[str, tuple[str, str]] | None]
     importable: Callable[[list[str]], dict[str, bool] | None] = lambda names: None
+    cluster_problems: Callable[[Profile, str, Mapping[str, str], Mapping[str, str]], list[str] | None] | None = None
 
 
 def _expand(value: str, variables: Mapping[str, str]) -> str:
@@ -185,6 +188,9 @@ def run_preflight(
     for rid in outcome.undecided:
         unknown = f"rule {rid} not checked: the patch states or modules it needs are unknown"
         result.hints.append(Finding("rules", unknown))
+    if seams.cluster_problems is not None:  # a job the cluster cannot take hangs: checked with --no-preflight too
+        objections = seams.cluster_problems(profile, device, overrides, environ)
+        result.problems.extend(Finding("ray", m) for m in objections or ())
     for hint in profile.hints:
         if device in hint.devices and _hint_missing(hint.override, overrides):
             result.hints.append(Finding("overrides", f"consider {hint.override}: {hint.why}"))
@@ -248,7 +254,14 @@ def default_seams(
 
         return {name: target.root is not None for name, target in locate(names, python).items()}
 
-    return Seams(doctor_failures=doctor_failures, patch_states=patch_states, importable=importable)
+    def cluster_problems(
+        profile: Profile, device: str, overrides: Mapping[str, str], environ: Mapping[str, str]
+    ) -> list[str] | None:
+        from ascendfix import raywait
+
+        return raywait.job_problems(profile, device, overrides, environ)
+
+    return Seams(doctor_failures, patch_states, importable, cluster_problems)
 
 
 def total_steps(overrides: Mapping[str, str]) -> int | None:

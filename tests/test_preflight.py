@@ -170,7 +170,9 @@ def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypat
     refused = CliRunner().invoke(cli.main, args, env={"FILTER": "True"})
     assert refused.exit_code == 1 and "verl-dapo-no-interleave is applied" in refused.output
     engine.revert(select(DEMO_PROFILE, "npu", ("verl-dapo-no-interleave",), roots=stack.roots()))
-    engine_only = dataclasses.replace(preflight.default_seams(), doctor_failures=lambda profile, device: [])
+    engine_only = dataclasses.replace(
+        preflight.default_seams(), doctor_failures=lambda profile, device: [], cluster_problems=None
+    )  # not whatever Ray cluster another test may have running on this machine
     result = run_preflight(DEMO_PROFILE, "npu", ["bash", str(script)], {"FILTER": "True"}, engine_only)
     assert result.problems == []  # the DAPO patch reverted, as filter_groups needs: nothing to refuse
     assert "verl-dapo-no-interleave is not applied, as rule dapo-no-interleave-filter-groups requires" in str(

@@ -30,6 +30,7 @@ COMMANDS = {
     "export": "export:export",
     "demo": "demo:demo",
     "upgrade-check": "upgrade:upgrade_check",
+    "ray": "ray:ray_group",
 }
 
 

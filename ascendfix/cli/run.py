@@ -61,8 +61,7 @@ def run(
     pre = prepared.preflight
     for finding in pre.hints:
         err().print(f"[yellow]hint[/] ({finding.source}): {escape(finding.message)}")
-    for kind, message in prepared.env_notes():
-        err().print(f"[dim]env[/] {escape(message)}" if kind == "env" else f"[yellow]hint[/] (env): {escape(message)}")
+    render_env_notes(launch.env_notes(prepared.settings))
     for finding in pre.problems:
         err().print(f"[red]problem[/] ({finding.source}): {escape(finding.message)}")
     job = launch.begin(prepared, log_dir, os.environ)
@@ -91,6 +90,12 @@ def run(
     log = escape(str(job.log_dir))
     err().print(f"[dim]ascendfix: exit status {result.exit_status}{how}; log {log}/train.log[/]")
     sys.exit(result.exit_status)
+
+
+def render_env_notes(notes: list[tuple[str, str]]) -> None:
+    """Which variables the user's value won, and which must be set per site (stderr)."""
+    for kind, message in notes:
+        err().print(f"[dim]env[/] {escape(message)}" if kind == "env" else f"[yellow]hint[/] (env): {escape(message)}")
 
 
 def _notify(status: RichStatus | None, message: str) -> None:
