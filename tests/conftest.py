@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from tests import upstream
-
-# Every Ray node the tests start binds to loopback. `--node-ip-address 127.0.0.1` alone is not
-# enough: Ray replaces a loopback address with the host's own (ray._private.services
-# .resolve_ip_for_localhost) unless multi-host clusters are switched off, which this does. The
-# processes the tests start inherit it.
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 
 @pytest.fixture

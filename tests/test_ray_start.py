@@ -5,6 +5,10 @@ own ports, a fake npu-smi listing 8 NPUs on PATH, and a shared RAY_TMPDIR of the
 from a shell that exported TASK_QUEUE_ENABLE=1 (the profile says 2). Teardown is SIGTERM to each
 `ray start --block` (ascendfix exec'd it), then a check that no process carrying this cluster's
 RAY_TMPDIR is left; the checks kill by pid only, never by name (`ray stop` would stop every Ray here).
+
+The nodes and every command that talks to them run in a network namespace of the test's own with
+only a loopback interface: Ray replaces 127.0.0.1 with the host's address when it has one, and
+there it has none, so every node binds 127.0.0.1 and no traffic leaves loopback.
 """
 
 from __future__ import annotations
@@ -99,8 +103,9 @@ def _ours(marker: str) -> list[int]:
 class LocalCluster:
     """Nodes started with `ascendfix ray start ... --block` on this machine, all in one RAY_TMPDIR."""
 
-    def __init__(self, base: Path, profile: Path, bin_dir: Path):
+    def __init__(self, base: Path, profile: Path, bin_dir: Path, netns: list[str]):
         self.tmp = Path(tempfile.mkdtemp(prefix="afr-", dir="/tmp"))  # short: Ray's socket paths must fit
+        self.netns = netns  # the command prefix that runs a process in the cluster's loopback-only namespace
         self.profile, self.marker = profile, f"RAY_TMPDIR={self.tmp}"
         self.env = {
             **os.environ,
@@ -149,7 +154,7 @@ class LocalCluster:
 
         log = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - kept open for the node's life
         self.procs[name] = subprocess.Popen(
-            [*cmd, "--device", "npu", *args],
+            [*self.netns, *cmd, "--device", "npu", *args],
             env={**self.env, **(extra_env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -158,19 +163,15 @@ class LocalCluster:
         )
 
     def wait_for_head(self, seconds: float = 120) -> None:
-        """Until the head's `ray start` is done (it writes the cluster's address last) and its GCS answers."""
+        """Until the head's `ray start` is done: it wrote the cluster's address and says it blocks."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self.procs["head"].poll() is not None:
                 raise AssertionError((self.logs / "head.log").read_text())
-            try:
-                socket.create_connection(("127.0.0.1", self.gcs), timeout=1).close()
-                if (self.tmp / "ray" / "ray_current_cluster").is_file():
-                    return
-                time.sleep(0.5)
-            except OSError:
-                time.sleep(0.5)
-        raise AssertionError("the head's GCS never answered")
+            if (self.tmp / "ray" / "ray_current_cluster").is_file():
+                return self.wait_started("head", deadline - time.monotonic())
+            time.sleep(0.5)
+        raise AssertionError("the head never wrote the cluster's address")
 
     def wait_started(self, name: str, seconds: float = 120) -> None:
         """Until the node's `ray start --block` says it started; its log when it died instead."""
@@ -204,17 +205,36 @@ class LocalCluster:
         return left
 
 
+NETNS: list[str] = []  # set by the local_cluster fixture: ip netns exec NAME
+
+
 def ascendfix(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "ascendfix", *args]
+    cmd = [*NETNS, sys.executable, "-m", "ascendfix", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
 
 
 @pytest.fixture(scope="module")
-def local_cluster(tmp_path_factory):
+def loopback_netns():
+    """A network namespace with only `lo`, up; removed afterwards."""
+    name = f"afr-{os.getpid()}"
+    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot make a network namespace here: {made.stderr.strip()}")
+    try:
+        subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], check=True)
+        NETNS[:] = ["ip", "netns", "exec", name]
+        yield list(NETNS)
+    finally:
+        NETNS.clear()
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def local_cluster(tmp_path_factory, loopback_netns):
     """head, w0 and w1 (w1 exported TASK_QUEUE_ENABLE=1), each with 8 fake NPUs."""
     pytest.importorskip("ray")
     base = tmp_path_factory.mktemp("ray-start")
-    c = LocalCluster(base, _team_profile(base), _fake_npu_smi(base))
+    c = LocalCluster(base, _team_profile(base), _fake_npu_smi(base), loopback_netns)
     try:
         c.start("head")
         c.wait_for_head()
@@ -245,7 +265,7 @@ def test_wait_names_the_node_started_with_another_value(local_cluster):
         assert node["resources"]["NPU"] == 8  # npu-smi's count, merged into the node's own --resources
         assert node["resources"][f"node_{name}"] == 1
         assert node["ulimit_nofile"] == str(NOFILE)  # raised from the 1024 the node was started with
-        assert node["env"]["HCCL_CONNECT_TIMEOUT"] == "1800" and node["env"]["HCCL_SOCKET_IFNAME"] == "lo"
+        assert node["env"]["HCCL_CONNECT_TIMEOUT"] == "3600" and node["env"]["HCCL_SOCKET_IFNAME"] == "lo"
         assert node["env"]["TASK_QUEUE_ENABLE"] == ("1" if name == ODD else "2")
         assert node["patches"]["verl-cuda-probe-off"]["state"] == "drifted"  # no verl here, on any node
     odd = _node(report, ODD)["node"]
