@@ -39,11 +39,6 @@ def ray_cluster(tmp_path_factory, upstream_files):
     shard = trees[DRIFTED_NODE] / SHARD
     shard.write_text(shard.read_text().replace("def _find_nd_overlapping_shards(", "def _find_it("))
     small = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
-    # Loopback only: Ray replaces 127.0.0.1 with the host's address (ray._private.services
-    # .resolve_ip_for_localhost) unless multi-host clusters are off; the nodes here are started in
-    # this process (no `ray start`, which would then refuse to join), and the commands inherit it.
-    loopback = pytest.MonkeyPatch()
-    loopback.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
     def env(name):
         return {"PYTHONPATH": f"{REPO}{os.pathsep}{trees[name]}", "ASCENDFIX_TEST_NODE": name}
@@ -61,7 +56,6 @@ def ray_cluster(tmp_path_factory, upstream_files):
     finally:
         pids = [p.process.pid for node in nodes.values() for procs in node.all_processes.values() for p in procs]
         c.shutdown()
-        loopback.undo()
         alive = [pid for pid in pids if _alive(pid)]
         assert not alive, f"Ray processes still running after shutdown: {alive}"
 

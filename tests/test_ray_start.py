@@ -114,6 +114,7 @@ class LocalCluster:
             "RAY_TMPDIR": str(self.tmp),
             "HCCL_SOCKET_IFNAME": "lo",
             "GLOO_SOCKET_IFNAME": "lo",
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",  # `ray start` joins only with it on; the netns keeps lo
         }
         self.env.pop("RAY_ADDRESS", None)
         self.env.pop("TASK_QUEUE_ENABLE", None)
