@@ -56,9 +56,9 @@ def main_() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every node on loopback; Ray reads it at import
     from ray.cluster_utils import Cluster
 
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every node on loopback (see tests/conftest.py)
     argv = ["doctor", "--profile", "verl-796871d", "--device", "npu", "--json"]
     profile = manifest.load_profile("verl-796871d")
     site = {"HCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo", "PYTHONPATH": str(REPO)}
