@@ -217,3 +217,66 @@ def test_doctor_integrity_reports_a_leftover_temp_file_and_apply_removes_it(stac
     engine.apply(select(stack))
     assert not temp.exists()
     assert pyenv.check_integrity(Context(DEMO_PROFILE, "npu", "test", roots=stack.roots(), environ={})).status != "warn"
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 256 KiB tmpfs, where this machine lets us mount one."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (the injected-ENOSPC test covers the same path)")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_real_full_disk_under_one_root_leaves_both_roots_as_they_were(tmp_path, tiny_disk):
+    stack = make_stack(tmp_path / "stack")
+    torch = tiny_disk / "site-packages"
+    shutil.copytree(stack.torch, torch)
+    stack.torch = torch
+    filler = tiny_disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:  # take every free block
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    before = stack.snapshot()
+    result = subprocess.run(
+        [sys.executable, "-m", "ascendfix", "apply", "--device", "npu", *stack.root_args()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    line = result.stderr.strip()
+    assert "\n" not in line and line.startswith("error: apply failed writing") and "No space left on device" in line
+    assert stack.snapshot() == before
+    assert not (stack.verl / ".ascendfix").exists() and not (torch / ".ascendfix").exists()
+    assert not [p for p in torch.rglob("*ascendfix-tmp")] and not [p for p in stack.verl.rglob("*ascendfix-tmp")]
+
+
+def test_an_immutable_upstream_file_fails_the_apply_in_one_line_and_changes_nothing(stack):
+    planner = stack.file("torch", "torch/distributed/checkpoint/default_planner.py")
+    if subprocess.run(["chattr", "+i", str(planner)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here")
+    try:
+        before = stack.snapshot()
+        result = subprocess.run(
+            [sys.executable, "-m", "ascendfix", "apply", "--device", "npu", *stack.root_args()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        line = result.stderr.strip()
+        assert line.startswith(f"error: apply failed writing {planner}") and "Operation not permitted" in line
+        assert "rolled back, nothing was changed" in line
+        assert stack.snapshot() == before
+        assert not (stack.verl / ".ascendfix").exists() and not (stack.torch / ".ascendfix").exists()
+    finally:
+        subprocess.run(["chattr", "-i", str(planner)], check=False)
