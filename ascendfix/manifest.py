@@ -8,6 +8,7 @@ parameters, and why. Nothing in either file is ever evaluated as code.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 import sys
@@ -585,7 +586,8 @@ def _device(name: str, t: _Table, path: Path) -> Device:
 def load_profile(ref: str) -> Profile:
     """Load a bundled profile by name, or a manifest file by path, fully validated."""
     path = find_manifest(ref)
-    data, dirs = _resolve_extends(path, read_toml(path), (path.resolve(),))
+    own = read_toml(path)
+    data, dirs = _resolve_extends(path, copy.deepcopy(own), (path.resolve(),))
     top = _Table(path, data, "")
     schema = top.get("schema", int)
     if schema != 1:
@@ -633,10 +635,9 @@ def load_profile(ref: str) -> Profile:
                 top.fail("devices", f"patches {other!r} and {patch.id!r} both edit {f.path}; one patch per file")
     variants = {}
     vtable = top.table("variants", required=False)
-    own = read_toml(path).get("variants", {})
     for pid, choice in vtable.data.items() if vtable else []:
         if pid not in patches:
-            if pid in own:  # an inherited choice for a patch this profile dropped is simply moot
+            if pid in own.get("variants", {}):  # an inherited choice for a patch this profile dropped is simply moot
                 vtable.fail(vtable.field(pid), f"not a patch of this profile (its patches: {', '.join(patches)})")
             continue
         names = [v.name for v in patches[pid].variants]
@@ -647,7 +648,7 @@ def load_profile(ref: str) -> Profile:
         vtable.seen.update(vtable.data)
     top.seen.add("extends")
     top.done()
-    own_rules = "rules" in read_toml(path)
+    own_rules = "rules" in own
     for i, rule in enumerate(rules):
         for j, cond in enumerate(rule.when):
             if cond.patch is not None and cond.patch not in patches and own_rules:
