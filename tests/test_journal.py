@@ -139,26 +139,35 @@ def test_a_disk_full_write_under_the_second_root_rolls_back_both_roots(stack, mo
     assert not (stack.verl / ".ascendfix").exists() and not (stack.torch / ".ascendfix").exists()
 
 
+def failed_apply(stack, preexec_fn=None) -> str:
+    """Run `ascendfix apply` expecting a failed write: exit 1, one error line, nothing changed; return the line."""
+    before = stack.snapshot()
+    result = subprocess.run(
+        [sys.executable, "-m", "ascendfix", "apply", "--device", "npu", *stack.root_args()],
+        capture_output=True,
+        text=True,
+        preexec_fn=preexec_fn,
+        timeout=120,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    line = result.stderr.strip()
+    assert "\n" not in line and line.startswith("error: apply failed writing")
+    assert stack.snapshot() == before
+    assert not (stack.verl / ".ascendfix").exists() and not (stack.torch / ".ascendfix").exists()
+    assert not [p for root in stack.roots().values() for p in root.rglob("*ascendfix-tmp")]
+    return line
+
+
 def test_a_file_size_limit_fails_the_cli_with_one_line_and_rolls_back(stack):
     big = stack.torch / "torch/distributed/checkpoint/default_planner.py"
     big.write_bytes(big.read_bytes() + b"#" * 4000 + b"\n")  # larger than the limit once patched
-    before = stack.snapshot()
 
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write over the limit fails with EFBIG instead
 
-    result = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "apply", "--device", "npu", *stack.root_args()],
-        capture_output=True,
-        text=True,
-        preexec_fn=limit,
-        timeout=120,
-    )
-    assert result.returncode == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    assert result.stderr.startswith("error: apply failed writing") and "default_planner.py" in result.stderr
-    assert stack.snapshot() == before
+    line = failed_apply(stack, limit)
+    assert "default_planner.py" in line and "File too large" in line
 
 
 def test_state_folder_ignores_itself_in_a_git_checkout(stack):
@@ -245,19 +254,7 @@ def test_a_real_full_disk_under_one_root_leaves_both_roots_as_they_were(tmp_path
         pass
     finally:
         os.close(fd)
-    before = stack.snapshot()
-    result = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "apply", "--device", "npu", *stack.root_args()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    line = result.stderr.strip()
-    assert "\n" not in line and line.startswith("error: apply failed writing") and "No space left on device" in line
-    assert stack.snapshot() == before
-    assert not (stack.verl / ".ascendfix").exists() and not (torch / ".ascendfix").exists()
-    assert not [p for p in torch.rglob("*ascendfix-tmp")] and not [p for p in stack.verl.rglob("*ascendfix-tmp")]
+    assert "No space left on device" in failed_apply(stack)
 
 
 def test_an_immutable_upstream_file_fails_the_apply_in_one_line_and_changes_nothing(stack):
@@ -265,18 +262,8 @@ def test_an_immutable_upstream_file_fails_the_apply_in_one_line_and_changes_noth
     if subprocess.run(["chattr", "+i", str(planner)], capture_output=True).returncode != 0:
         pytest.skip("chattr +i is not available here")
     try:
-        before = stack.snapshot()
-        result = subprocess.run(
-            [sys.executable, "-m", "ascendfix", "apply", "--device", "npu", *stack.root_args()],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert result.returncode == 1 and "Traceback" not in result.stderr
-        line = result.stderr.strip()
+        line = failed_apply(stack)
         assert line.startswith(f"error: apply failed writing {planner}") and "Operation not permitted" in line
         assert "rolled back, nothing was changed" in line
-        assert stack.snapshot() == before
-        assert not (stack.verl / ".ascendfix").exists() and not (stack.torch / ".ascendfix").exists()
     finally:
         subprocess.run(["chattr", "-i", str(planner)], check=False)
