@@ -186,7 +186,7 @@ def _evaluate_file(
         outcome = chosen.build().apply(code, patch.id)
     except TransformError as e:
         outcome, problem = None, e
-    if outcome is not None and outcome.done == want and outcome.pending == 0:
+    if outcome is not None and sites_state(outcome, want, pfile.path, patch.id)[0] == State.APPLIED:
         if record is not None and digest != record.patched_sha256:
             reason = f"{pfile.path} changed since ascendfix wrote it"
             return replace(base, reason=reason, reason_code=ReasonCode.CHANGED_SINCE_APPLIED), None
@@ -199,16 +199,28 @@ def _evaluate_file(
         return replace(base, state=State.APPLIED, variant=held[0].name, reason_code=None), None
     if outcome is None:
         return replace(base, reason=f"{pfile.path}: {problem}"), None
-    if outcome.pending == want and outcome.done == 0:
+    state, reason = sites_state(outcome, want, pfile.path, patch.id)
+    if state == State.NOT_APPLIED:
         planned = PlannedWrite(
             pfile.path, outcome.code, _record(selection.profile, patch, chosen, code, outcome.code), original=code
         )
         return replace(base, state=State.NOT_APPLIED, reason_code=None), planned
-    found = outcome.pending + outcome.done
-    if found == want:
-        reason = f"{pfile.path}: {outcome.done} of {want} sites patched"
+    if state == State.PARTIAL:
         return replace(base, state=State.PARTIAL, reason=reason, reason_code=ReasonCode.PARTIALLY_PATCHED), None
-    return replace(base, reason=f"{pfile.path}: expected {want} site(s) for {patch.id}, found {found}"), None
+    return replace(base, reason=reason), None
+
+
+def sites_state(outcome: Outcome, want: int, rel: str, patch_id: str) -> tuple[State, str]:
+    """What a transform's outcome says of a file that must hold ``want`` sites: applied, not-applied,
+    partial (some done, the rest pending) or drifted (another number of sites), with the reason."""
+    found = outcome.pending + outcome.done
+    if outcome.done == want and outcome.pending == 0:
+        return State.APPLIED, ""
+    if outcome.pending == want and outcome.done == 0:
+        return State.NOT_APPLIED, ""
+    if found == want:
+        return State.PARTIAL, f"{rel}: {outcome.done} of {want} sites patched"
+    return State.DRIFTED, f"{rel}: expected {want} site(s) for {patch_id}, found {found}"
 
 
 def _record(profile: Profile, patch: Patch, variant: Variant, original: bytes, written: bytes) -> Record:

@@ -22,9 +22,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ascendfix.engine import sites_state
 from ascendfix.errors import AscendfixError, UsageError
 from ascendfix.manifest import Patch, Profile, Variant, read_toml
-from ascendfix.states import Name
+from ascendfix.states import Name, State
 from ascendfix.transforms.base import TransformError
 
 
@@ -432,17 +433,15 @@ def _sites(patch: Patch, variant: Variant, candidate: Candidate) -> tuple[str, s
             continue
         found = outcome.pending + outcome.done
         total += found
+        state, why = sites_state(outcome, pfile.sites, pfile.path, patch.id)  # the engine's own verdict
         if found == 0:
             states.append(NO_SITE)
-            reasons.append(f"{pfile.path}: expected {pfile.sites} site(s) for {patch.id}, found 0")
-        elif found == pfile.sites and 0 in (outcome.pending, outcome.done):
+            reasons.append(why)
+        elif state in (State.APPLIED, State.NOT_APPLIED):
             states.append(APPLIES)
-        elif found == pfile.sites:
-            states.append(REFUSED)
-            reasons.append(f"{pfile.path}: {outcome.done} of {pfile.sites} sites patched")
         else:
             states.append(REFUSED)
-            reasons.append(f"{pfile.path}: expected {pfile.sites} site(s) for {patch.id}, found {found}")
+            reasons.append(why)
     judged = set(states) - {NOT_APPLICABLE}
     if not judged:
         state = NOT_APPLICABLE
