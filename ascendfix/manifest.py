@@ -18,7 +18,7 @@ from typing import Any
 
 from ascendfix import resources
 from ascendfix.errors import UsageError
-from ascendfix.rules import ACTIONS, Condition, Rule
+from ascendfix.rules import Condition, Rule, RuleAction
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -679,12 +679,13 @@ def _rule(t: _Table) -> Rule:
     if not PATCH_ID.match(rid):
         t.fail(t.field("id"), f"{rid!r} is not a rule id (lowercase letters, digits and '-')")
     action = t.text("action")
-    if action not in ACTIONS:
-        t.fail(t.field("action"), f"unknown action {action!r} (expected one of {', '.join(ACTIONS)})")
+    if action not in tuple(RuleAction):
+        t.fail(t.field("action"), f"unknown action {action!r} (expected one of {', '.join(RuleAction)})")
     when = tuple(_condition(ct) for ct in t.tables("when"))
     if not when:
         t.fail(t.field("when"), "a rule needs at least one condition")
-    rule = Rule(rid, action, when, t.text("why"), t.text("source"), t.text("fix", required=False), _devices(t))
+    fix = t.text("fix", required=False)
+    rule = Rule(rid, RuleAction(action), when, t.text("why"), t.text("source"), fix, _devices(t))
     t.done()
     return rule
 

@@ -12,8 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-REFUSE, WARN = "refuse", "warn"
-ACTIONS = (REFUSE, WARN)
+from ascendfix.states import Name
+
+
+class RuleAction(Name):
+    """What a rule that holds does (``action`` in the profile)."""
+
+    REFUSE = "refuse"
+    WARN = "warn"
+
+
+REFUSE, WARN = RuleAction
 TRUE_WORDS = ("true", "1", "yes")
 
 
@@ -61,7 +70,7 @@ class Rule:
     """A combination that breaks a job, why, who says so, and what to do."""
 
     id: str
-    action: str
+    action: RuleAction
     when: tuple[Condition, ...]
     why: str
     source: str
@@ -84,7 +93,7 @@ class Hit:
     """A rule whose conditions all hold, with the values that made them hold."""
 
     rule: str
-    action: str
+    action: RuleAction
     message: str
     why: str
     source: str
