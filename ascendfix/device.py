@@ -8,6 +8,7 @@ from pathlib import Path
 from ascendfix.errors import UsageError
 
 ASCEND_HOME = Path("/usr/local/Ascend")
+DEVICES = ("npu", "cuda")  # the device kinds a profile can define
 
 
 def detect_device(ascend_home: Path = ASCEND_HOME) -> str | None:

@@ -119,11 +119,14 @@ def select(
     return Selection(profile, device, patches, locate(packages, python, roots), dict(variants or {}))
 
 
-def _held_variant(patch: Patch, code: bytes, want: int) -> tuple[Variant, bytes] | None:
-    """The variant a marked file fully holds, and the file's original recovered through its inverse."""
+def _held_variant(patch: Patch, code: bytes, want: int, tried: Variant) -> tuple[Variant, bytes] | None:
+    """The variant other than ``tried`` (already tried) a marked file fully holds, and the file's original
+    recovered through its inverse."""
     if marker(patch.id).encode() not in code:
         return None
     for variant in patch.variants:
+        if variant is tried:
+            continue
         try:
             held = variant.build().apply(code, patch.id)
             if held.done == want and held.pending == 0:
@@ -184,22 +187,22 @@ def _evaluate_file(
             return _switch(base, selection.profile, patch, chosen, record.variant, original, want)
     try:
         outcome = chosen.build().apply(code, patch.id)
+        state, reason = sites_state(outcome, want, pfile.path, patch.id)
     except TransformError as e:
-        outcome, problem = None, e
-    if outcome is not None and sites_state(outcome, want, pfile.path, patch.id)[0] == State.APPLIED:
+        outcome, problem, state = None, e, None
+    if state == State.APPLIED:
         if record is not None and digest != record.patched_sha256:
             reason = f"{pfile.path} changed since ascendfix wrote it"
             return replace(base, reason=reason, reason_code=ReasonCode.CHANGED_SINCE_APPLIED), None
         note = "marked by ascendfix (no record in .ascendfix)" if not record else ""
         return replace(base, state=State.APPLIED, variant=chosen.name, reason=note, reason_code=None), None
-    held = _held_variant(patch, code, want)
+    held = _held_variant(patch, code, want, tried=chosen)
     if held is not None:
         if asked and held[0] is not chosen:
             return _switch(base, selection.profile, patch, chosen, held[0].name, held[1], want)
         return replace(base, state=State.APPLIED, variant=held[0].name, reason_code=None), None
     if outcome is None:
         return replace(base, reason=f"{pfile.path}: {problem}"), None
-    state, reason = sites_state(outcome, want, pfile.path, patch.id)
     if state == State.NOT_APPLIED:
         planned = PlannedWrite(
             pfile.path, outcome.code, _record(selection.profile, patch, chosen, code, outcome.code), original=code
@@ -355,7 +358,8 @@ def _sweep(selection: Selection) -> None:
         if target is not None and target.root is not None:
             for f in patch.files:
                 remove_temps(target.root / f.path)
-            Store(target.root).sweep_temps()
+    for root in selection.roots():
+        Store(root).sweep_temps()
 
 
 def apply(selection: Selection, strict: bool = False, dry_run: bool = False) -> list[PatchStatus]:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ascendfix.errors import RefusedError
-from ascendfix.fsutil import drop_bytecode, leftover_temps, remove_temps, sha256_bytes, write_atomic
+from ascendfix.fsutil import TEMP_SUFFIX, drop_bytecode, leftover_temps, remove_temps, sha256_bytes, write_atomic
 
 STATE_DIR = ".ascendfix"
 SCHEMA = 2
@@ -222,7 +222,7 @@ class Store:
     def sweep_temps(self) -> None:
         """Remove temp files a killed write left inside the state folder itself."""
         if self.dir.is_dir():
-            for tmp in self.dir.rglob("*.ascendfix-tmp"):
+            for tmp in self.dir.rglob(f"*{TEMP_SUFFIX}"):
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()
 

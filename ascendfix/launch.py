@@ -384,10 +384,8 @@ def prepare(
     from ascendfix import preflight as checks
 
     argv = command_for(command)
-    settings = resolve_env(profile, device, environ)
-    overrides = checks.scan_overrides(argv, environ)
-    found = checks.run_preflight(profile, device, argv, environ, seams, full=full)
-    return Prepared(profile, device, argv, settings, overrides, found)
+    found = checks.run_preflight(profile, device, argv, environ, seams, full=full)  # reads the script once
+    return Prepared(profile, device, argv, resolve_env(profile, device, environ), found.overrides, found)
 
 
 @dataclass

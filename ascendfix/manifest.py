@@ -17,15 +17,16 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ascendfix import resources
+from ascendfix.device import DEVICES
 from ascendfix.errors import UsageError
 from ascendfix.rules import Condition, Rule, RuleAction
+from ascendfix.states import State
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on the container's Python 3.10
     import tomli as tomllib
 
-DEVICES = ("npu", "cuda")
 COMPONENT_KINDS = ("python", "pypi", "git", "system")
 ENV_CHECKS = ("interface",)
 PATCH_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -715,6 +716,9 @@ def _condition(t: _Table) -> Condition:
             t.fail(t.field(key), f"unknown key for a {subject} condition (allowed: {', '.join(allowed)})")
     if not [k for k in tests if k != "default"]:
         t.fail(t.where, f"a {subject} condition needs one of {', '.join(k for k in allowed if k != 'default')}")
+    state = t.text("state", required=False)
+    if state is not None and state not in tuple(State):
+        t.fail(t.field("state"), f"unknown state {state!r} (expected one of {', '.join(State)})")
     cond = Condition(
         env=keys[0] if subject == "env" else None,
         overrides=keys if subject == "override" else (),
@@ -725,7 +729,7 @@ def _condition(t: _Table) -> Condition:
         truthy=t.get("truthy", bool, required=False),
         is_set=t.get("is_set", bool, required=False),
         importable=t.get("importable", bool, required=False),
-        state=t.text("state", required=False),
+        state=State(state) if state is not None else None,
         default=t.get("default", str, required=False),
     )
     t.done()

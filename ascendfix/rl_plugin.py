@@ -72,11 +72,6 @@ EDITS = {
 }
 
 
-def edits(path: str) -> bool:
-    """Whether the installer edits the file at ``path`` (relative to the folder holding verl/ or vllm/)."""
-    return path in EDITS
-
-
 def installer_edit(path: str, original: bytes) -> bytes | None:
     """The file at ``path`` as the installer leaves ``original``; None when it does not edit that file."""
     edit = EDITS.get(path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ascendfix.device import DEVICES
 from ascendfix.states import Name
 
 
@@ -75,7 +76,7 @@ class Rule:
     why: str
     source: str
     fix: str | None = None
-    devices: tuple[str, ...] = ("npu", "cuda")
+    devices: tuple[str, ...] = DEVICES
 
 
 @dataclass(frozen=True)

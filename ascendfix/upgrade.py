@@ -205,16 +205,11 @@ def _distributions(profile: Profile, device: str) -> dict[str, str]:
     }
 
 
-def _require_device(profile: Profile, device: str) -> None:
-    if device not in profile.devices:
-        raise UsageError(f"--device {device}: profile {profile.name} defines only {', '.join(profile.devices)}")
-
-
 def parse_with(profile: Profile, device: str, values: tuple[str, ...] | list[str]) -> dict[str, str | Path]:
     """``--with DIST==VERSION`` / ``--with DIST=PATH`` values -> {canonical dist: version or checkout path}."""
     from packaging.version import InvalidVersion, Version
 
-    _require_device(profile, device)
+    profile.device(device)
     known = _distributions(profile, device)
     names = {canonical(name): dist for dist, name in known.items()}
     chosen: dict[str, str | Path] = {}
@@ -600,7 +595,7 @@ def _requirement_name(text: str) -> str:
 
 def check(profile: Profile, device: str, with_: dict[str, str | Path], platform: str | None = None) -> Report:
     """Fetch (or read) every named release and judge the device's patches and the pins on them."""
-    _require_device(profile, device)
+    profile.device(device)
     target = target_for(profile, device, platform)
     candidates = {
         dist: _checkout_candidate(dist, what) if isinstance(what, Path) else _wheel_candidate(dist, what, target)

@@ -140,6 +140,7 @@ def test_a_warn_rule_is_a_hint_not_a_problem(tmp_path):
         ('id = "dapo-no-interleave-filter-groups"', 'id = "expandable-segments-sleep-mode"',
          r"rules: two rules have the same id"),
         ('source = "verl PR #3760', 'sauce = "verl PR #3760', r"rules\[2\]\.source: missing required field"),
+        ('state = "applied"', 'state = "aplied"', r"rules\[2\]\.when\[0\]\.state: unknown state 'aplied'"),
     ],
 )
 def test_bad_rules_name_file_and_field_and_exit_2(tmp_path, old, new, message):

@@ -15,10 +15,10 @@ from typing import Any
 
 import click
 
+from ascendfix.device import DEVICES
 from ascendfix.errors import AscendfixError
 
 DEFAULT_PROFILE = "verl-796871d"
-DEVICES = ("npu", "cuda")
 
 
 @functools.cache

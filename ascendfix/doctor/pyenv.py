@@ -22,7 +22,7 @@ from ascendfix import rl_plugin
 from ascendfix.doctor.context import REPORTED_ONLY, Context, editable_dir
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
 from ascendfix.doctor.ours import without_patches
-from ascendfix.fsutil import leftover_temps
+from ascendfix.journal import Store
 from ascendfix.manifest import Component
 
 PLUGIN_DISTRIBUTION = "verl_npu"
@@ -380,7 +380,7 @@ def _temps(ctx: Context) -> list[Path]:
     for patch in ctx.profile.patches.values():
         target = targets.get(patch.package)
         if target is not None and target.root is not None:
-            found += [tmp for f in patch.files for tmp in leftover_temps(target.root / f.path)]
+            found += Store(target.root).leftovers([f.path for f in patch.files])
     return found
 
 
