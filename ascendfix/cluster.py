@@ -80,7 +80,8 @@ class Table:
         }
 
 
-def _ray():
+def import_ray():
+    """The ray module; a UsageError saying how to install it when it is missing."""
     try:
         import ray
     except ImportError:
@@ -109,7 +110,7 @@ def run(argv: list[str], address: str | None = None, timeout: float = 60.0, loca
 
     ``local(argv, timeout)`` is what each node's task runs; it answers as :func:`run_local` does.
     """
-    ray = _ray()
+    ray = import_ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if address:
@@ -146,15 +147,23 @@ def run(argv: list[str], address: str | None = None, timeout: float = 60.0, loca
         ray.shutdown()
 
 
-def _reachable(address: str, seconds: float = 5.0) -> None:
-    """Fail fast on an address nothing listens on (Ray itself would retry for minutes)."""
+def unreachable(address: str, seconds: float = 5.0) -> str | None:
+    """Why nothing can answer at ``address`` (not HOST:PORT, or nothing listens), or None when something does."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
-        raise UsageError(f"--ray {address}: expected HOST:PORT of the cluster's head (e.g. 10.0.0.1:6379)")
+        return "expected HOST:PORT of the cluster's head (e.g. 10.0.0.1:6379)"
     try:
         socket.create_connection((host, int(port)), timeout=seconds).close()
     except OSError as e:
-        raise UsageError(f"--ray {address}: nothing answers there ({e.strerror or e})") from None
+        return f"nothing answers there ({e.strerror or e})"
+    return None
+
+
+def _reachable(address: str, seconds: float = 5.0) -> None:
+    """Fail fast on an address nothing listens on (Ray itself would retry for minutes)."""
+    reason = unreachable(address, seconds)
+    if reason is not None:
+        raise UsageError(f"--ray {address}: {reason}")
 
 
 def _answer(base: NodeAnswer, result: dict) -> NodeAnswer:

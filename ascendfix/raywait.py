@@ -141,14 +141,6 @@ def job_size(overrides: Mapping[str, str], origin: str) -> tuple[int, int]:
     return sizes[0], sizes[1]
 
 
-def _ray():
-    try:
-        import ray
-    except ImportError:
-        raise UsageError(cluster.INSTALL_HINT) from None
-    return ray
-
-
 def _connect(ray, address: str | None) -> None:
     named = ("--address", address) if address else ("RAY_ADDRESS", os.environ.get("RAY_ADDRESS", ""))
     if named[1] and named[1] not in ("auto", "local") and not _answers(named[1], 5.0):
@@ -182,7 +174,7 @@ def wait(
     on_progress: Callable[[Arrival], None] | None = None,
 ) -> Arrival:
     """Poll the cluster until it is ready or ``timeout`` seconds pass; the last count either way."""
-    ray = _ray()
+    ray = cluster.import_ray()
     _connect(ray, address)
     try:
         deadline = time.monotonic() + timeout
@@ -333,14 +325,7 @@ def _temp_root(environ: Mapping[str, str]) -> Path:
 
 
 def _answers(address: str, seconds: float = 1.0) -> bool:
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        return False
-    try:
-        socket.create_connection((host, int(port)), timeout=seconds).close()
-    except OSError:
-        return False
-    return True
+    return cluster.unreachable(address, seconds) is None
 
 
 def reachable_address(environ: Mapping[str, str]) -> str | None:
