@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
-from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.fsutil import leftover_temps, locked, remove_temps, sha256_bytes
@@ -24,8 +24,7 @@ from ascendfix.states import Action, ReasonCode, State
 from ascendfix.transforms.base import Outcome, TransformError, marker
 
 
-@dataclass(frozen=True)
-class FileStatus:
+class FileStatus(NamedTuple):
     """One file of a patch, as found on disk."""
 
     path: str
@@ -35,12 +34,11 @@ class FileStatus:
     absolute: Path | None = None
     preimage: str | None = None  # label of the known original this file is, if any
     variant: str | None = None  # the variant this file holds, when applied
-    code: bytes | None = field(default=None, repr=False)  # what is on disk
+    code: bytes | None = None  # what is on disk
     reason_code: ReasonCode | None = None  # why it is drifted or partial
 
 
-@dataclass(frozen=True)
-class PatchStatus:
+class PatchStatus(NamedTuple):
     """A patch's state, aggregated over its files, and what apply would write for it."""
 
     id: str
@@ -50,7 +48,7 @@ class PatchStatus:
     warnings: tuple[str, ...] = ()
     action: Action | None = None
     variant: str | None = None
-    writes: tuple[PlannedWrite, ...] = field(default=(), repr=False)
+    writes: tuple[PlannedWrite, ...] = ()
     reason_code: ReasonCode | None = None
     hint: str = ""  # the command that fixes it
 
@@ -74,15 +72,14 @@ class PatchStatus:
         return data
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(NamedTuple):
     """What one command acts on: a profile's patches for a device, and where their packages are."""
 
     profile: Profile
     device: str | None
     patches: tuple[Patch, ...]
     targets: dict[str, Target]
-    variants: dict[str, str] = field(default_factory=dict)  # --variant: the user's explicit choice
+    variants: dict[str, str]  # --variant: the user's explicit choice
 
     def variant(self, patch: Patch) -> Variant:
         """The variant to apply for ``patch`` where it is not applied yet (``--variant``, else the profile's)."""
@@ -181,7 +178,7 @@ def _evaluate_file(
     record = records.get(pfile.path)
     if record is not None and record.patch == patch.id and digest == record.patched_sha256:
         if not asked or record.variant == chosen.name:
-            return replace(base, state=State.APPLIED, variant=record.variant, reason_code=None), None
+            return base._replace(state=State.APPLIED, variant=record.variant, reason_code=None), None
         original = store.load_backup(pfile.path, record.original_sha256)
         if original is not None:
             return _switch(base, selection.profile, patch, chosen, record.variant, original, want)
@@ -193,24 +190,24 @@ def _evaluate_file(
     if state == State.APPLIED:
         if record is not None and digest != record.patched_sha256:
             reason = f"{pfile.path} changed since ascendfix wrote it"
-            return replace(base, reason=reason, reason_code=ReasonCode.CHANGED_SINCE_APPLIED), None
+            return base._replace(reason=reason, reason_code=ReasonCode.CHANGED_SINCE_APPLIED), None
         note = "marked by ascendfix (no record in .ascendfix)" if not record else ""
-        return replace(base, state=State.APPLIED, variant=chosen.name, reason=note, reason_code=None), None
+        return base._replace(state=State.APPLIED, variant=chosen.name, reason=note, reason_code=None), None
     held = _held_variant(patch, code, want, tried=chosen)
     if held is not None:
         if asked and held[0] is not chosen:
             return _switch(base, selection.profile, patch, chosen, held[0].name, held[1], want)
-        return replace(base, state=State.APPLIED, variant=held[0].name, reason_code=None), None
+        return base._replace(state=State.APPLIED, variant=held[0].name, reason_code=None), None
     if outcome is None:
-        return replace(base, reason=f"{pfile.path}: {problem}"), None
+        return base._replace(reason=f"{pfile.path}: {problem}"), None
     if state == State.NOT_APPLIED:
         planned = PlannedWrite(
             pfile.path, outcome.code, _record(selection.profile, patch, chosen, code, outcome.code), original=code
         )
-        return replace(base, state=State.NOT_APPLIED, reason_code=None), planned
+        return base._replace(state=State.NOT_APPLIED, reason_code=None), planned
     if state == State.PARTIAL:
-        return replace(base, state=State.PARTIAL, reason=reason, reason_code=ReasonCode.PARTIALLY_PATCHED), None
-    return replace(base, reason=reason), None
+        return base._replace(state=State.PARTIAL, reason=reason, reason_code=ReasonCode.PARTIALLY_PATCHED), None
+    return base._replace(reason=reason), None
 
 
 def sites_state(outcome: Outcome, want: int, rel: str, patch_id: str) -> tuple[State, str]:
@@ -238,15 +235,15 @@ def _switch(
         outcome = chosen.build().apply(original, patch.id)
     except TransformError as e:
         reason = f"{base.path}: cannot switch to {chosen.name}: {e}"
-        return replace(base, variant=held, reason=reason, reason_code=ReasonCode.CANNOT_SWITCH), None
+        return base._replace(variant=held, reason=reason, reason_code=ReasonCode.CANNOT_SWITCH), None
     if outcome.pending != want:
         reason = f"{base.path}: the original behind variant {held} does not match variant {chosen.name}"
-        return replace(base, variant=held, reason=reason, reason_code=ReasonCode.CANNOT_SWITCH), None
+        return base._replace(variant=held, reason=reason, reason_code=ReasonCode.CANNOT_SWITCH), None
     reason = f"holds variant {held}; {chosen.name} is asked for (apply switches)"
     planned = PlannedWrite(
         base.path, outcome.code, _record(profile, patch, chosen, original, outcome.code), original=original
     )
-    return replace(base, state=State.APPLIED, variant=held, reason=reason, reason_code=None), planned
+    return base._replace(state=State.APPLIED, variant=held, reason=reason, reason_code=None), planned
 
 
 def _hint(code: ReasonCode, patch: Patch, target: Target | None, rel: str) -> str:
@@ -374,7 +371,7 @@ def apply(selection: Selection, strict: bool = False, dry_run: bool = False) -> 
     with locked(selection.roots()) if not dry_run else contextlib.nullcontext():
         statuses = _plan(selection, evaluate(selection), strict, dry_run)
         if dry_run:
-            return [replace(s, action=Action.WOULD_APPLY if s.writes else None) for s in statuses]
+            return [s._replace(action=Action.WOULD_APPLY if s.writes else None) for s in statuses]
         _sweep(selection)
         _write(selection, "apply", statuses)
     return [_applied(s) for s in statuses]
@@ -404,7 +401,7 @@ def _plan(selection: Selection, statuses: list[PatchStatus], strict: bool, dry_r
                 compile(w.data, str(path), "exec", dont_inherit=True)
             except SyntaxError as e:
                 problems.append(f"{s.id}: the patched {w.rel} does not compile: {e.msg}")
-        planned.append(replace(s, warnings=warnings))
+        planned.append(s._replace(warnings=warnings))
     if problems:
         raise RefusedError(("refused: " if dry_run else "refused, nothing was changed: ") + " | ".join(problems))
     return planned
@@ -435,17 +432,17 @@ def _root_of(selection: Selection, status: PatchStatus) -> Path:
 
 def _applied(s: PatchStatus) -> PatchStatus:
     if not s.writes:
-        return replace(s, action=Action.UNCHANGED if s.state == State.APPLIED else Action.SKIPPED)
+        return s._replace(action=Action.UNCHANGED if s.state == State.APPLIED else Action.SKIPPED)
     written = {w.rel: w for w in s.writes}
     variant = s.writes[0].record.variant
     files = tuple(
-        replace(f, state=State.APPLIED, variant=variant, sha256=written[f.path].record.patched_sha256, reason="")
+        f._replace(state=State.APPLIED, variant=variant, sha256=written[f.path].record.patched_sha256, reason="")
         if f.path in written
         else f
         for f in s.files
     )
     action = Action.SWITCHED if s.state == State.APPLIED else Action.APPLIED
-    return replace(s, state=State.APPLIED, files=files, action=action, variant=variant, reason="")
+    return s._replace(state=State.APPLIED, files=files, action=action, variant=variant, reason="")
 
 
 def revert(selection: Selection) -> list[PatchStatus]:
@@ -475,7 +472,7 @@ def revert(selection: Selection) -> list[PatchStatus]:
                 results += _plan_revert_foreign(selection, selection.targets[name], store)
         _sweep(selection)
         _write(selection, "revert", [s for s in results if s.action != Action.REFUSED])
-    return [replace(s, writes=()) for s in results]
+    return [s._replace(writes=()) for s in results]
 
 
 def _plan_revert_foreign(selection: Selection, target: Target, store: Store) -> list[PatchStatus]:

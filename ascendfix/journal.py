@@ -19,8 +19,8 @@ import contextlib
 import json
 import shutil
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ascendfix.errors import RefusedError
 from ascendfix.fsutil import TEMP_SUFFIX, drop_bytecode, leftover_temps, remove_temps, sha256_bytes, write_atomic
@@ -29,8 +29,7 @@ STATE_DIR = ".ascendfix"
 SCHEMA = 2
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     """One file ascendfix patched: which patch and variant (and the profile that applied it), the original's
     and the written bytes' sha256."""
 
@@ -41,8 +40,7 @@ class Record:
     profile: str = ""  # unknown in folders written before schema 2
 
 
-@dataclass(frozen=True)
-class PlannedWrite:
+class PlannedWrite(NamedTuple):
     """One file a transaction will write: its new bytes and its record afterwards.
 
     ``record`` None means the file goes back to upstream (a revert): its record and backup
@@ -111,7 +109,7 @@ class Store:
         if not records:
             shutil.rmtree(self.dir, ignore_errors=True)
             return
-        data = {"schema": SCHEMA, "files": {rel: asdict(rec) for rel, rec in sorted(records.items())}}
+        data = {"schema": SCHEMA, "files": {rel: rec._asdict() for rel, rec in sorted(records.items())}}
         write_atomic(self.state_file, (json.dumps(data, indent=1) + "\n").encode())
 
     def _ensure_dir(self) -> None:
@@ -163,7 +161,7 @@ class Store:
                 "schema": SCHEMA,
                 "op": op,
                 "files": list(rels),
-                "previous": {rel: asdict(current[rel]) if rel in current else None for rel in rels},
+                "previous": {rel: current[rel]._asdict() if rel in current else None for rel in rels},
             }
             writing = self.journal_file
             write_atomic(writing, json.dumps(data).encode())

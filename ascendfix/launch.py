@@ -356,7 +356,6 @@ class Prepared:
     preflight: Any  # a preflight.Preflight
 
 
-
 def env_notes(settings: Sequence[EnvSetting]) -> list[tuple[str, str]]:
     """``(kind, message)`` for each variable whose value is not simply the profile's: yours won, or unset."""
     notes = []

@@ -13,8 +13,8 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ascendfix.errors import UsageError
 
@@ -87,8 +87,7 @@ if __name__ == "__main__":
 """
 
 
-@dataclass(frozen=True)
-class Distribution:
+class Distribution(NamedTuple):
     """One installed distribution the probe was asked about (importlib.metadata)."""
 
     version: str
@@ -96,8 +95,7 @@ class Distribution:
     metadata_dir: str | None  # the .dist-info folder (its RECORD lists the installed files)
 
 
-@dataclass(frozen=True)
-class Installed:
+class Installed(NamedTuple):
     """Any installed distribution: name, version and its Requires-Dist lines (for ``pip check``'s job)."""
 
     name: str
@@ -105,8 +103,7 @@ class Installed:
     requires: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Probe:
+class Probe(NamedTuple):
     """The target interpreter's answer: itself, where packages are, and what is installed."""
 
     python: str
@@ -124,8 +121,7 @@ class Probe:
         return cls(data["python"], tuple(data["version"]), data["packages"], dists, data.get("markers", {}), installed)
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """Where one package's files live, and how that was decided."""
 
     package: str

@@ -1,4 +1,4 @@
-"""Profiles and patches: TOML files in, validated frozen dataclasses out.
+"""Profiles and patches: TOML files in, validated immutable records (NamedTuples) out.
 
 A profile (``manifests/*.toml``) pins the software stack of one training job, the
 environment each device needs and the patches it applies. A patch (``patches/*.toml``)
@@ -9,12 +9,10 @@ parameters, and why. Nothing in either file is ever evaluated as code.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 from ascendfix import resources
 from ascendfix.device import DEVICES
@@ -41,8 +39,7 @@ DROP_PROBES = {
 }
 
 
-@dataclass(frozen=True)
-class Component:
+class Component(NamedTuple):
     """One pinned piece of the stack and how to recognise it on a machine."""
 
     name: str
@@ -61,8 +58,7 @@ class Component:
     guide_value: str | None = None  # the guide's own value, where the pin deliberately differs
 
 
-@dataclass(frozen=True)
-class EnvVar:
+class EnvVar(NamedTuple):
     """A variable the job needs; ``value`` None means the site must choose it.
 
     ``prepend``: ``value`` is a ``:``-separated list put in front of what the variable
@@ -86,8 +82,7 @@ class EnvVar:
         return self.guide is None
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(NamedTuple):
     """What one kind of accelerator needs: environment, limits, and the patches it takes."""
 
     name: str
@@ -102,8 +97,7 @@ class Device:
     accelerators_per_node: int | None = None  # what `ray start` registers when the node itself cannot say
 
 
-@dataclass(frozen=True)
-class AcceptedConflict:
+class AcceptedConflict(NamedTuple):
     """A requirement that the installed stack knowingly violates."""
 
     requirer: str
@@ -111,8 +105,7 @@ class AcceptedConflict:
     why: str
 
 
-@dataclass(frozen=True)
-class Hint:
+class Hint(NamedTuple):
     """A Hydra override the profile recommends (``key=value``, or a bare ``key`` that should be set)."""
 
     override: str
@@ -121,8 +114,7 @@ class Hint:
     devices: tuple[str, ...] = DEVICES
 
 
-@dataclass(frozen=True)
-class PatchFile:
+class PatchFile(NamedTuple):
     """One file a patch edits, relative to the directory that holds the package."""
 
     path: str
@@ -135,8 +127,7 @@ class PatchFile:
         return next((label for digest, label in self.preimages if digest == sha256), None)
 
 
-@dataclass(frozen=True)
-class Variant:
+class Variant(NamedTuple):
     """One way to carry out a patch: a transform and its parameters."""
 
     name: str
@@ -154,8 +145,7 @@ class Variant:
 DEFAULT_VARIANT = "default"
 
 
-@dataclass(frozen=True)
-class Superseded:
+class Superseded(NamedTuple):
     """From which release of the patch's package a better lever than the patch exists, and what it is."""
 
     since: str
@@ -163,8 +153,7 @@ class Superseded:
     fix: str
 
 
-@dataclass(frozen=True)
-class Patch:
+class Patch(NamedTuple):
     """A declarative edit of upstream code, with its rationale.
 
     A patch has one ``[transform]`` (its variant is called ``default``) or several named
@@ -185,8 +174,7 @@ class Patch:
     drop_probe: str | None = None  # a key of DROP_PROBES: drop_when, checked on a release
 
 
-@dataclass(frozen=True)
-class Profile:
+class Profile(NamedTuple):
     """A validated manifest with its patches resolved."""
 
     name: str
@@ -196,7 +184,7 @@ class Profile:
     devices: dict[str, Device]
     accepted_conflicts: tuple[AcceptedConflict, ...]
     patches: dict[str, Patch]
-    variants: dict[str, str] = dataclasses.field(default_factory=dict)
+    variants: dict[str, str]  # patch id -> the variant the profile chooses
     hints: tuple[Hint, ...] = ()
     rules: tuple[Rule, ...] = ()
 
@@ -751,9 +739,9 @@ def parse_variants(profile: Profile, values: tuple[str, ...] | list[str]) -> dic
 
 
 def to_json(obj: Any) -> Any:
-    """A dataclass tree as plain JSON-ready data."""
-    if dataclasses.is_dataclass(obj):
-        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    """A tree of records (NamedTuples) as plain JSON-ready data."""
+    if hasattr(obj, "_asdict"):
+        return {k: to_json(v) for k, v in obj._asdict().items()}
     if isinstance(obj, (list, tuple)):
         return [to_json(v) for v in obj]
     if isinstance(obj, dict):

@@ -13,7 +13,6 @@ the patch states: a ``refuse`` rule is a problem, a ``warn`` rule a hint.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
@@ -174,7 +173,7 @@ def run_preflight(
                 result.problems.append(Finding("patches", f"patch {pid} is {state}{because}: see `ascendfix status`"))
             elif state == State.NOT_APPLIED:
                 # left out on purpose when applying it would break a rule (DAPO + filter_groups)
-                applied = dataclasses.replace(facts, patch_states={**facts.patch_states, pid: State.APPLIED})
+                applied = facts._replace(patch_states={**facts.patch_states, pid: State.APPLIED})
                 blocking = [h.rule for h in rules.evaluate(profile.rules, applied, device).refusals]
                 if blocking:
                     result.hints.append(Finding("patches", f"{pid} is not applied, as rule {blocking[0]} requires"))

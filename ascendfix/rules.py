@@ -10,7 +10,7 @@ leaves its rule undecided, never fired. Nothing here prints, imports a package o
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ascendfix.device import DEVICES
 from ascendfix.states import Name
@@ -27,8 +27,7 @@ REFUSE, WARN = RuleAction
 TRUE_WORDS = ("true", "1", "yes")
 
 
-@dataclass(frozen=True)
-class Condition:
+class Condition(NamedTuple):
     """One test over one subject: an env variable, Hydra override keys (any of them), a module, a patch.
 
     ``default`` stands for the value when the variable or override is unset (for an override:
@@ -66,8 +65,7 @@ class Condition:
         return f"{subject} {test}{unset}"
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """A combination that breaks a job, why, who says so, and what to do."""
 
     id: str
@@ -79,8 +77,7 @@ class Rule:
     devices: tuple[str, ...] = DEVICES
 
 
-@dataclass(frozen=True)
-class Facts:
+class Facts(NamedTuple):
     """What is known about the job. ``None`` means unknown (the rules that need it stay undecided)."""
 
     env: Mapping[str, str]
@@ -89,8 +86,7 @@ class Facts:
     patch_states: Mapping[str, str] | None = None
 
 
-@dataclass(frozen=True)
-class Hit:
+class Hit(NamedTuple):
     """A rule whose conditions all hold, with the values that made them hold."""
 
     rule: str
@@ -101,12 +97,11 @@ class Hit:
     fix: str | None
 
 
-@dataclass
-class Outcome:
+class Outcome(NamedTuple):
     """The rules that fired, and those the facts could not decide."""
 
-    hits: list[Hit] = field(default_factory=list)
-    undecided: list[str] = field(default_factory=list)
+    hits: list[Hit]
+    undecided: list[str]
 
     @property
     def refusals(self) -> list[Hit]:
@@ -161,7 +156,7 @@ def check(cond: Condition, facts: Facts) -> tuple[bool | None, str]:
 
 def evaluate(rules: tuple[Rule, ...] | list[Rule], facts: Facts, device: str | None = None) -> Outcome:
     """Each rule (for ``device``, when given) against the facts: hits and undecided rule ids."""
-    outcome = Outcome()
+    outcome = Outcome([], [])
     for rule in rules:
         if device is not None and device not in rule.devices:
             continue

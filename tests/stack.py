@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,8 +45,7 @@ def make_stack(base: Path, checkout: bool = True) -> Stack:
 
 
 # The demo profile as an object, for tests that call the engine directly.
-DEMO_PROFILE = dataclasses.replace(
-    manifest.load_profile("verl-796871d"),
+DEMO_PROFILE = manifest.load_profile("verl-796871d")._replace(
     name="verl-796871d-demo",
     variants={"torch-shard-overlap-check": "skip", "torch-global-plan-check": "skip"},
 )

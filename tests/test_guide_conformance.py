@@ -73,9 +73,9 @@ def check_patch(item: dict) -> None:
     assert item["id"] in PROFILE.devices[item["device"]].patches
     if "variant" in item:
         chosen = PROFILE.variant(item["id"])
-        assert chosen.name == item["variant"] or (
-            f"guide ({item['section']})" in " ".join(chosen.why.split())
-        ), f"{item['id']} takes {chosen.name}, and its why does not say how it differs from the guide"
+        assert chosen.name == item["variant"] or (f"guide ({item['section']})" in " ".join(chosen.why.split())), (
+            f"{item['id']} takes {chosen.name}, and its why does not say how it differs from the guide"
+        )
 
 
 def check_plugin_overrides(item: dict) -> None:
@@ -143,11 +143,14 @@ def test_show_marks_what_is_beyond_the_guide_and_what_cuda_patches():
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert any(line.strip().startswith("HCCL_CONNECT_TIMEOUT=3600  (guide 3.3.1)") for line in lines)
-    assert any(line.strip().startswith("HCCL_SOCKET_IFNAME=<set per site>  (guide 3.3.1, the guide has eth0)")
-               for line in lines)
-    cuda = lines[next(i for i, line in enumerate(lines) if line.startswith("cuda:")):]
-    assert any("NCCL_SOCKET_IFNAME=<set per site>  (beyond the guide, source: NCCL documentation" in line
-               for line in cuda)
+    assert any(
+        line.strip().startswith("HCCL_SOCKET_IFNAME=<set per site>  (guide 3.3.1, the guide has eth0)")
+        for line in lines
+    )
+    cuda = lines[next(i for i, line in enumerate(lines) if line.startswith("cuda:")) :]
+    assert any(
+        "NCCL_SOCKET_IFNAME=<set per site>  (beyond the guide, source: NCCL documentation" in line for line in cuda
+    )
     assert any("actor_rollout_ref.nccl_timeout=1200  (guide 3.4)" in line for line in cuda)
     [differs] = [line for line in cuda if "differs from the guide's stock H100 run (3.4)" in line]
     assert "which patches nothing: torch-shard-overlap-check, torch-global-plan-check, verl-grpo-no-interleave" in (

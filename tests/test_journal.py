@@ -211,7 +211,6 @@ def test_a_newer_state_folder_is_refused_with_what_to_do(stack):
     assert stack.snapshot() == before
 
 
-
 def test_doctor_integrity_reports_a_leftover_temp_file_and_apply_removes_it(stack):
     from ascendfix.doctor import pyenv
     from ascendfix.doctor.context import Context

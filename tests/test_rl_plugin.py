@@ -106,8 +106,9 @@ def test_a_node_that_lost_the_plugins_edits_is_caught(tmp_path, monkeypatch):
     (verl / rl_plugin.LINEAR_CROSS_ENTROPY).write_text(installer(LINEAR_CE, rl_plugin.LINEAR_CROSS_ENTROPY))
     half = commits(profile, verl, monkeypatch, plugin_installed=True)  # __init__.py lost its import block
     assert half.status == "warn"
-    assert f"verl_npu is installed but the {rl_plugin.INSTALLER} edits are missing from: verl/__init__.py" in (
-        half.messages[0]
+    assert (
+        f"verl_npu is installed but the {rl_plugin.INSTALLER} edits are missing from: verl/__init__.py"
+        in (half.messages[0])
     )
     assert "pip install" in half.fix and "rl-plugin" in half.fix
     assert commits(profile, verl, monkeypatch, plugin_installed=False).status == "ok"  # no plugin: nothing lost

@@ -116,8 +116,9 @@ def test_evaluator_is_plain_data_and_leaves_unknown_facts_undecided():
 
 
 def test_a_warn_rule_is_a_hint_not_a_problem(tmp_path):
-    text = PROFILE.source.read_text().replace('action = "refuse"\ndevices = ["npu"]\nwhy = "vllm', 'action = "warn"\n'
-                                               'devices = ["npu"]\nwhy = "vllm')
+    text = PROFILE.source.read_text().replace(
+        'action = "refuse"\ndevices = ["npu"]\nwhy = "vllm', 'action = "warn"\ndevices = ["npu"]\nwhy = "vllm'
+    )
     path = tmp_path / "warn.toml"
     path.write_text(text)
     prof = manifest.load_profile(str(path))
@@ -129,16 +130,31 @@ def test_a_warn_rule_is_a_hint_not_a_problem(tmp_path):
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
-        ('action = "refuse"\ndevices = ["npu"]\nwhy = "vllm', 'action = "deny"\ndevices = ["npu"]\nwhy = "vllm',
-         r"rules\[0\]\.action: unknown action 'deny'"),
-        ('contains = "expandable_segments:True"', 'contains = "expandable_segments:True"\nmatches = "x"',
-         r"rules\[0\]\.when\[0\]\.matches: unknown key for a env condition"),
-        ('module = "verl_npu"\nimportable = false', 'module = "verl_npu"\nstate = "applied"',
-         r"rules\[1\]\.when\[1\]\.state: unknown key for a module condition"),
-        ('patch = "verl-dapo-no-interleave"', 'patch = "verl-no-such-patch"',
-         r"rules\[2\]\.when\[0\]\.patch: 'verl-no-such-patch' is not a patch of this profile"),
-        ('id = "dapo-no-interleave-filter-groups"', 'id = "expandable-segments-sleep-mode"',
-         r"rules: two rules have the same id"),
+        (
+            'action = "refuse"\ndevices = ["npu"]\nwhy = "vllm',
+            'action = "deny"\ndevices = ["npu"]\nwhy = "vllm',
+            r"rules\[0\]\.action: unknown action 'deny'",
+        ),
+        (
+            'contains = "expandable_segments:True"',
+            'contains = "expandable_segments:True"\nmatches = "x"',
+            r"rules\[0\]\.when\[0\]\.matches: unknown key for a env condition",
+        ),
+        (
+            'module = "verl_npu"\nimportable = false',
+            'module = "verl_npu"\nstate = "applied"',
+            r"rules\[1\]\.when\[1\]\.state: unknown key for a module condition",
+        ),
+        (
+            'patch = "verl-dapo-no-interleave"',
+            'patch = "verl-no-such-patch"',
+            r"rules\[2\]\.when\[0\]\.patch: 'verl-no-such-patch' is not a patch of this profile",
+        ),
+        (
+            'id = "dapo-no-interleave-filter-groups"',
+            'id = "expandable-segments-sleep-mode"',
+            r"rules: two rules have the same id",
+        ),
         ('source = "verl PR #3760', 'sauce = "verl PR #3760', r"rules\[2\]\.source: missing required field"),
         ('state = "applied"', 'state = "aplied"', r"rules\[2\]\.when\[0\]\.state: unknown state 'aplied'"),
     ],

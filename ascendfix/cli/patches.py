@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import click
 
@@ -34,8 +34,7 @@ STATE_STYLE = {
 }
 
 
-@dataclass(frozen=True)
-class PatchReport:
+class PatchReport(NamedTuple):
     """What an engine command found or did, for one profile and device."""
 
     selection: engine.Selection

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ascendfix.states import Name
 
@@ -16,8 +16,7 @@ class Status(Name):
     SKIP = "skip"
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     """What a check function found: a status, lines that say why, and the command that fixes it."""
 
     status: Status
@@ -45,19 +44,17 @@ def skip(*messages: str) -> Finding:
     return Finding(Status.SKIP, messages)
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(NamedTuple):
     """One check's outcome, as ``--json`` prints it."""
 
     id: str
     title: str
     status: Status
-    messages: list[str] = field(default_factory=list)
+    messages: list[str]
     fix: str = ""
 
 
-@dataclass(frozen=True)
-class Report:
+class Report(NamedTuple):
     """Every check that ran, for one profile and device."""
 
     profile: str

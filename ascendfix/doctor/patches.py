@@ -22,7 +22,7 @@ def check_patches(ctx: Context) -> Finding:
             f"an ascendfix run was interrupted in {where}",
             fix=ctx.command("status") + "  # rolls it back",
         )
-    statuses = engine.evaluate(engine.Selection(ctx.profile, ctx.device, chosen, targets))
+    statuses = engine.evaluate(engine.Selection(ctx.profile, ctx.device, chosen, targets, {}))
     lines = [f"{s.id}: {s.state}" + (f" ({s.reason})" if s.reason else "") for s in statuses]
     states = {s.state for s in statuses}
     apply = ctx.command("apply")

@@ -103,9 +103,7 @@ def check_packages(ctx: Context) -> Finding:
             paired = False
         if not paired:
             base = a.version.split("+")[0]
-            bad.append(
-                f"{dist} {a.version} is built for {partner} {base}, but {partner} {b.version} is installed"
-            )
+            bad.append(f"{dist} {a.version} is built for {partner} {base}, but {partner} {b.version} is installed")
     for name in REPORTED_ONLY:
         info = ctx.installed(name)
         good.append(f"{name} {info.version} (not pinned)" if info else f"{name}: not installed (not pinned)")

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ascendfix.doctor import ascend, host, patches, pyenv
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(NamedTuple):
     """One registered check."""
 
     id: str

@@ -6,8 +6,7 @@ engine's fast paths (status, a no-op apply) never parse a file, and must start f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 MARKER_PREFIX = "# ascendfix: "
 
@@ -16,8 +15,7 @@ class TransformError(Exception):
     """The file is not one this transform understands (unparsable, unexpected shape)."""
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What a transform found and produced for one file.
 
     ``pending`` counts sites still in their original form, ``done`` sites already
