@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from ascendfix.errors import UsageError
@@ -13,6 +12,8 @@ DEVICES = ("npu", "cuda")  # the device kinds a profile can define
 
 def detect_device(ascend_home: Path = ASCEND_HOME) -> str | None:
     """``npu`` if the Ascend driver or npu-smi is present, ``cuda`` if nvidia-smi is, else None."""
+    import shutil
+
     if (ascend_home / "driver").is_dir() or shutil.which("npu-smi"):
         return "npu"
     if shutil.which("nvidia-smi"):

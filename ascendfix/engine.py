@@ -10,7 +10,6 @@ the originals, journals, writes each file atomically and records what it wrote.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
 from pathlib import Path
 from typing import NamedTuple
@@ -582,11 +581,13 @@ def undo_patch(patch: Patch, code: bytes) -> tuple[Outcome | None, str | None]:
 
 def diff(statuses: list[PatchStatus]) -> str:
     """A unified diff of what apply would write (from ``apply(..., dry_run=True)``)."""
+    from difflib import unified_diff
+
     chunks = []
     for s in statuses:
         on_disk = {f.path: f.code or b"" for f in s.files}
         for w in s.writes:
             old = on_disk[w.rel].decode("utf-8", "replace").splitlines(keepends=True)
             new = w.data.decode("utf-8", "replace").splitlines(keepends=True)
-            chunks.extend(difflib.unified_diff(old, new, f"a/{w.rel}", f"b/{w.rel}"))
+            chunks.extend(unified_diff(old, new, f"a/{w.rel}", f"b/{w.rel}"))
     return "".join(chunks)

@@ -6,7 +6,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import re
 from pathlib import Path
 
 TEMP_SUFFIX = ".ascendfix-tmp"
@@ -24,12 +23,24 @@ def temp_path(path: Path) -> Path:
 
 def leftover_temps(path: Path) -> list[Path]:
     """ascendfix's own temp files for ``path`` left by a killed write (this name, and older random ones)."""
-    pattern = re.compile(rf"^\.{re.escape(path.name)}(\.[a-z0-9_]{{8}})?{re.escape(TEMP_SUFFIX)}$")
+    prefix = f".{path.name}"
     try:
         names = os.listdir(path.parent)
     except OSError:
         return []
-    return sorted(path.parent / n for n in names if n.endswith(TEMP_SUFFIX) and pattern.match(n))
+    return sorted(
+        path.parent / n
+        for n in names
+        if n.startswith(prefix) and n.endswith(TEMP_SUFFIX) and _is_temp_tag(n[len(prefix) : -len(TEMP_SUFFIX)])
+    )
+
+
+def _is_temp_tag(tag: str) -> bool:
+    """Nothing (today's fixed name), or the ``.xxxxxxxx`` random tag of older releases."""
+    return tag == "" or (len(tag) == 9 and tag[0] == "." and all(c in _TAG_CHARS for c in tag[1:]))
+
+
+_TAG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 
 
 def remove_temps(path: Path) -> list[Path]:

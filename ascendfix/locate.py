@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -151,6 +150,8 @@ def probe(python: str | None, packages: list[str], distributions: list[str] = ()
         namespace: dict = {}
         exec(compile(PROBE, "<ascendfix-probe>", "exec"), namespace)
         return Probe.from_json(namespace["probe"](list(packages), list(distributions), everything))
+    import subprocess
+
     request = json.dumps({"packages": list(packages), "distributions": list(distributions), "everything": everything})
     try:
         result = subprocess.run(

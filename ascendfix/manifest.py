@@ -370,13 +370,9 @@ def load_patch(path: Path) -> Patch:
 def _superseded(t: _Table | None) -> Superseded | None:
     if t is None:
         return None
-    from packaging.version import InvalidVersion, Version
-
     since = t.text("since")
-    try:
-        Version(since)
-    except InvalidVersion:
-        t.fail(t.field("since"), f"{since!r} is not a version (e.g. 0.9.0)")
+    if not all(part.isdigit() for part in since.split(".")):
+        t.fail(t.field("since"), f"{since!r} is not a release number (e.g. 0.9.0)")
     superseded = Superseded(since, t.text("why"), t.text("fix"))
     t.done()
     return superseded

@@ -16,6 +16,7 @@ import time
 
 import pytest
 from ascendfix import engine, journal
+from ascendfix.fsutil import leftover_temps
 from ascendfix.journal import SCHEMA, WriteError
 
 from tests.stack import DEMO_PROFILE, make_stack
@@ -266,3 +267,18 @@ def test_an_immutable_upstream_file_fails_the_apply_in_one_line_and_changes_noth
         assert "rolled back, nothing was changed" in line
     finally:
         subprocess.run(["chattr", "-i", str(planner)], check=False)
+
+
+def test_leftover_temps_are_only_ascendfix_own_names(tmp_path):
+    target = tmp_path / "device.py"
+    ours = [".device.py.ascendfix-tmp", ".device.py.okdfj3he.ascendfix-tmp"]
+    others = [
+        ".device.py.short.ascendfix-tmp",  # not an 8-character tag
+        ".device.py.OKDFJ3HE.ascendfix-tmp",  # not a tag mkstemp wrote
+        ".device.pyc.ascendfix-tmp",  # another file's temp
+        ".other.py.ascendfix-tmp",
+        "device.py.ascendfix-tmp",
+    ]
+    for name in ours + others:
+        (tmp_path / name).write_text("x")
+    assert leftover_temps(target) == sorted(tmp_path / n for n in ours)

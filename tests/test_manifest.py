@@ -99,6 +99,8 @@ def test_bad_manifests_name_file_and_field(tmp_path, body, message):
         ('value = "False"', 'value = "False"\nextra = 1', r"transform.extra: unknown parameter"),
         ('drop_when = """', 'dropwhen = """', r"drop_when: missing required field"),
         ('devices = ["npu"]', 'devices = ["tpu"]', r"devices\[0\]: unknown value 'tpu'"),
+        ('since = "0.9.0"', 'since = "0.9.0rc1"', r"superseded.since: '0.9.0rc1' is not a release number"),
+        ('since = "0.9.0"', 'since = "soon"', r"superseded.since: 'soon' is not a release number"),
     ],
 )
 def test_bad_patch_files_name_file_and_field(tmp_path, old, new, message):
