@@ -43,6 +43,13 @@ def _is_temp_tag(tag: str) -> bool:
 _TAG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 
 
+def remove_tree(path: Path) -> None:
+    """Remove a folder and everything under it, if it is there (shutil loads only when something is removed)."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def remove_temps(path: Path) -> list[Path]:
     """Remove the leftovers :func:`leftover_temps` finds; returns what was removed."""
     removed = []

@@ -17,13 +17,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from ascendfix.errors import RefusedError
-from ascendfix.fsutil import TEMP_SUFFIX, drop_bytecode, leftover_temps, remove_temps, sha256_bytes, write_atomic
+from ascendfix.fsutil import (
+    TEMP_SUFFIX,
+    drop_bytecode,
+    leftover_temps,
+    remove_temps,
+    remove_tree,
+    sha256_bytes,
+    write_atomic,
+)
 
 STATE_DIR = ".ascendfix"
 SCHEMA = 2
@@ -107,7 +114,7 @@ class Store:
     def _save_records(self, records: dict[str, Record]) -> None:
         """Write state.json (or remove the whole state folder when nothing is patched any more)."""
         if not records:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            remove_tree(self.dir)
             return
         data = {"schema": SCHEMA, "files": {rel: rec._asdict() for rel, rec in sorted(records.items())}}
         write_atomic(self.state_file, (json.dumps(data, indent=1) + "\n").encode())
@@ -146,7 +153,7 @@ class Store:
         self.recover()
         current = self.records()
         undo = self.dir / "undo"
-        shutil.rmtree(undo, ignore_errors=True)
+        remove_tree(undo)
         writing = self.dir
         try:
             self._ensure_dir()
@@ -174,9 +181,9 @@ class Store:
         """The transaction is over: drop the journal and the undo copies (and the folder, if it holds nothing)."""
         with contextlib.suppress(FileNotFoundError):
             self.journal_file.unlink()
-        shutil.rmtree(self.dir / "undo", ignore_errors=True)
+        remove_tree(self.dir / "undo")
         if self.dir.is_dir() and not self.state_file.exists() and not (self.dir / "backup").exists():
-            shutil.rmtree(self.dir, ignore_errors=True)
+            remove_tree(self.dir)
 
     def recover(self) -> list[str]:
         """Roll an interrupted transaction back to exactly what was there; returns what was done."""
