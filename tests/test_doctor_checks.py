@@ -419,8 +419,16 @@ def test_human_report_is_coloured_only_on_a_terminal():
     assert CliRunner().invoke(show, color=False).output == HUMAN
 
 
-@pytest.mark.parametrize("args", [["--ascend-home", "{tmp}"], ["--list"]])
-def test_doctor_does_not_import_rich(tmp_path, args):
+@pytest.mark.parametrize(
+    ("args", "printed"),
+    [
+        (["--ascend-home", "{tmp}"], "ascendfix doctor — profile"),
+        (["--list"], "hazards    Known hazards"),
+        (["--only", "gpu"], "error: --only gpu: unknown check"),  # bad input: the error line, on stderr
+    ],
+    ids=["report", "list", "bad-input"],
+)
+def test_doctor_does_not_import_rich(tmp_path, args, printed):
     """doctor is the first command run on a fresh machine: it prints with click alone."""
     wrapper = (
         "import sys\n"
@@ -437,7 +445,7 @@ def test_doctor_does_not_import_rich(tmp_path, args):
         [sys.executable, "-c", wrapper, *argv], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
     )
     assert result.stderr.splitlines()[-1] == "[]", result.stderr
-    assert ("hazards    Known hazards" if "--list" in args else "ascendfix doctor — profile") in result.stdout
+    assert printed in result.stdout + result.stderr
 
 
 def test_bare_machine_reports_what_cannot_be_checked_and_exits_1(tmp_path):
