@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import click
 import pytest
 from ascendfix import manifest
+from ascendfix.cli.doctor import _render_report
 from ascendfix.doctor import ascend, host, pyenv, runner
 from ascendfix.doctor.context import Context
-from ascendfix.doctor.model import Finding
+from ascendfix.doctor.model import Finding, Report, Result, Status
 from ascendfix.doctor.registry import CHECKS
+from click.testing import CliRunner
 
 from tests import machine
 from tests.machine import doctor
@@ -342,6 +346,106 @@ def test_list_and_bad_input():
     missing = doctor("--python", "/nonexistent/python3")
     assert missing.returncode == 2 and "--python /nonexistent/python3: no such executable" in missing.stderr
     assert doctor("--device", "tpu").returncode == 2
+
+
+REPORT = Report(
+    "verl-796871d",
+    "npu",
+    [
+        Result("python", "Python", Status.OK, ["3.10.18 [venv]", "detail shown with -v"]),
+        Result(
+            "packages",
+            "Packages",
+            Status.FAIL,
+            ["2 problem(s) with [torch]", "torch is not installed [pinned 2.7.1]", "[bold]not markup[/]"],
+            "pip install 'torch==2.7.1'\npip install 'verl[gpu]'",
+        ),
+        Result("cann", "CANN toolkit", Status.SKIP, ["no Ascend stack [none]"]),
+        Result("os", "Operating system", Status.WARN, ["Ubuntu [22.04]", "why it matters"], "use the image"),
+        Result("hazards", "Known hazards", Status.OK, [], "never shown: the check passed"),
+    ],
+    device_reason="--device npu given [test]",
+)
+
+HUMAN = """\
+ascendfix doctor — profile verl-796871d, device npu (--device npu given [test])
+
+Python environment
+  ✓ Python — 3.10.18 [venv]
+  ✗ Packages — 2 problem(s) with [torch]
+      • torch is not installed [pinned 2.7.1]
+      • [bold]not markup[/]
+      fix: pip install 'torch==2.7.1'
+           pip install 'verl[gpu]'
+
+Ascend stack
+  - CANN toolkit — no Ascend stack [none]
+
+Host
+  ! Operating system — Ubuntu [22.04]
+      • why it matters
+      fix: use the image
+  ✓ Known hazards
+
+not ready: 1 ✗ problem(s), 1 ! warning(s), 2 ✓ ok, 1 not checkable here
+"""
+
+
+def test_human_report_text_is_printed_as_written(capsys):
+    _render_report(REPORT, verbose=False)
+    assert capsys.readouterr().out == HUMAN  # not a terminal: no colour, [brackets] literal
+    _render_report(REPORT, verbose=True)
+    assert capsys.readouterr().out == HUMAN.replace("[venv]\n", "[venv]\n      • detail shown with -v\n")
+
+
+def test_human_report_is_coloured_only_on_a_terminal():
+    @click.command()
+    def show():
+        _render_report(REPORT, verbose=False)
+
+    coloured = CliRunner().invoke(show, color=True).output
+    for styled in (
+        click.style("✓", fg="green"),
+        click.style("!", fg="yellow"),
+        click.style("✗", fg="red"),
+        click.style("-", dim=True),
+        f"{click.style('fix:', bold=True)} {click.style('use the image', fg='cyan')}",
+        "     " + click.style("pip install 'verl[gpu]'", fg="cyan"),
+        click.style("Python environment", bold=True),
+        click.style("not ready", fg="red") + ": 1 ✗ problem(s)",
+    ):
+        assert styled in coloured
+    assert click.unstyle(coloured) == HUMAN
+    assert CliRunner().invoke(show, color=False).output == HUMAN
+
+
+@pytest.mark.parametrize(
+    ("args", "printed"),
+    [
+        (["--ascend-home", "{tmp}"], "ascendfix doctor — profile"),
+        (["--list"], "hazards    Known hazards"),
+        (["--only", "gpu"], "error: --only gpu: unknown check"),  # bad input: the error line, on stderr
+    ],
+    ids=["report", "list", "bad-input"],
+)
+def test_doctor_does_not_import_rich(tmp_path, args, printed):
+    """doctor is the first command run on a fresh machine: it prints with click alone."""
+    wrapper = (
+        "import sys\n"
+        "from ascendfix.cli import main\n"
+        "try:\n"
+        "    main(sys.argv[1:])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'rich'), file=sys.stderr)\n"
+    )
+    argv = ["doctor", *(a.format(tmp=tmp_path / "none") for a in args)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    result = subprocess.run(
+        [sys.executable, "-c", wrapper, *argv], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    assert result.stderr.splitlines()[-1] == "[]", result.stderr
+    assert printed in result.stdout + result.stderr
 
 
 def test_bare_machine_reports_what_cannot_be_checked_and_exits_1(tmp_path):

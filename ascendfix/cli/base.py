@@ -74,7 +74,8 @@ class Group(click.Group):
         except AscendfixError as e:
             if ctx.meta.get(WANTS_JSON):
                 emit_json({"error": str(e), "exit_code": e.exit_code})
-            err().print(f"[bold red]error:[/] {escape(str(e))}", markup=True)
+            # click, not rich: the one line any command may end with costs no rich import
+            click.echo(f"{click.style('error:', fg='red', bold=True)} {e}", err=True)
             sys.exit(e.exit_code)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -11,9 +12,7 @@ import click
 from ascendfix import manifest
 from ascendfix.cli.base import (
     device_option,
-    escape,
     json_option,
-    out,
     path_type,
     profile_option,
     render,
@@ -24,42 +23,54 @@ from ascendfix.doctor.model import Report, Status
 from ascendfix.errors import UsageError
 from ascendfix.locate import parse_roots
 
-MARK = {Status.OK: "[green]✓[/]", Status.WARN: "[yellow]![/]", Status.FAIL: "[red]✗[/]", Status.SKIP: "[dim]-[/]"}
+MARK = {
+    Status.OK: click.style("✓", fg="green"),
+    Status.WARN: click.style("!", fg="yellow"),
+    Status.FAIL: click.style("✗", fg="red"),
+    Status.SKIP: click.style("-", dim=True),
+}
 
 
 def _render_report(report: Report, verbose: bool) -> None:
+    """The report for a person: a title, each group's checks with their mark, details and fix, a verdict.
+
+    Plain click styling, not rich (as the engine's commands): doctor is the first command run on a
+    fresh machine and starts faster without rich's import. The text is printed as it is (no markup
+    to escape), and click.echo drops the colours when stdout is not a terminal.
+    """
     from ascendfix.doctor.registry import CHECKS
 
+    dim, bold = functools.partial(click.style, dim=True), functools.partial(click.style, bold=True)
     lines = [
-        f"[bold]ascendfix doctor[/] — profile {report.profile}, device {report.device} "
-        f"[dim]({escape(report.device_reason)})[/]"
+        f"{bold('ascendfix doctor')} — profile {report.profile}, device {report.device} "
+        + dim(f"({report.device_reason})")
     ]
     group = None
     for result in report.checks:
         if CHECKS[result.id].group != group:
             group = CHECKS[result.id].group
-            lines.append(f"\n[bold]{group}[/]")
+            lines.append("\n" + bold(group))
         head, *rest = result.messages or [""]
-        lines.append(f"  {MARK[result.status]} {result.title}" + (f" [dim]—[/] {escape(head)}" if head else ""))
+        lines.append(f"  {MARK[result.status]} {result.title}" + (f" {dim('—')} {head}" if head else ""))
         if result.status != Status.OK or verbose:
-            lines += [f"      • {escape(line)}" for line in rest]
+            lines += [f"      • {line}" for line in rest]
         if result.fix and result.status in (Status.WARN, Status.FAIL):
             for i, line in enumerate(result.fix.splitlines()):
-                lines.append(f"      {'[bold]fix:[/]' if i == 0 else '    '} [cyan]{escape(line)}[/]")
+                lines.append(f"      {bold('fix:') if i == 0 else '    '} {click.style(line, fg='cyan')}")
     n = report.summary
     verdict = (
-        "[red]not ready[/]"
+        click.style("not ready", fg="red")
         if n[Status.FAIL]
-        else "[yellow]ready, with warnings[/]"
+        else click.style("ready, with warnings", fg="yellow")
         if n[Status.WARN]
-        else "[green]ready[/]"
+        else click.style("ready", fg="green")
     )
     counts = (
         f"{n[Status.FAIL]} ✗ problem(s), {n[Status.WARN]} ! warning(s), {n[Status.OK]} ✓ ok, "
         f"{n[Status.SKIP]} not checkable here"
     )
     lines.append(f"\n{verdict}: {counts}")
-    out().print("\n".join(lines))  # one print: rich renders a report this size ~10x faster than line by line
+    click.echo("\n".join(lines))
 
 
 @click.command()
@@ -81,7 +92,7 @@ def doctor(profile, device, python, roots, ascend_home, only, list_checks, stric
 
     if list_checks:
         rows = [{"id": c.id, "title": c.title} for c in CHECKS.values()]
-        render(rows, as_json, lambda rows: out().print("\n".join(f"{r['id']:10} {r['title']}" for r in rows)))
+        render(rows, as_json, lambda rows: click.echo("\n".join(f"{r['id']:10} {r['title']}" for r in rows)))
         return
     only = tuple(check for value in only for check in value.split(",") if check)  # --only a,b as the image uses
     runner.select(only)  # unknown ids are bad input before anything runs
