@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ascendfix.errors import UsageError
-from ascendfix.launch import prepend_shell
+from ascendfix.jobenv import prepend_shell
 from ascendfix.manifest import Component, Profile, bundled_profiles, find_manifest
 
 IMAGE_DEVICE = "npu"

@@ -144,7 +144,7 @@ def run_preflight(
     Without ``full`` (``--no-preflight``) doctor and the patches' readiness are skipped; the
     rules, which refuse settings that break the run, are not.
     """
-    from ascendfix.launch import job_environment, resolve_env
+    from ascendfix.jobenv import job_environment, resolve_env
 
     overrides = scan_overrides(argv, environ)
     result = Preflight(overrides, full)

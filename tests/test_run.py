@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ascendfix import launch, manifest
+from ascendfix import jobenv, launch, manifest
 from ascendfix.metrics import StepParser
 
 from tests.verl_lines import RAY_PREFIX, run_steps, step_line
@@ -270,21 +270,21 @@ def test_secrets_are_redacted_in_the_command_and_environment():
 def test_env_resolution_sources():
     profile = manifest.load_profile("verl-796871d")
     settings = {
-        s.name: s for s in launch.resolve_env(profile, "npu", {"HCCL_SOCKET_IFNAME": "eth0", "TASK_QUEUE_ENABLE": "2"})
+        s.name: s for s in jobenv.resolve_env(profile, "npu", {"HCCL_SOCKET_IFNAME": "eth0", "TASK_QUEUE_ENABLE": "2"})
     }
     assert settings["HCCL_SOCKET_IFNAME"].source == "user" and settings["HCCL_SOCKET_IFNAME"].value == "eth0"
     assert settings["TASK_QUEUE_ENABLE"].source == "user"  # set explicitly, even to the same value
     assert settings["GLOO_SOCKET_IFNAME"].source == "missing" and settings["GLOO_SOCKET_IFNAME"].value is None
     assert settings["PYTHONUNBUFFERED"].source == "ascendfix"
-    env = launch.job_environment(settings.values(), {"PATH": "/bin"})
+    env = jobenv.job_environment(settings.values(), {"PATH": "/bin"})
     assert "GLOO_SOCKET_IFNAME" not in env and env["HCCL_EXEC_TIMEOUT"] == "3600" and env["PATH"] == "/bin"
     driver = "/usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64/driver"
     assert env["LD_LIBRARY_PATH"] == driver
     user = {"LD_LIBRARY_PATH": "/opt/cann/lib64"}
-    job = launch.job_environment(launch.resolve_env(profile, "npu", user), user)
+    job = jobenv.job_environment(jobenv.resolve_env(profile, "npu", user), user)
     assert job["LD_LIBRARY_PATH"] == f"{driver}:/opt/cann/lib64"  # the user's entries stay, behind the driver's
     already = {"LD_LIBRARY_PATH": f"/x:{driver}"}
-    [ld] = [s for s in launch.resolve_env(profile, "npu", already) if s.name == "LD_LIBRARY_PATH"]
+    [ld] = [s for s in jobenv.resolve_env(profile, "npu", already) if s.name == "LD_LIBRARY_PATH"]
     assert (ld.value, ld.source) == (f"/x:{driver}", "user")  # every entry already there: left as the user set it
 
 

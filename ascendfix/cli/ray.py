@@ -129,14 +129,14 @@ def ray_start(profile: str, device: str | None, no_preflight: bool, ray_args: tu
     """
     import shlex
 
-    from ascendfix import launch, preflight, raystart
+    from ascendfix import jobenv, preflight, raystart
     from ascendfix.cli.run import render_env_notes
     from ascendfix.errors import RefusedError
 
     raystart.require_ray()
     prof = manifest.load_profile(profile)
     device = require_device(device)
-    settings = launch.resolve_env(prof, device, os.environ)  # a device the profile lacks is bad input
+    settings = jobenv.resolve_env(prof, device, os.environ)  # a device the profile lacks is bad input
     plan = raystart.plan(prof, device, ray_args, os.environ)
     if not no_preflight:
         failures = preflight.default_seams().doctor_failures(prof, device) or []
@@ -144,17 +144,17 @@ def ray_start(profile: str, device: str | None, no_preflight: bool, ray_args: tu
             err().print(f"[red]problem[/] (doctor): {escape(message)}")
         if failures:
             raise RefusedError(f"doctor found {len(failures)} problem(s) on this node; fix them or pass --no-preflight")
-    render_env_notes(launch.env_notes(settings))
+    render_env_notes(jobenv.env_notes(settings))
     for warning in plan.warnings:
         err().print(f"[yellow]warning:[/] {escape(warning)}")
     if plan.npu_source == "yours":
         err().print("[dim]resources[/] your --resources names NPU: kept as given")
-    ulimit = launch.raise_nofile(prof.device(device).ulimit_nofile)
+    ulimit = jobenv.raise_nofile(prof.device(device).ulimit_nofile)
     if ulimit["wanted"] and ulimit["after"] < ulimit["wanted"]:
         hard = f"ulimit -n could be raised only to {ulimit['after']} (the hard limit)"
         err().print(f"[yellow]warning:[/] {hard}; the profile wants {ulimit['wanted']}")
     err().print(f"[dim]ascendfix: {escape(shlex.join(plan.argv))}[/]")
-    raystart.exec_ray(plan.argv, launch.job_environment(settings, os.environ))
+    raystart.exec_ray(plan.argv, jobenv.job_environment(settings, os.environ))
 
 
 @ray_group.command("wait")

@@ -52,7 +52,7 @@ def run(
 
     A non-executable *.sh script runs under bash. Exits with the command's exit status.
     """
-    from ascendfix import launch, metrics, preflight, report
+    from ascendfix import jobenv, launch, metrics, preflight, report
     from ascendfix.locate import parse_roots
 
     prof = manifest.load_profile(profile)
@@ -61,7 +61,7 @@ def run(
     pre = prepared.preflight
     for finding in pre.hints:
         err().print(f"[yellow]hint[/] ({finding.source}): {escape(finding.message)}")
-    render_env_notes(launch.env_notes(prepared.settings))
+    render_env_notes(jobenv.env_notes(prepared.settings))
     for finding in pre.problems:
         err().print(f"[red]problem[/] ({finding.source}): {escape(finding.message)}")
     job = launch.begin(prepared, log_dir, os.environ)
@@ -117,7 +117,7 @@ def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> 
     """
     import shlex
 
-    from ascendfix import launch
+    from ascendfix import jobenv
     from ascendfix.errors import UsageError
 
     prof = manifest.load_profile(profile)
@@ -127,7 +127,7 @@ def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> 
         if not as_json and shell == "bash":
             click.echo("false  # ascendfix env: no device: see the error on stderr")
         raise
-    settings = launch.resolve_env(prof, device, {})
+    settings = jobenv.resolve_env(prof, device, {})
     ulimit = prof.device(device).ulimit_nofile
     if shell == "json" or as_json:
         emit_json(
@@ -146,7 +146,7 @@ def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> 
         if s.value is None:
             lines.append(f"# {s.name} must be set per site: {s.why}")
         elif s.prepend:  # in front of what the variable holds, never in its place
-            tail = launch.prepend_shell(s.name, "")
+            tail = jobenv.prepend_shell(s.name, "")
             lines.append(f'export {s.name}={shlex.quote(s.profile_value)}"{tail}"')
         else:
             lines.append(f"export {s.name}={shlex.quote(s.value)}")

@@ -14,7 +14,7 @@ from packaging.version import InvalidVersion, Version
 from ascendfix import rules
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
-from ascendfix.launch import job_environment, path_entries, prepend_shell, resolve_env
+from ascendfix.jobenv import job_environment, path_entries, prepend_shell, resolve_env
 
 CHECKPOINT_FREE_GB = 500  # one bf16 copy of Qwen3-235B-A22B's weights is ~470 GB
 MINDSPEED_CKPT_ACCELERATION = "mindspeed/features_manager/ckpt_acceleration"
