@@ -14,16 +14,11 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
-from ascendfix import resources
+from ascendfix import parsecache, resources
 from ascendfix.device import DEVICES
 from ascendfix.errors import UsageError
 from ascendfix.rules import Condition, Rule, RuleAction
 from ascendfix.states import State
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on the container's Python 3.10
-    import tomli as tomllib
 
 COMPONENT_KINDS = ("python", "pypi", "git", "system")
 ENV_CHECKS = ("interface",)
@@ -281,16 +276,25 @@ def _type(value: Any) -> str:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file, turning every failure into a one-line UsageError."""
+    """Parse a TOML file (the same bytes once: :mod:`ascendfix.parsecache`); every failure is a one-line UsageError."""
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        data = path.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise UsageError(f"{path}: is a directory, expected a .toml file") from None
     except OSError as e:
         raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+    return parsecache.parsed(data, lambda data: _parse_toml(path, data))
+
+
+def _parse_toml(path: Path, data: bytes) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib  # novermin (guarded: Python 3.10 reads tomli, the same parser)
+    else:  # pragma: no cover - exercised on the container's Python 3.10
+        import tomli as tomllib
+    try:
+        return tomllib.loads(data.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"{path}: not valid TOML: {e}") from None
 

@@ -1,7 +1,8 @@
-"""Where the bundled data (manifests/, patches/) lives, installed or in a checkout."""
+"""Where ascendfix's files live: the bundled data (manifests/, patches/) and the user's cache."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -11,3 +12,8 @@ def data_dir(name: str) -> Path:
     """The bundled ``manifests`` or ``patches`` folder: inside a wheel, or beside the package in a checkout."""
     installed = _PACKAGE / "_data" / name
     return installed if installed.is_dir() else _PACKAGE.parent / name
+
+
+def cache_dir() -> Path:
+    """What ascendfix keeps (fetched wheels, parsed TOML): ``$XDG_CACHE_HOME/ascendfix`` (default ~/.cache)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ascendfix"

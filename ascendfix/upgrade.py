@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 from ascendfix.engine import sites_state
 from ascendfix.errors import AscendfixError, UsageError
 from ascendfix.manifest import Patch, Profile, Variant, read_toml
+from ascendfix.resources import cache_dir
 from ascendfix.states import Name, State
 from ascendfix.transforms.base import TransformError
 
@@ -50,11 +50,6 @@ PLATFORMS = {
 }
 _ARCHES = ("x86_64", "aarch64", "arm64", "universal2")
 _WITH = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(==|=)\s*(\S.*?)\s*$")
-
-
-def cache_dir() -> Path:
-    """Where fetched wheels and metadata are kept: ``$XDG_CACHE_HOME/ascendfix`` (default ~/.cache)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ascendfix"
 
 
 def canonical(name: str) -> str:
