@@ -7,9 +7,8 @@ Ascend hardware each check says "no Ascend stack found" instead of failing to ru
 from __future__ import annotations
 
 import re
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
@@ -53,8 +52,7 @@ def toolkit_dirs(ctx: Context) -> list[Path]:
     return [home / "ascend-toolkit" / "latest", *sorted(home.glob("cann*"), reverse=True)]
 
 
-@dataclass(frozen=True)
-class Toolkit:
+class Toolkit(NamedTuple):
     """A CANN toolkit found on disk."""
 
     home: Path
@@ -145,8 +143,7 @@ def check_driver(ctx: Context) -> Finding:
     return ok(f"driver {version} ({path})")
 
 
-@dataclass(frozen=True)
-class Npu:
+class Npu(NamedTuple):
     """One NPU row pair of ``npu-smi info``."""
 
     index: int
@@ -190,6 +187,8 @@ def check_npu(ctx: Context) -> Finding:
         if not _stack_present(ctx):
             return skip(_no_stack(ctx))
         return fail("npu-smi is not on PATH", fix=f"export PATH={ctx.ascend_home}/driver/tools:$PATH")
+    import subprocess
+
     try:
         result = subprocess.run(
             [smi, "info"], capture_output=True, text=True, timeout=ctx.timeout, env=dict(ctx.environ)

@@ -12,7 +12,6 @@ import shlex
 import shutil
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -35,23 +34,34 @@ def choose_device(profile: Profile, ascend_home: Path) -> tuple[str, str]:
     return first, f"no accelerator detected; checking for {first}, the profile's primary device (pass --device)"
 
 
-@dataclass
 class Context:
-    """The inputs of every check. ``environ`` stands for the environment the job will run in."""
+    """The inputs of every check. ``environ`` stands for the environment the job will run in.
 
-    profile: Profile
-    device: str
-    device_reason: str = ""
-    python: str | None = None
-    roots: dict[str, Path] = field(default_factory=dict)
-    ascend_home: Path = device.ASCEND_HOME
-    os_release: Path = Path("/etc/os-release")
-    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    cwd: Path = field(default_factory=Path.cwd)
-    timeout: float = 20.0
-    _probe: locate.Probe | None = field(default=None, repr=False)
-    _probe_error: Exception | None = field(default=None, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    The target interpreter is probed once, by the first check that asks, and shared by all.
+    """
+
+    def __init__(
+        self,
+        profile: Profile,
+        device: str,
+        device_reason: str = "",
+        python: str | None = None,
+        roots: dict[str, Path] | None = None,
+        ascend_home: Path = device.ASCEND_HOME,
+        os_release: Path = Path("/etc/os-release"),
+        environ: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        timeout: float = 20.0,
+    ):
+        self.profile, self.device, self.device_reason, self.python = profile, device, device_reason, python
+        self.roots = dict(roots or {})
+        self.ascend_home, self.os_release = ascend_home, os_release
+        self.environ = dict(os.environ) if environ is None else environ
+        self.cwd = Path.cwd() if cwd is None else cwd
+        self.timeout = timeout
+        self._probe: locate.Probe | None = None
+        self._probe_error: Exception | None = None
+        self._lock = threading.Lock()
 
     def components(self, kind: str | None = None) -> list[Component]:
         """The profile's components that apply to this device (optionally of one kind)."""

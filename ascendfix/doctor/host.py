@@ -6,7 +6,6 @@ import resource
 import shlex
 import shutil
 import socket
-import subprocess
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -70,6 +69,8 @@ def check_cuda(ctx: Context) -> Finding:
             fix="install the NVIDIA driver (nvidia-smi comes with it)",
         )
     query = ["--query-gpu=index,name,driver_version,memory.total,memory.used", "--format=csv,noheader,nounits"]
+    import subprocess
+
     try:
         result = subprocess.run(
             [smi, *query], capture_output=True, text=True, timeout=ctx.timeout, env=dict(ctx.environ)

@@ -10,8 +10,8 @@ import csv
 import hashlib
 import re
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -134,8 +134,7 @@ class Unreadable(Exception):
     """A folder that should be a git checkout cannot be read as one."""
 
 
-@dataclass
-class CheckoutState:
+class CheckoutState(NamedTuple):
     """A checkout's HEAD and its changed tracked files, sorted by who changed them."""
 
     head: str
