@@ -34,10 +34,11 @@ def marker(patch_id: str) -> str:
 
 
 class Transform:
-    """One libcst transform: a frozen dataclass of parameters (its subclasses) with a forward and an inverse.
+    """One libcst transform: its parameters (the subclass's ``__init__``, set once) with a forward and an inverse.
 
     A subclass names itself (``name``, as patch files spell it), says in its docstring what it
-    matches, and implements ``_rewrite``; ``apply`` and ``revert`` are the same walk in the two
+    matches, takes the patch file's parameters as its ``__init__``'s (the registry checks them
+    against that signature), and implements ``_rewrite``; ``apply`` and ``revert`` are the same walk in the two
     directions, so every site is found the same way both ways.
     """
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-import dataclasses
+import inspect
 import typing
 from typing import Any
 
@@ -28,14 +28,14 @@ def get(name: str) -> type[Transform] | None:
 
 def check_params(cls: type, params: dict[str, Any]) -> tuple[str, str] | None:
     """``(parameter, problem)`` for the first parameter that does not fit ``cls``, else None."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
+    fields = dict(inspect.signature(cls).parameters)
+    hints = typing.get_type_hints(cls.__init__)
     for key in params:
         if key not in fields:
             return key, f"unknown parameter (expected: {', '.join(fields)})"
     for key, field in fields.items():
         if key not in params:
-            if field.default is dataclasses.MISSING:
+            if field.default is inspect.Parameter.empty:
                 return key, "missing required parameter"
             continue
         value, hint = params[key], hints[key]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ascendfix.transforms.base import Outcome, Transform, TransformError, marker
 
 
@@ -39,7 +37,6 @@ def _return_value(func, module) -> str:
     )
 
 
-@dataclass(frozen=True)
 class ReturnEarly(Transform):
     """Matches the module-level ``def <function>`` and inserts ``return <value>`` after its docstring.
 
@@ -50,7 +47,8 @@ class ReturnEarly(Transform):
 
     name = "return-early"
 
-    function: str
+    def __init__(self, function: str):
+        self.function = function
 
     def _rewrite(self, source: bytes, patch_id: str, forward: bool) -> Outcome:
         import libcst as cst

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ascendfix.transforms.base import Outcome, Transform
 
 
-@dataclass(frozen=True)
 class SetAssignment(Transform):
     """Matches a module-level ``<target> = <original>`` statement and sets its value to ``value``.
 
@@ -17,9 +14,8 @@ class SetAssignment(Transform):
 
     name = "set-assignment"
 
-    target: str
-    original: str
-    value: str
+    def __init__(self, target: str, original: str, value: str):
+        self.target, self.original, self.value = target, original, value
 
     def _rewrite(self, source: bytes, patch_id: str, forward: bool) -> Outcome:
         import libcst as cst
