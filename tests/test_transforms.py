@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ascendfix.transforms import registry
+from ascendfix.transforms import regions, registry
 from ascendfix.transforms.base import TransformError
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -187,3 +187,29 @@ def test_apply_is_idempotent_and_revert_is_exact(parts, newline, indent, bom):
     source = (b"\xef\xbb\xbf" if bom else b"") + text.replace("\n", newline).encode()
     for transform in (REPEAT, PROBE):
         roundtrip(transform, source)
+
+
+# --- the region path: only the changed statements are parsed with libcst ----------------------
+
+
+METHOD_SITE = b"""class Trainer:
+    def fit(self):
+        # a comment line above
+        gen = gen.repeat(repeat_times=self.config.rollout.n, interleave=True)  # keep me
+        if ready:
+            batch = batch.repeat(
+                repeat_times=rollout_n,
+                interleave=True,
+            )
+        return gen
+"""
+
+
+def test_a_region_regenerates_its_own_bytes_under_its_wrapper():
+    source = regions.Source.read(METHOD_SITE.replace(b"\n", b"\r\n"))
+    region = regions.parse_lines(source, 6, 9)  # the multi-line batch.repeat(...) statement
+    assert region.wrapper == "if 1:\r\n"
+    assert region.code(region.module) == source.lines(6, 9)
+    assert regions.splice(source, [(region, b"            pass\r\n")]) == source.source.replace(
+        source.lines(6, 9), b"            pass\r\n"
+    )
