@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from ascendfix.transforms import regions, registry
+from ascendfix import manifest
+from ascendfix.transforms import cst_util, regions, registry
 from ascendfix.transforms.base import TransformError
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests import upstream
 
 PROBE = registry.build(
     "set-assignment", {"target": "is_cuda_available", "original": "torch.cuda.is_available()", "value": "False"}
@@ -190,6 +193,43 @@ def test_apply_is_idempotent_and_revert_is_exact(parts, newline, indent, bom):
 
 
 # --- the region path: only the changed statements are parsed with libcst ----------------------
+# Each transform that locates its sites with ``ast`` first must give, byte for byte, what the
+# whole-file path gives: same code, same counts, same refusal.
+
+
+def _outcomes(transform, source: bytes, patch_id: str = "p") -> list:
+    """apply, apply again, revert of that, and revert of the source: (code, pending, done) or the refusal."""
+    results = []
+    try:
+        applied = transform.apply(source, patch_id)
+        results.append((applied.code, applied.pending, applied.done))
+        for outcome in (
+            transform.apply(applied.code, patch_id),
+            transform.revert(applied.code, patch_id),
+            transform.revert(source, patch_id),
+        ):
+            results.append((outcome.code, outcome.pending, outcome.done))
+    except TransformError as e:
+        results.append(f"TransformError: {e}")
+    return results
+
+
+def _no_whole_file_parse(source):
+    raise AssertionError("the whole file was parsed")
+
+
+def assert_same_on_both_paths(monkeypatch, transform, source: bytes, region_only: bool = True) -> list:
+    """:func:`_outcomes`, the same on the region path (with ``region_only``: without parsing the whole
+    file) and on the whole-file path (the region path turned off)."""
+    with monkeypatch.context() as m:
+        if region_only:
+            m.setattr(cst_util, "parse", _no_whole_file_parse)
+        region = _outcomes(transform, source)
+    with monkeypatch.context() as m:
+        m.setattr(regions.Source, "read", staticmethod(lambda source: None))
+        whole = _outcomes(transform, source)
+    assert region == whole
+    return region
 
 
 METHOD_SITE = b"""class Trainer:
@@ -213,3 +253,93 @@ def test_a_region_regenerates_its_own_bytes_under_its_wrapper():
     assert regions.splice(source, [(region, b"            pass\r\n")]) == source.source.replace(
         source.lines(6, 9), b"            pass\r\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "pending"),
+    [
+        pytest.param(METHOD_SITE, 2, id="method"),
+        pytest.param(METHOD_SITE.replace(b"\n", b"\r\n"), 2, id="crlf"),
+        pytest.param(METHOD_SITE.replace(b"    ", b"\t"), 2, id="tabs"),
+        pytest.param(METHOD_SITE.replace(b"\n", b"\r\n", 1), 2, id="first-line-crlf-rest-lf"),
+        pytest.param(b"a = 1; x = x.repeat(repeat_times=rollout_n, interleave=True); b = 2\n", 1, id="semicolons"),
+        pytest.param(
+            b"def f():\n    a = g(\n        1); x.repeat(repeat_times=rollout_n, interleave=True)\n    return a\n",
+            1,
+            id="previous-statement-ends-on-its-line",
+        ),
+        pytest.param(
+            b"def f():\n    x.repeat(repeat_times=rollout_n, interleave=True)\n"
+            b"    y.repeat(repeat_times=rollout_n, interleave=True); z = 1\n",
+            2,
+            id="adjacent-statements",
+        ),
+        pytest.param(TRAINER, 3, id="trainer"),
+        pytest.param(TRAINER.rstrip(b"\n"), 3, id="no-final-newline"),
+        pytest.param(
+            b"if x: obj.repeat(repeat_times=rollout_n, interleave=True)\n"
+            b"for i in xs: obj.repeat(repeat_times=rollout_n, interleave=True); y = 1\n"
+            b"while obj.repeat(repeat_times=rollout_n, interleave=True):\n    pass\n",
+            0,
+            id="suites-and-headers-are-not-sites",
+        ),
+        pytest.param(
+            b"@obj.repeat(repeat_times=rollout_n, interleave=True)\n"
+            b"def f(a=obj.repeat(repeat_times=rollout_n, interleave=True)):\n    pass\n",
+            0,
+            id="decorators-and-defaults-are-not-sites",
+        ),
+        pytest.param(b"x = x.repeat(repeat_times=rollout_n, interleave=True)\n# the end", 1, id="comment-last"),
+    ],
+)
+def test_set_keyword_region_path_is_the_whole_file_path(monkeypatch, source, pending):
+    (applied, *_) = assert_same_on_both_paths(monkeypatch, REPEAT, source)
+    assert applied[1] == pending
+
+
+@pytest.mark.parametrize(
+    ("source", "refusal"),
+    [
+        pytest.param(b"x = x.repeat(repeat_times=rollout_n, interleave=True\n", "not valid Python", id="syntax-error"),
+        pytest.param(
+            b"def f():\n    # two comment lines\n    # above the statement\n"
+            b"    x = x.repeat(repeat_times=rollout_n, interleave=True) \\\n        + 1\n",
+            "cannot place the marker on line 3",  # counted from the statement's comment lines
+            id="backslash-continuation",
+        ),
+    ],
+)
+def test_set_keyword_refuses_as_the_whole_file_path_does(monkeypatch, source, refusal):
+    (outcome,) = assert_same_on_both_paths(monkeypatch, REPEAT, source, region_only=False)
+    assert refusal in outcome
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        pytest.param(b"\xef\xbb\xbf" + METHOD_SITE, id="bom"),
+        pytest.param(b"# -*- coding: latin-1 -*-\n" + METHOD_SITE + b"s = '\xe9'\n", id="latin-1"),
+        pytest.param(METHOD_SITE + b"x = 1\rx.repeat(repeat_times=rollout_n, interleave=True)\n", id="lone-cr"),
+        pytest.param(b"\x0c\n" + METHOD_SITE, id="form-feed"),
+        pytest.param(b"if x: \\\n    y.repeat(repeat_times=rollout_n, interleave=True)\n", id="backslash-before-block"),
+    ],
+)
+def test_set_keyword_falls_back_to_the_whole_file_when_unsure(monkeypatch, source):
+    with monkeypatch.context() as m:
+        m.setattr(cst_util, "parse", _no_whole_file_parse)
+        with pytest.raises(AssertionError, match="the whole file was parsed"):
+            REPEAT.apply(source, "p")
+    assert_same_on_both_paths(monkeypatch, REPEAT, source, region_only=False)
+
+
+# Every real file the bundled profile patches, from every cached release (downloaded, never committed).
+PROFILE = manifest.load_profile("verl-796871d")
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("version", upstream.VERL_VERSIONS)
+def test_real_verl_trainer_region_path_is_the_whole_file_path(monkeypatch, version):
+    source = (upstream.verl_tree(version) / "verl/trainer/ppo/ray_trainer.py").read_bytes()
+    transform = PROFILE.variant("verl-grpo-no-interleave").build()
+    applied, *_ = assert_same_on_both_paths(monkeypatch, transform, source)
+    assert applied[1:] == ((2, 0) if version.startswith("0.4") else (3, 0))
