@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from ascendfix import manifest
 from ascendfix.transforms import cst_util, regions, registry
 from ascendfix.transforms.base import TransformError
+from ascendfix.transforms.fast_overlap import FastOverlapScan, fingerprint, source_fingerprint
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -332,6 +335,124 @@ def test_set_keyword_falls_back_to_the_whole_file_when_unsure(monkeypatch, sourc
     assert_same_on_both_paths(monkeypatch, REPEAT, source, region_only=False)
 
 
+SCAN = b"""def scan(xs):
+    for i in range(len(xs)):
+        for j in range(i + 1, len(xs)):
+            if same(xs[i], xs[j]):
+                return i, j
+    return None
+"""
+SAME = b"""def same(a, b):
+    return a == b
+"""
+SCAN_MODULE = (
+    b'''"""A module of our own with a pairwise scan."""
+
+import os
+
+
+class Before:
+    def method(self):
+        return os.sep
+
+
+# comment above same
+'''
+    + SAME
+    + b"\n\n"
+    + SCAN
+    + b"""
+
+def after():
+    return scan([])
+"""
+)
+DECORATED = SCAN_MODULE.replace(b"def scan", b"@decorate\ndef scan")
+
+
+@pytest.fixture
+def scan_transform(tmp_path):
+    """A fast-overlap-scan of ``scan()`` above (plain or decorated), with a template of our own whose
+    helper changes nothing."""
+    import libcst as cst
+
+    form = {"loop": "for i in range(len(xs))", "helper": "_ascendfix_pairs", "args": "xs", "index": "i"}
+    replaces = {}
+    for known in (SCAN_MODULE, DECORATED):
+        module = cst.parse_module(known)
+        func = next(s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == "scan")
+        replaces[fingerprint(module, func)] = {**form, "narrow_outer": False}
+    template = tmp_path / "scan_template.py"
+    template.write_text(
+        f"REPLACES = {replaces!r}\n\n\n"
+        "def _ascendfix_pairs(xs):\n    return _ascendfix_none()\n\n\n"
+        "def _ascendfix_none():\n    return None\n"
+    )
+    return FastOverlapScan("scan", str(template))
+
+
+def _tabs(source: bytes) -> bytes:
+    return re.sub(rb"(?m)^((?:    )+)", lambda m: b"\t" * (len(m.group(1)) // 4), source)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        pytest.param(SCAN_MODULE, id="module"),
+        pytest.param(SCAN_MODULE.replace(b"\n", b"\r\n"), id="crlf"),
+        pytest.param(_tabs(SCAN_MODULE), id="tabs"),
+        pytest.param(SCAN + b"\n\n" + SAME, id="first-line"),
+        pytest.param(b"# a header comment\n\n# the lead\n" + SCAN + b"\n\n" + SAME, id="first-statement"),
+        pytest.param(SCAN_MODULE[: SCAN_MODULE.index(b"\n\ndef after")], id="last-without-newline"),
+        pytest.param(DECORATED, id="decorated"),
+        pytest.param(SCAN_MODULE.replace(b"\n\n\ndef scan", b"\nx = 1; y = 2\n\n\ndef scan"), id="after-semicolons"),
+        pytest.param(SCAN_MODULE.replace(b"        return a", b"        return a  # footer"), id="trailing-comment"),
+    ],
+)
+def test_fast_overlap_scan_region_path_is_the_whole_file_path(monkeypatch, scan_transform, source):
+    applied, again, reverted, _ = assert_same_on_both_paths(monkeypatch, scan_transform, source)
+    assert applied[1:] == (1, 0) and again[1:] == (0, 1) and reverted[1:] == (0, 1)
+    if not source.startswith((b"def scan", b"# a header")):  # helpers inserted first leave two blank lines
+        assert reverted[0] == source
+    assert b"def _ascendfix_pairs(xs):  # ascendfix: p" in applied[0]
+    if b"\t" in source:
+        assert b"\n\treturn _ascendfix_none()  # ascendfix: p" in applied[0]  # the file's own indent
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        pytest.param(b"\xef\xbb\xbf" + SCAN_MODULE, id="bom"),
+        pytest.param(SCAN_MODULE.replace(b"\n", b"\r\n", 1), id="first-line-crlf-rest-lf"),
+        pytest.param(b"if TYPE_CHECKING:\n  import os\n" + SCAN_MODULE, id="another-default-indent"),
+        pytest.param(SCAN_MODULE.replace(b"\n\n\ndef scan", b"\n    # footer of same()\n\ndef scan"), id="footer"),
+        pytest.param(SCAN_MODULE + b"\n\ndef _ascendfix_other():\n    pass\n", id="another-helper"),
+        pytest.param(SCAN_MODULE + b"\n\ndef scan():\n    pass\n", id="defined-twice"),
+        pytest.param(SCAN_MODULE.replace(b"return i, j", b"return j, i"), id="unknown-version"),
+        pytest.param(SCAN_MODULE + b"\ndef broken(:\n", id="syntax-error"),
+    ],
+)
+def test_fast_overlap_scan_falls_back_to_the_whole_file_when_unsure(monkeypatch, scan_transform, source):
+    with monkeypatch.context() as m:
+        m.setattr(cst_util, "parse", _no_whole_file_parse)
+        with pytest.raises(AssertionError, match="the whole file was parsed"):
+            scan_transform.apply(source, "p")
+    assert_same_on_both_paths(monkeypatch, scan_transform, source, region_only=False)
+
+
+def test_fast_overlap_scan_refusals_are_the_whole_file_ones(monkeypatch, scan_transform):
+    (unknown,) = assert_same_on_both_paths(
+        monkeypatch, scan_transform, SCAN_MODULE.replace(b"return i, j", b"return j, i"), region_only=False
+    )
+    assert "scan() is not a version that" in unknown
+    applied = scan_transform.apply(SCAN_MODULE, "p").code
+    partial = b"\n".join(line for line in applied.split(b"\n") if b"_ascendfix_overlaps = " not in line)
+    (refusal,) = assert_same_on_both_paths(monkeypatch, scan_transform, partial, region_only=False)
+    assert "carries only part of this patch" in refusal
+    (syntax,) = assert_same_on_both_paths(monkeypatch, scan_transform, SCAN_MODULE + b"def (:\n", region_only=False)
+    assert "not valid Python" in syntax
+
+
 # Every real file the bundled profile patches, from every cached release (downloaded, never committed).
 PROFILE = manifest.load_profile("verl-796871d")
 
@@ -343,3 +464,20 @@ def test_real_verl_trainer_region_path_is_the_whole_file_path(monkeypatch, versi
     transform = PROFILE.variant("verl-grpo-no-interleave").build()
     applied, *_ = assert_same_on_both_paths(monkeypatch, transform, source)
     assert applied[1:] == ((2, 0) if version.startswith("0.4") else (3, 0))
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("version", upstream.TORCH_RELEASES)
+@pytest.mark.parametrize("pid", ["torch-shard-overlap-check", "torch-global-plan-check"])
+def test_real_torch_region_path_is_the_whole_file_path(monkeypatch, version, pid):
+    import libcst as cst
+
+    patch = PROFILE.patches[pid]
+    transform = PROFILE.variant(pid).build()
+    source = (upstream.torch_tree(version) / patch.files[0].path).read_bytes()
+    applied, *_ = assert_same_on_both_paths(monkeypatch, transform, source)
+    assert applied[1:] == (1, 0)
+    module, lines = cst.parse_module(source), regions.Source.read(source)
+    (func,) = [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == transform.function]
+    (node,) = [s for s in lines.tree.body if getattr(s, "name", None) == transform.function]
+    assert source_fingerprint(lines, node) == fingerprint(module, func)
