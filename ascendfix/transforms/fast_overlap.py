@@ -6,10 +6,15 @@ import ast
 import functools
 import hashlib
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ascendfix.resources import data_dir
 from ascendfix.transforms.base import Outcome, Transform, TransformError, marker
+
+if TYPE_CHECKING:
+    from ascendfix.transforms.regions import Source
 
 PREFIX = "_ascendfix_"
 RESULT = "_ascendfix_overlaps"  # the local that holds the helper's answer in the patched function
@@ -40,6 +45,29 @@ def fingerprint(module, func) -> str:
     called = {n.func.value for n, _ in walk(func) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)}
     parts = [code_of(func)]
     parts += [code_of(s) for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value in called]
+    return _digest(parts)
+
+
+def source_fingerprint(source: Source, func: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """:func:`fingerprint` from a file's ``ast`` (see :class:`~ascendfix.transforms.regions.Source`), without libcst.
+
+    Each part is the function's own lines, which give the same canonical form as libcst's code for it.
+    """
+    from ascendfix.transforms.regions import first_line
+
+    def lines(node) -> str:
+        return source.lines(first_line(node), node.end_lineno).decode("utf-8")
+
+    called = {n.func.id for n in ast.walk(func) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    parts = [lines(func)]
+    parts += [lines(s) for s in source.tree.body if isinstance(s, _DEFS) and s.name in called]
+    return _digest(parts)
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)  # what libcst calls a FunctionDef
+
+
+def _digest(parts: list[str]) -> str:
     return hashlib.sha256("\n".join(_canonical_code(p) for p in parts).encode()).hexdigest()
 
 
@@ -160,13 +188,13 @@ class FastOverlapScan(Transform):
         ]
         return found[0] if len(found) == 1 else None
 
-    def _scan(self, module, func):
+    def _scan(self, func, digest: Callable[[], str]):
         """The stock scan's outer loop, the block holding it, its inner loop, and the template's form."""
         import libcst as cst
 
         from ascendfix.transforms.cst_util import code_of, walk
 
-        form = _load_template(self.template).replaces.get(fingerprint(module, func))
+        form = _load_template(self.template).replaces.get(digest())
         if form is None:
             raise TransformError(
                 f"{self.function}() is not a version that {self.template} knows "
@@ -184,12 +212,12 @@ class FastOverlapScan(Transform):
             raise TransformError(f"{self.template}: {form['loop']!r} is not one loop with one inner loop")
         return (*outers[0], inners[0], form)
 
-    def _narrow(self, func, patch_id: str, module):
+    def _narrow(self, func, patch_id: str, digest: Callable[[], str]):
         import libcst as cst
 
         from ascendfix.transforms.cst_util import add_marker, edit
 
-        outer, block, inner, form = self._scan(module, func)
+        outer, block, inner, form = self._scan(func, digest)
 
         def wrap(orelse):
             def narrowed(loop):
@@ -244,24 +272,74 @@ class FastOverlapScan(Transform):
 
     def _rewrite(self, source: bytes, patch_id: str, forward: bool) -> Outcome:
         from ascendfix.transforms.cst_util import parse
+        from ascendfix.transforms.regions import splice
 
         if self.function.encode() not in source:
             return Outcome(source, 0, 0)
+        located = self._region(source)
+        found = self._find(located[1].module) if located is not None else None
+        if found is not None:
+            lines, region, func = located
+            try:  # a refusal is left to the whole-file path, which says it in its own words
+                module, pending, done = self._edit(
+                    region.module, *found, lambda: source_fingerprint(lines, func), patch_id, forward
+                )
+            except TransformError:
+                pass
+            else:
+                code = splice(lines, [(region, region.code(module))]) if module is not None else source
+                return Outcome(code, pending, done)
         module = parse(source)
         found = self._find(module)
         if found is None:
             return Outcome(source, 0, 0)
-        index, func = found
+        module, pending, done = self._edit(module, *found, lambda: fingerprint(module, found[1]), patch_id, forward)
+        return Outcome(module.bytes if module is not None else source, pending, done)
+
+    def _region(self, source: bytes):
+        """``(Source, Region, ast of the function)``: the function's lines, and the ``_ascendfix_*`` defs
+        right before it, parsed alone; None when the whole file must be parsed instead.
+
+        The region starts right after the statement before them (the blank lines and column-0 comments
+        between belong to the first def, as in the whole file), or at the file's start; no other
+        module-level ``_ascendfix_*`` def may exist, and libcst must read the region with the whole
+        file's default newline and indent (what the inserted helpers are written with).
+        """
+        from ascendfix.transforms import regions
+
+        lines = regions.Source.read(source)
+        if lines is None:
+            return None
+        body = lines.tree.body
+        found = [i for i, s in enumerate(body) if isinstance(s, _DEFS) and s.name == self.function]
+        if len(found) != 1:
+            return None
+        start = end = found[0]
+        while start > 0 and isinstance(body[start - 1], _DEFS) and body[start - 1].name.startswith(PREFIX):
+            start -= 1
+        if any(isinstance(s, _DEFS) and s.name.startswith(PREFIX) for s in (*body[:start], *body[end + 1 :])):
+            return None
+        first = body[start - 1].end_lineno + 1 if start else 1
+        gap = (lines.line(n) for n in range(first, regions.first_line(body[start])))
+        if not all(line in (b"\n", b"\r\n") or line.startswith(b"#") for line in gap):
+            return None  # an indented comment may close the statement before (a block's footer)
+        region = regions.parse_lines(lines, first, body[end].end_lineno)
+        if region is None or region.module.default_indent != lines.default_indent():
+            return None
+        return lines, region, body[end]
+
+    def _edit(self, module, index: int, func, digest: Callable[[], str], patch_id: str, forward: bool):
+        """``(edited module or None when unchanged, pending, done)`` for ``module.body[index]``, ``func``."""
         helpers, calls, loops = _parts(module, func, patch_id)
         if (helpers or calls or loops) and not (helpers and len(calls) == 1 and loops):
             raise TransformError(f"{self.function}() carries only part of this patch; restore the file and apply again")
         is_done = bool(helpers)
         if forward == is_done:
-            return Outcome(source, int(not is_done), int(is_done))
+            return None, int(not is_done), int(is_done)
         if forward:
-            new_func, inserted = self._narrow(func, patch_id, module)
+            new_func, inserted = self._narrow(func, patch_id, digest)
             body = [*module.body[:index], *inserted, new_func, *module.body[index + 1 :]]
         else:
             new_func = self._restore(func, calls, loops, patch_id)
             body = [new_func if s is func else s for s in module.body if not any(s is h for h in helpers)]
-        return Outcome(module.with_changes(body=body).bytes, int(not is_done), int(is_done))
+        return module.with_changes(body=body), int(not is_done), int(is_done)

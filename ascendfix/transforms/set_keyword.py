@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ascendfix.transforms.base import Outcome, Transform
+from ascendfix.transforms.base import Outcome, Transform, TransformError
+
+if TYPE_CHECKING:
+    from ascendfix.transforms.regions import Source
+
+
+def _blocks(stmt: ast.stmt):
+    """The statement lists of a compound statement (none for a simple one)."""
+    for _, value in ast.iter_fields(stmt):
+        if isinstance(value, list) and value:
+            if isinstance(value[0], ast.stmt):
+                yield value
+            elif isinstance(value[0], (ast.excepthandler, ast.match_case)):
+                yield from (clause.body for clause in value)
 
 
 @dataclass(frozen=True)
@@ -38,13 +53,99 @@ class SetKeyword(Transform):
         return False
 
     def _rewrite(self, source: bytes, patch_id: str, forward: bool) -> Outcome:
-        import libcst as cst
-
         from ascendfix.transforms import cst_util as u
 
         if self.method.encode() not in source:
             return Outcome(source, 0, 0)
-        module = u.parse(source)
+        outcome = self._rewrite_regions(source, patch_id, forward)
+        if outcome is not None:
+            return outcome
+        module, pending, done = self._edit(u.parse(source), patch_id, forward)
+        return Outcome(module.bytes if module is not None else source, pending, done)
+
+    def _rewrite_regions(self, source: bytes, patch_id: str, forward: bool) -> Outcome | None:
+        """The outcome from the statements that hold ``.<method>(...)`` calls, parsed alone; None when unsure.
+
+        A refusal is left to the whole-file path too, so that its message is the same (a line
+        number in it counts the comment lines above the statement, which a region does not hold).
+        """
+        from ascendfix.transforms import regions
+
+        lines = regions.Source.read(source)
+        spans = self._statement_lines(lines) if lines is not None else None
+        if spans is None:
+            return None
+        parsed = [regions.parse_lines(lines, first, last) for first, last in spans]
+        if None in parsed:
+            return None
+        pending = done = 0
+        replacements = []
+        for region in parsed:
+            try:
+                module, region_pending, region_done = self._edit(region.module, patch_id, forward)
+            except TransformError:
+                return None
+            pending += region_pending
+            done += region_done
+            if module is not None:
+                replacements.append((region, region.code(module)))
+        return Outcome(regions.splice(lines, replacements) if replacements else source, pending, done)
+
+    def _statement_lines(self, source: Source) -> list[tuple[int, int]] | None:
+        """The line ranges of the simple statements that hold a ``.<method>(...)`` call (overlapping
+        and adjacent ranges of one block merged), or None when unsure: then the whole file is parsed.
+
+        libcst counts a call only inside a ``SimpleStatementLine``: a simple statement of a block
+        (with any statements ``;`` joins to it), not one on its compound statement's own line
+        (``if x: obj.method(...)``), nor a call in a header or decorator.
+        """
+        method = self.method.encode()
+        spans: list[tuple[int, int, int]] = []  # (first, last, id of the block)
+
+        def calls_method(stmt: ast.stmt) -> bool:
+            return method in source.text(stmt) and any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == self.method
+                for n in ast.walk(stmt)
+            )
+
+        def visit(body: list[ast.stmt], is_block: bool | None) -> bool:
+            """Collect the spans under ``body``; ``is_block`` None: a block libcst might read as a suite."""
+            for at, stmt in enumerate(body):
+                blocks = list(_blocks(stmt))
+                if blocks:
+                    for block in blocks:
+                        is_indented = None if source.continues(block[0].lineno - 1) else source.starts_line(block[0])
+                        if not visit(block, is_indented):
+                            return False
+                    continue
+                if is_block is False or not calls_method(stmt):
+                    continue  # no call, or a suite on its compound statement's line (libcst: not a site)
+                start = end = at
+                while start > 0 and body[start - 1].end_lineno == body[start].lineno:
+                    start -= 1
+                while end + 1 < len(body) and body[end + 1].lineno == body[end].end_lineno:
+                    end += 1
+                if is_block is None or not source.starts_line(body[start]):
+                    return False
+                spans.append((body[start].lineno, body[end].end_lineno, id(body)))
+            return True
+
+        if not visit(source.tree.body, True):
+            return None
+        merged: list[tuple[int, int, int]] = []
+        for first, last, block in sorted(spans):
+            if merged and (first <= merged[-1][1] or first == merged[-1][1] + 1 and block == merged[-1][2]):
+                merged[-1] = (merged[-1][0], max(last, merged[-1][1]), merged[-1][2])
+            else:
+                merged.append((first, last, block))
+        return [(first, last) for first, last, _ in merged]
+
+    def _edit(self, module, patch_id: str, forward: bool):
+        """``(edited module or None when unchanged, pending, done)`` for a module or one region of one."""
+        import libcst as cst
+
+        from ascendfix.transforms import cst_util as u
+
         by_statement: dict[int, tuple[cst.CSTNode, list[cst.Arg]]] = {}
         above_statement: dict[int, tuple] = {}
         for node, above in u.walk(module):
@@ -81,6 +182,6 @@ class SetKeyword(Transform):
                 edited = u.edit_statement(stmt, values, lines, patch_id, add=forward)
                 edits[id(stmt)] = lambda _node, edited=edited: edited
         if not edits:
-            return Outcome(source, pending, done)
+            return None, pending, done
         ancestors = {id(a) for sid in edits for a in above_statement[sid]}
-        return Outcome(u.edit(module, edits, ancestors).bytes, pending, done)
+        return u.edit(module, edits, ancestors), pending, done
