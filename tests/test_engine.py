@@ -224,15 +224,15 @@ def test_killed_at_random_points_every_file_is_whole_and_the_next_command_recove
     original = template.snapshot()
     engine.apply(select(template))
     patched = template.snapshot()
-    start = time.perf_counter()
     engine.revert(select(template, device=None))
-    engine.apply(select(template))
+    start = time.perf_counter()  # the span of what is killed: a forked child's whole apply
+    os.waitpid(_apply_in_child(template), 0)
     span = time.perf_counter() - start
     outcomes = set()
     for trial in range(100):
         stack = make_stack(tmp_path / f"t{trial}")
         pid = _apply_in_child(stack)
-        time.sleep(rng.uniform(0, span))
+        time.sleep(2 * span * (trial + rng.random()) / 100)  # sweeps from the start to well past the end
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         now = stack.snapshot()

@@ -1,1 +1,1 @@
-"""libcst transforms: one small class per module, each a frozen dataclass of its parameters."""
+"""libcst transforms: one small class per module, each a ``Transform`` taking its parameters in ``__init__``."""

@@ -5,10 +5,8 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ascendfix.resources import data_dir
 from ascendfix.transforms.base import Outcome, Transform, TransformError, marker
@@ -33,7 +31,9 @@ def _canonical(node) -> str:
 
 
 def _canonical_code(code: str) -> str:
-    return _canonical(ast.parse(textwrap.dedent(code)))
+    from textwrap import dedent
+
+    return _canonical(ast.parse(dedent(code)))
 
 
 def fingerprint(module, func) -> str:
@@ -71,8 +71,7 @@ def _digest(parts: list[str]) -> str:
     return hashlib.sha256("\n".join(_canonical_code(p) for p in parts).encode()).hexdigest()
 
 
-@dataclass(frozen=True)
-class _Template:
+class _Template(NamedTuple):
     replaces: dict[str, dict]
     functions: dict[str, str]  # name -> source, in file order
     uses: dict[str, set[str]]  # name -> the template functions it calls
@@ -159,7 +158,6 @@ def _parts(module, func, patch_id: str) -> tuple[list, list, list]:
     return helpers, calls, loops
 
 
-@dataclass(frozen=True)
 class FastOverlapScan(Transform):
     """Matches the module-level ``def <function>`` holding an overlap scan that ``template`` knows.
 
@@ -175,8 +173,8 @@ class FastOverlapScan(Transform):
 
     name = "fast-overlap-scan"
 
-    function: str
-    template: str
+    def __init__(self, function: str, template: str):
+        self.function, self.template = function, template
 
     def _find(self, module):
         import libcst as cst

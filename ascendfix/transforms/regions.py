@@ -17,8 +17,7 @@ import ast
 import io
 import tokenize
 import warnings
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -104,8 +103,7 @@ def first_line(node: ast.stmt) -> int:
     return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
 
 
-@dataclass(frozen=True)
-class Region:
+class Region(NamedTuple):
     """Lines ``first`` to ``last`` of a file as libcst's ``module``, parsed after the synthetic ``wrapper`` text."""
 
     first: int

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ascendfix.transforms.base import Outcome, Transform, TransformError
@@ -22,7 +21,6 @@ def _blocks(stmt: ast.stmt):
                 yield from (clause.body for clause in value)
 
 
-@dataclass(frozen=True)
 class SetKeyword(Transform):
     """Matches ``<x>.<method>(..., <when_keyword>=<..suffix>, ..., <keyword>=<original>)``; sets ``value``.
 
@@ -36,12 +34,9 @@ class SetKeyword(Transform):
 
     name = "set-keyword"
 
-    method: str
-    keyword: str
-    original: str
-    value: str
-    when_keyword: str
-    when_suffix: list[str]
+    def __init__(self, method: str, keyword: str, original: str, value: str, when_keyword: str, when_suffix: list[str]):
+        self.method, self.keyword, self.original, self.value = method, keyword, original, value
+        self.when_keyword, self.when_suffix = when_keyword, when_suffix
 
     def _selects(self, call) -> bool:
         from ascendfix.transforms.cst_util import code_of
