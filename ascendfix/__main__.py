@@ -1,5 +1,5 @@
 """``python -m ascendfix``: the same as the ``ascendfix`` console script."""
 
-from ascendfix.cli import main
+from ascendfix.cli import entry
 
-main()
+entry()

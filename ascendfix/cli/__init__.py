@@ -9,6 +9,7 @@ command runs, so each command starts with just what it needs.
 
 from __future__ import annotations
 
+import gc
 import importlib
 
 import click
@@ -51,3 +52,16 @@ class LazyGroup(Group):
 @click.version_option(package_name="ascendfix")
 def main() -> None:
     """Run verl RL training on Ascend NPUs declaratively: check, patch, launch, report."""
+
+
+def entry() -> None:
+    """The ``ascendfix`` command (console script and ``python -m ascendfix``): :func:`main`, as a process.
+
+    When the command is done the process exits, and the interpreter's final garbage collection
+    would walk every object the imports created (several ms a command); frozen, they are
+    left to the exit. Tests call :func:`main` directly, where nothing is frozen.
+    """
+    try:
+        main()
+    finally:
+        gc.freeze()
