@@ -18,7 +18,7 @@ from ascendfix.cli.base import (
     render,
     target_options,
 )
-from ascendfix.cli.ray import on_ray_cluster
+from ascendfix.cli.fanout import on_ray_cluster
 from ascendfix.doctor.model import Report, Status
 from ascendfix.errors import UsageError
 from ascendfix.locate import parse_roots

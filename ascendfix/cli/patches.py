@@ -20,7 +20,7 @@ from ascendfix.cli.base import (
     target_options,
     variant_option,
 )
-from ascendfix.cli.ray import on_ray_cluster
+from ascendfix.cli.fanout import on_ray_cluster
 from ascendfix.device import require_device
 from ascendfix.locate import parse_roots
 from ascendfix.states import Action, State

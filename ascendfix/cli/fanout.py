@@ -1,0 +1,93 @@
+"""``--ray [ADDRESS]`` on status, apply and doctor: the same command on every node of a Ray cluster, one table."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+from ascendfix.cli.base import emit_json, escape, out, wide
+
+
+def on_ray_cluster(command):
+    """Add ``--ray [ADDRESS]`` and ``--ray-timeout``: run the command on every node of a Ray cluster instead."""
+
+    @functools.wraps(command)
+    def run(*args, ray_address=None, ray_timeout=60.0, **kwargs):
+        if ray_address is None:
+            return command(*args, **kwargs)
+        from ascendfix import cluster
+
+        argv = _local_argv(click.get_current_context())
+        report = cluster.table(argv, cluster.run(argv, None if ray_address == "auto" else ray_address, ray_timeout))
+        if kwargs.get("as_json"):
+            emit_json(report.to_json())
+        else:
+            _render_cluster(report)
+        if not report.ok:
+            sys.exit(1)
+
+    run = click.option(
+        "--ray-timeout", type=float, default=60.0, show_default=True, metavar="SECONDS", help="Per-node answer limit."
+    )(run)
+    return click.option(
+        "--ray",
+        "ray_address",
+        is_flag=False,
+        flag_value="auto",
+        default=None,
+        metavar="[ADDRESS]",
+        help="Run on every alive node of this Ray cluster (default: the local one's) and compare.",
+    )(run)
+
+
+def _local_argv(ctx: click.Context) -> list[str]:
+    """The command line each node runs: this command's own options, minus --ray, plus --json."""
+    argv = [ctx.command.name]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if param.name in ("ray_address", "ray_timeout", "as_json") or value is None or value is False:
+            continue
+        if isinstance(param, click.Argument):
+            argv += [str(v) for v in value] if param.multiple else [str(value)]
+        elif param.is_flag:
+            argv.append(param.opts[0])
+        else:
+            for v in value if param.multiple else [value]:
+                argv += [param.opts[0], str(v)]
+    return [*argv, "--json"]
+
+
+def _render_cluster(report) -> None:
+    from rich.table import Table
+
+    table = Table("node", "host", *report.items, "exit", box=None, title=f"ascendfix {' '.join(report.argv[:-1])}")
+    for node in report.nodes:
+        row = report.cells.get(node.label, {})
+        values = [
+            f"[bold red]{escape(value)}[/]" if item in report.differing else escape(value)
+            for item in report.items
+            for value in [row.get(item, ("(absent)", ""))[0]]
+        ]
+        if node.error:
+            values = [f"[bold red]{escape(node.error)}[/]", *[""] * (len(values) - 1)] if values else []
+        code = "-" if node.returncode is None else str(node.returncode)
+        table.add_row(escape(node.label), escape(node.hostname), *values, f"[red]{code}[/]" if node.failed else code)
+    console = out()
+    (console if console.is_terminal else wide()).print(table)  # a log keeps every column
+    for node in report.nodes:
+        if node.error and not report.items:
+            console.print(f"[bold red]{escape(node.label)}:[/] {escape(node.error)}")
+    if report.differing:
+        console.print(f"[bold red]nodes disagree on:[/] {', '.join(report.differing)}")
+        for item in report.differing:
+            for node in report.nodes:
+                value, detail = report.cells.get(node.label, {}).get(item, ("(absent)", ""))
+                if node.label in report.cells:
+                    console.print(f"  {item}  [bold]{escape(node.label)}[/]: {escape(value)}  [dim]{escape(detail)}[/]")
+    failed = [n.label for n in report.nodes if n.failed]
+    if failed:
+        console.print(f"[bold red]failed on:[/] {', '.join(failed)}")
+    if report.ok:
+        console.print(f"[green]all {len(report.nodes)} node(s) agree[/]")
