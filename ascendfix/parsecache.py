@@ -9,9 +9,11 @@ deleted at any time; where it cannot be written, files are parsed every time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ascendfix.fsutil import sha256_bytes
@@ -33,7 +35,7 @@ def parsed(data: bytes, parse: Callable[[bytes], dict[str, Any]]) -> dict[str, A
     return result
 
 
-def _store(entry, value: dict[str, Any]) -> None:
+def _store(entry: Path, value: dict[str, Any]) -> None:
     """Write one entry (a private temp file renamed into place); give up quietly on any failure."""
     try:
         text = json.dumps(value, allow_nan=False)  # TOML dates and times, inf and nan: not kept
@@ -45,7 +47,5 @@ def _store(entry, value: dict[str, Any]) -> None:
         tmp.write_text(text)
         os.replace(tmp, entry)
     except OSError:
-        try:
+        with contextlib.suppress(OSError):
             tmp.unlink()
-        except OSError:
-            pass
