@@ -204,7 +204,9 @@ def steps(workspace: Workspace) -> Iterator[DemoStep]:
     A generator: each step runs when the previous one has been shown (the job's own output
     reaches the terminal between the "run" step and the "report" step).
     """
-    from ascendfix import engine, manifest, metrics, report
+    from ascendfix.job import metrics, report
+    from ascendfix.patching import engine
+    from ascendfix.profile import manifest
 
     prof = manifest.load_profile(str(workspace.profile))
     selection = engine.select(prof, "npu", roots=workspace.roots())

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 
 from ascendfix.errors import UsageError
-from ascendfix.jobenv import prepend_shell
-from ascendfix.manifest import Component, Profile, bundled_profiles, find_manifest
+from ascendfix.profile.jobenv import prepend_shell
+from ascendfix.profile.manifest import Component, Profile, bundled_profiles, find_manifest
 
 IMAGE_DEVICE = "npu"
 DOCTOR_CHECKS = ("python", "packages", "commits", "integrity", "patches", "conflicts")

@@ -81,7 +81,8 @@ def main() -> None:
                 ratios[name].append(rows[name][-1] / bare_start)
         # The same no-op work in-process, and the interpreter's own start-up: what the CLI figures
         # are made of (the hash fast path parses nothing when nothing changed).
-        from ascendfix import engine, manifest
+        from ascendfix.patching import engine
+        from ascendfix.profile import manifest
 
         timed([*cli, "apply", *target])
         selection = engine.select(manifest.load_profile("verl-796871d"), "npu", roots={"verl": verl, "torch": torch})

@@ -6,7 +6,7 @@ is a raylet started on this machine with ``ray.cluster_utils.Cluster``, with the
 environment and 8 NPUs registered, bound to loopback; all are stopped at the end. ``ray wait`` is the whole command:
 the count of arrived nodes, then every node's variables, ``ulimit -n``, NPUs and patch status.
 
-    python benchmarks/cluster.py [--repeat 3]
+    python benchmarks/fanout.py [--repeat 3]
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ascendfix import cluster, launch, manifest, raywait  # noqa: E402
+from ascendfix.cluster import fanout  # noqa: E402
+from ascendfix.cluster import wait as raywait  # noqa: E402
+from ascendfix.job import launch  # noqa: E402
+from ascendfix.profile import manifest  # noqa: E402
 
 
 def timed(argv: list[str], address: str, repeat: int, nodes: int) -> float:
@@ -29,7 +32,7 @@ def timed(argv: list[str], address: str, repeat: int, nodes: int) -> float:
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        answers = cluster.run(argv, address, timeout=120)
+        answers = fanout.run(argv, address, timeout=120)
         times.append(time.perf_counter() - start)
         missing = [a.label for a in answers if a.error]
         if len(answers) != nodes or missing:

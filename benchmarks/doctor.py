@@ -24,9 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ascendfix import manifest  # noqa: E402
-from ascendfix.device import ASCEND_HOME  # noqa: E402
 from ascendfix.doctor import context, runner  # noqa: E402
+from ascendfix.profile import manifest  # noqa: E402
+from ascendfix.profile.device import ASCEND_HOME  # noqa: E402
 
 TARGET_S = 0.5
 

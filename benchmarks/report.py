@@ -74,7 +74,7 @@ def timed(cmd: list[str] | str, shell: bool = False) -> tuple[float, str]:
 PARSE = """
 import resource, sys, time
 from pathlib import Path
-from ascendfix import metrics
+from ascendfix.job import metrics
 start = time.perf_counter()
 parser = metrics.parse_paths([Path(sys.argv[1])])
 took = time.perf_counter() - start

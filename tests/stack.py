@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascendfix import demo, manifest
+from ascendfix import demo
+from ascendfix.profile import manifest
 
 PATCHED = [
     ("verl", "verl/utils/device.py"),

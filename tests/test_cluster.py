@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from ascendfix import cluster
 from ascendfix.cli import main
-from ascendfix.cluster import NodeAnswer
+from ascendfix.cluster import fanout
+from ascendfix.cluster.fanout import NodeAnswer
 
 REPO = Path(__file__).resolve().parent.parent
 SHARD = "torch/distributed/_shard/sharding_spec/_internals.py"
@@ -144,7 +144,7 @@ def test_a_node_that_does_not_answer_is_a_row_not_a_hang(ray_cluster):
 def test_without_ray_the_core_imports_and_ray_says_how_to_install():
     code = (
         "import sys; sys.modules['ray'] = None\n"
-        "import ascendfix.cli, ascendfix.cluster\n"
+        "import ascendfix.cli, ascendfix.cluster.fanout\n"
         "sys.argv = ['ascendfix', 'status', '--ray', '--device', 'npu']\n"
         "ascendfix.cli.main()\n"
     )
@@ -162,7 +162,7 @@ def test_forwarded_command_line_keeps_options_and_drops_ray(monkeypatch):
         seen.update(argv=argv, address=address, timeout=timeout)
         return [NodeAnswer("a" * 32, "10.0.0.1", "n1", 0, {"patches": []})]
 
-    monkeypatch.setattr(cluster, "run", fake_run)
+    monkeypatch.setattr(fanout, "run", fake_run)
     from click.testing import CliRunner
 
     args = ["apply", "--ray", "--device", "npu", "--root", "verl=/src/verl", "--only", "x", "--strict"]
@@ -193,7 +193,7 @@ def test_table_flags_values_and_hashes_that_differ():
         NodeAnswer("b" * 32, "10.0.0.2", "n2", 0, _patches(p1=same, p2=("not-applied", "3" * 64))),
         NodeAnswer("c" * 32, "10.0.0.3", "n3", 0, _patches(p1=same, p2=("not-applied", "2" * 64))),
     ]
-    report = cluster.table(["status", "--json"], answers)
+    report = fanout.table(["status", "--json"], answers)
     assert report.items == ("p1", "p2") and report.differing == ("p2",)  # same state, other file hash
     assert report.cells["10.0.0.2 bbbbbbbb"]["p2"] == ("not-applied", "p2.py=" + "3" * 12)
     assert not report.ok
@@ -207,10 +207,10 @@ def test_table_of_doctor_checks_and_failed_nodes():
         NodeAnswer("a" * 32, "10.0.0.1", "n1", 0, doctor("ok", "CANN 8.3.RC1")),
         NodeAnswer("b" * 32, "10.0.0.2", "n2", 0, doctor("ok", "CANN 8.3.RC1")),
     ]
-    assert cluster.table(["doctor", "--json"], answers).ok
+    assert fanout.table(["doctor", "--json"], answers).ok
     answers.append(NodeAnswer("c" * 32, "10.0.0.3", "n3", 1, doctor("fail", "CANN 8.2.RC1")))
     answers.append(NodeAnswer("d" * 32, "10.0.0.4", error="no answer within 60 s"))
-    report = cluster.table(["doctor", "--json"], answers)
+    report = fanout.table(["doctor", "--json"], answers)
     assert report.differing == ("cann",)
     assert report.cells["10.0.0.3 cccccccc"]["cann"] == ("fail", "CANN 8.2.RC1")
     assert [n["error"] for n in report.to_json()["nodes"]][-1] == "no answer within 60 s"
@@ -220,6 +220,6 @@ def test_table_of_doctor_checks_and_failed_nodes():
 def test_any_json_is_compared_field_by_field():
     a = NodeAnswer("a" * 32, "h", "n1", 0, [{"name": "p", "devices": ["npu", "cuda"]}])
     b = NodeAnswer("b" * 32, "h", "n2", 0, [{"name": "p", "devices": ["npu"]}])
-    report = cluster.table(["profiles", "--json"], [a, b])
+    report = fanout.table(["profiles", "--json"], [a, b])
     assert report.differing == ("[0].devices[1]",)
     assert report.cells["h bbbbbbbb"].get("[0].devices[1]") is None

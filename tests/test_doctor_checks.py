@@ -11,12 +11,12 @@ from pathlib import Path
 
 import click
 import pytest
-from ascendfix import manifest
 from ascendfix.cli.doctor import _render_report
 from ascendfix.doctor import ascend, host, pyenv, runner
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, Report, Result, Status
 from ascendfix.doctor.registry import CHECKS
+from ascendfix.profile import manifest
 from click.testing import CliRunner
 
 from tests import machine

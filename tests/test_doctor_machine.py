@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from ascendfix import rl_plugin
+from ascendfix.profile import rl_plugin
 
 from tests import machine, upstream
 from tests.machine import GIT, PY310, doctor, run

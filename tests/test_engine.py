@@ -9,8 +9,9 @@ import signal
 import time
 
 import pytest
-from ascendfix import engine, journal, manifest
 from ascendfix.errors import RefusedError, UsageError
+from ascendfix.patching import engine, journal
+from ascendfix.profile import manifest
 
 from tests.stack import DEMO_PROFILE, PATCHED, make_stack
 

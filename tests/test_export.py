@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from ascendfix import export, manifest, resources
+from ascendfix import export, resources
 from ascendfix.cli import main
+from ascendfix.profile import manifest
 from click.testing import CliRunner
 from dockerfile_parse import DockerfileParser
 

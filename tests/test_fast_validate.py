@@ -350,7 +350,8 @@ def test_template_runs_on_python39():
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_engine_applies_switches_and_reverts_the_variants(copy_tree, version):
-    from ascendfix import engine, manifest
+    from ascendfix.patching import engine
+    from ascendfix.profile import manifest
 
     profile = manifest.load_profile("verl-796871d")
     ids = ("torch-shard-overlap-check", "torch-global-plan-check")

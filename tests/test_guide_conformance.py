@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ascendfix import manifest
+from ascendfix.profile import manifest
 
 if sys.version_info >= (3, 11):
     import tomllib

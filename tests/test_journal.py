@@ -15,9 +15,9 @@ import textwrap
 import time
 
 import pytest
-from ascendfix import engine, journal
 from ascendfix.fsutil import leftover_temps
-from ascendfix.journal import SCHEMA, WriteError
+from ascendfix.patching import engine, journal
+from ascendfix.patching.journal import SCHEMA, WriteError
 
 from tests.stack import DEMO_PROFILE, make_stack
 
@@ -48,7 +48,7 @@ def _apply_killed_in_the_write_window(stack, op: str = "apply") -> int:
         f"""
         import os, signal, sys
         sys.path.insert(0, {os.getcwd()!r})
-        from ascendfix import engine
+        from ascendfix.patching import engine
         from tests.stack import DEMO_PROFILE
         from pathlib import Path
         real = os.replace
@@ -105,7 +105,7 @@ def test_random_kills_during_apply_and_revert_leave_no_temp_files(tmp_path):
         if op == "revert":
             engine.apply(select(stack))
         code = (
-            f"import sys; sys.path.insert(0, {os.getcwd()!r}); from ascendfix import engine; "
+            f"import sys; sys.path.insert(0, {os.getcwd()!r}); from ascendfix.patching import engine; "
             "from tests.stack import DEMO_PROFILE; from pathlib import Path; "
             f"roots={{'verl': Path({str(stack.verl)!r}), 'torch': Path({str(stack.torch)!r})}}; "
             f"engine.{op}(engine.select(DEMO_PROFILE, {'None' if op == 'revert' else repr('npu')}, roots=roots))"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ascendfix import manifest
 from ascendfix.errors import UsageError
+from ascendfix.profile import manifest
 from ascendfix.resources import data_dir
 
 

@@ -6,8 +6,8 @@ import json
 import math
 
 import pytest
-from ascendfix import metrics
-from ascendfix.metrics import Series, StepParser, parse_line, throughput
+from ascendfix.job import metrics
+from ascendfix.job.metrics import Series, StepParser, parse_line, throughput
 
 from tests.verl_lines import GUIDE_STEP1, GUIDE_TOKENS, RAY_PREFIX, REMOTE_PREFIX, run_steps, step_line
 

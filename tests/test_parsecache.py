@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from ascendfix import manifest, parsecache
 from ascendfix.errors import UsageError
+from ascendfix.profile import manifest, parsecache
 
 
 @pytest.fixture

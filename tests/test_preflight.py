@@ -7,9 +7,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ascendfix import cli, manifest, preflight
+from ascendfix import cli
 from ascendfix.errors import UsageError
-from ascendfix.preflight import Seams, run_preflight, scan_overrides
+from ascendfix.job import preflight
+from ascendfix.job.preflight import Seams, run_preflight, scan_overrides
+from ascendfix.profile import manifest
 from click.testing import CliRunner
 
 PROFILE = manifest.load_profile("verl-796871d")
@@ -157,7 +159,7 @@ def test_bundled_profile_carries_the_guides_hints():
 
 
 def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypatch):
-    from ascendfix import engine
+    from ascendfix.patching import engine
 
     from tests.stack import DEMO_PROFILE, make_stack
 

@@ -35,7 +35,7 @@ def test_vermin_says_3_10_is_enough():
 
 def test_core_imports_no_heavy_framework():
     code = (
-        "import sys, ascendfix.cli, ascendfix.engine, ascendfix.manifest;"
+        "import sys, ascendfix.cli, ascendfix.patching.engine, ascendfix.profile.manifest;"
         "bad = {'torch', 'torch_npu', 'tensordict', 'ray'} & set(sys.modules);"
         "print(sorted(bad)); sys.exit(1 if bad else 0)"
     )

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ascendfix import report
+from ascendfix.job import report
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -28,9 +28,11 @@ import time
 from pathlib import Path
 
 import pytest
-from ascendfix import manifest, raystart, raywait
+from ascendfix.cluster import start as raystart
+from ascendfix.cluster import wait as raywait
+from ascendfix.cluster.wait import Arrival, NodeView
 from ascendfix.errors import UsageError
-from ascendfix.raywait import Arrival, NodeView
+from ascendfix.profile import manifest
 
 from tests.machine import npu_smi_table, write_executable
 from tests.test_cluster import _alive
@@ -462,7 +464,7 @@ def test_no_reachable_cluster_skips_the_gate_without_importing_ray(tmp_path):
     (stale / "ray").mkdir(parents=True)
     (stale / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{_free_ports(1)[0]}\n")  # nothing listens
     code = (
-        "import sys\nfrom ascendfix import manifest, raywait\n"
+        "import sys\nfrom ascendfix.cluster import wait as raywait\nfrom ascendfix.profile import manifest\n"
         "p = manifest.load_profile('verl-796871d')\n"
         f"for env in ({{'RAY_TMPDIR': {str(tmp_path / 'none')!r}}}, {{'RAY_TMPDIR': {str(stale)!r}}},"
         f" {{'RAY_ADDRESS': '127.0.0.1:{_free_ports(1)[0]}'}}):\n"

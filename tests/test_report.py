@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ascendfix import cli, report
+from ascendfix import cli
+from ascendfix.job import report
 from click.testing import CliRunner
 
 from tests.verl_lines import GUIDE_STEP1, RAY_PREFIX, REMOTE_PREFIX, run_steps, step_line

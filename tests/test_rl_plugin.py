@@ -1,7 +1,7 @@
 """The rl-plugin installer's edits: re-derived, recognised by doctor as the plugin's, kept by apply/revert.
 
 The fixtures are our own small files, edited as the installer's documented behaviour says
-(MindSpeed-RL branch 2.2.0 rl-plugin/setup.py, see ascendfix/rl_plugin.py); the upstream test
+(MindSpeed-RL branch 2.2.0 rl-plugin/setup.py, see ascendfix/profile/rl_plugin.py); the upstream test
 runs the same on verl 0.5.0's real files from PyPI.
 """
 
@@ -11,10 +11,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from ascendfix import engine, manifest, rl_plugin
 from ascendfix.doctor import pyenv
 from ascendfix.doctor.context import Context
-from ascendfix.locate import Distribution
+from ascendfix.patching import engine
+from ascendfix.patching.locate import Distribution
+from ascendfix.profile import manifest, rl_plugin
 
 from tests import machine, upstream
 from tests.stack import DEMO_PROFILE, make_stack

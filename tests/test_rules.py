@@ -10,9 +10,10 @@ from __future__ import annotations
 import zipfile
 
 import pytest
-from ascendfix import cli, manifest, rules
+from ascendfix import cli
 from ascendfix.errors import UsageError
-from ascendfix.preflight import Seams, run_preflight
+from ascendfix.job.preflight import Seams, run_preflight
+from ascendfix.profile import manifest, rules
 from click.testing import CliRunner
 
 from tests import upstream
@@ -194,14 +195,14 @@ def test_a_team_profile_that_drops_a_patch_drops_the_inherited_rule_about_it(tmp
 
 
 def test_the_default_seam_locates_modules_without_importing_them():
-    from ascendfix import preflight
+    from ascendfix.job import preflight
 
     found = preflight.default_seams().importable(["json", "no_such_module_xyz"])
     assert found == {"json": True, "no_such_module_xyz": False}
 
 
 def test_cli_run_refuses_the_users_expandable_segments_export(tmp_path, monkeypatch):
-    from ascendfix import preflight
+    from ascendfix.job import preflight
 
     monkeypatch.setattr(preflight, "default_seams", lambda *args: seams())
     script = tmp_path / "train.sh"

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from ascendfix import jobenv, launch, manifest
-from ascendfix.metrics import StepParser
+from ascendfix.job import launch
+from ascendfix.job.metrics import StepParser
+from ascendfix.profile import jobenv, manifest
 
 from tests.verl_lines import RAY_PREFIX, run_steps, step_line
 
@@ -220,7 +221,7 @@ def test_run_refuses_a_missing_command_and_an_unknown_device(job):
 
 
 def test_preflight_refuses_dapo_patch_with_filter_groups(job, monkeypatch):
-    from ascendfix import preflight
+    from ascendfix.job import preflight
 
     profile = manifest.load_profile("verl-796871d")
     seams = preflight.Seams(
@@ -326,7 +327,7 @@ def test_two_runs_in_the_same_second_get_their_own_log_folders(job):
 
 
 def test_no_preflight_still_refuses_settings_that_break_the_run(job, tmp_path, monkeypatch):
-    from ascendfix import preflight
+    from ascendfix.job import preflight
 
     applied = preflight.Seams(
         doctor_failures=lambda p, d: ["CANN toolkit: no Ascend stack found"],

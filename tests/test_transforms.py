@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from ascendfix import manifest
+from ascendfix.profile import manifest
 from ascendfix.transforms import cst_util, regions, registry
 from ascendfix.transforms.base import TransformError
 from ascendfix.transforms.fast_overlap import FastOverlapScan, fingerprint, source_fingerprint

@@ -14,8 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from ascendfix import demo, manifest, scan_probe, upgrade
+from ascendfix import demo
+from ascendfix.checkpoint import scan_probe
 from ascendfix.errors import UsageError
+from ascendfix.patching import upgrade
+from ascendfix.profile import manifest
 
 from tests import upstream
 

@@ -7,8 +7,9 @@ aarch64 wheel (the A2's) and of torch 2.14.1 (the list[str] form of _validate_gl
 from __future__ import annotations
 
 import pytest
-from ascendfix import engine, manifest
 from ascendfix.errors import RefusedError
+from ascendfix.patching import engine
+from ascendfix.profile import manifest
 
 from tests import upstream
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from ascendfix.device import DEVICES
 from ascendfix.errors import AscendfixError
+from ascendfix.profile.device import DEVICES
 
 DEFAULT_PROFILE = "verl-796871d"
 

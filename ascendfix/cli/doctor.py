@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from ascendfix import manifest
 from ascendfix.cli.base import (
     device_option,
     json_option,
@@ -21,7 +20,8 @@ from ascendfix.cli.base import (
 from ascendfix.cli.fanout import on_ray_cluster
 from ascendfix.doctor.model import Report, Status
 from ascendfix.errors import UsageError
-from ascendfix.locate import parse_roots
+from ascendfix.patching.locate import parse_roots
+from ascendfix.profile import manifest
 
 MARK = {
     Status.OK: click.style("✓", fg="green"),
@@ -86,9 +86,9 @@ def _render_report(report: Report, verbose: bool) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Show the details of passing checks too.")
 def doctor(profile, device, python, roots, ascend_home, only, list_checks, strict, as_json, verbose) -> None:
     """Is this machine ready for the profile's job? Every problem with the command that fixes it."""
-    from ascendfix import device as devices
     from ascendfix.doctor import context, runner
     from ascendfix.doctor.registry import CHECKS
+    from ascendfix.profile import device as devices
 
     if list_checks:
         rows = [{"id": c.id, "title": c.title} for c in CHECKS.values()]

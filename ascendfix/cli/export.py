@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from ascendfix import export as exporting
-from ascendfix import manifest
 from ascendfix.cli.base import device_option, json_option, profile_option, render
+from ascendfix.profile import manifest
 
 
 def _echo(text: str) -> None:

@@ -17,10 +17,10 @@ def on_ray_cluster(command):
     def run(*args, ray_address=None, ray_timeout=60.0, **kwargs):
         if ray_address is None:
             return command(*args, **kwargs)
-        from ascendfix import cluster
+        from ascendfix.cluster import fanout
 
         argv = _local_argv(click.get_current_context())
-        report = cluster.table(argv, cluster.run(argv, None if ray_address == "auto" else ray_address, ray_timeout))
+        report = fanout.table(argv, fanout.run(argv, None if ray_address == "auto" else ray_address, ray_timeout))
         if kwargs.get("as_json"):
             emit_json(report.to_json())
         else:

@@ -7,7 +7,6 @@ from typing import NamedTuple
 
 import click
 
-from ascendfix import engine, manifest
 from ascendfix.cli.base import (
     device_option,
     emit_json,
@@ -21,8 +20,10 @@ from ascendfix.cli.base import (
     variant_option,
 )
 from ascendfix.cli.fanout import on_ray_cluster
-from ascendfix.device import require_device
-from ascendfix.locate import parse_roots
+from ascendfix.patching import engine
+from ascendfix.patching.locate import parse_roots
+from ascendfix.profile import manifest
+from ascendfix.profile.device import require_device
 from ascendfix.states import Action, State
 
 STATE_STYLE = {

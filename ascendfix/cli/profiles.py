@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ascendfix import manifest
 from ascendfix.cli.base import escape, json_option, out, render, wide
+from ascendfix.profile import manifest
 
 
 @click.command()

@@ -23,7 +23,7 @@ class RichStatus:
 
     def update(self, step: Any, parser: Any) -> None:
         """Show ``step``: its number (of the total), reward, step time and throughput."""
-        from ascendfix import metrics
+        from ascendfix.job import metrics
 
         total = parser.stats.total_steps or self.total
         reward = step.get(metrics.REWARD)
@@ -103,7 +103,7 @@ def report_table(console: Any, data: dict[str, Any], sparks: dict[str, str]) -> 
 
 def sparks(run: Any, extra: tuple[str, ...]) -> dict[str, str]:
     """Sparklines of the report's curves that have more than one point."""
-    from ascendfix import report
+    from ascendfix.job import report
 
     keys = ("reward", "response_length", "prompt_length", "timing_s/step", "e2e_tps", *extra)
     curves = {k: report.curve(run, k) for k in keys}

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from ascendfix import manifest
 from ascendfix.cli.base import (
     device_option,
     err,
@@ -20,8 +19,9 @@ from ascendfix.cli.base import (
     render,
     wide,
 )
-from ascendfix.device import require_device
 from ascendfix.errors import UsageError
+from ascendfix.profile import manifest
+from ascendfix.profile.device import require_device
 
 
 @click.group("ray")
@@ -43,9 +43,11 @@ def ray_start(profile: str, device: str | None, no_preflight: bool, ray_args: tu
     """
     import shlex
 
-    from ascendfix import jobenv, preflight, raystart
     from ascendfix.cli.run import render_env_notes
+    from ascendfix.cluster import start as raystart
     from ascendfix.errors import RefusedError
+    from ascendfix.job import preflight
+    from ascendfix.profile import jobenv
 
     raystart.require_ray()
     prof = manifest.load_profile(profile)
@@ -97,7 +99,9 @@ def ray_wait(
     Compares, as a Ray task pinned to each node sees them: the profile's variables, `ulimit -n`, the
     node's NPU (GPU) resource and the patch status. Exit 0 when ready, 1 naming what lacks or differs.
     """
-    from ascendfix import preflight, raystart, raywait
+    from ascendfix.cluster import start as raystart
+    from ascendfix.cluster import wait as raywait
+    from ascendfix.job import preflight
 
     raystart.require_ray()
     if (nodes is None) == (script is None):

@@ -17,7 +17,7 @@ from ascendfix.cli.progress import num, report_table, sparks
 @click.option("--metrics", "extra", default="", help="More metric keys to report, comma-separated.")
 def report_command(paths: tuple[Path, ...], as_json: bool, plot: Path | None, extra: str) -> None:
     """Report each run: a log file, a Ray session logs directory, or a verl JSONL file."""
-    from ascendfix import report
+    from ascendfix.job import report
 
     keys = tuple(k.strip() for k in extra.split(",") if k.strip())
     runs = [report.load_run(p) for p in paths]
@@ -42,7 +42,7 @@ def compare_command(baseline: Path, candidate: Path, as_json: bool) -> None:
 
     Step time reads baseline/candidate, tokens/s candidate/baseline; the raw medians stay beside them.
     """
-    from ascendfix import report
+    from ascendfix.job import report
 
     def human(data: dict) -> None:
         from rich.table import Table

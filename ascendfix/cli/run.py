@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from ascendfix import manifest
 from ascendfix.cli.base import (
     device_option,
     emit_json,
@@ -23,7 +22,8 @@ from ascendfix.cli.base import (
     variant_option,
 )
 from ascendfix.cli.progress import RichStatus, report_table, sparks
-from ascendfix.device import require_device
+from ascendfix.profile import manifest
+from ascendfix.profile.device import require_device
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -52,8 +52,9 @@ def run(
 
     A non-executable *.sh script runs under bash. Exits with the command's exit status.
     """
-    from ascendfix import jobenv, launch, metrics, preflight, report
-    from ascendfix.locate import parse_roots
+    from ascendfix.job import launch, metrics, preflight, report
+    from ascendfix.patching.locate import parse_roots
+    from ascendfix.profile import jobenv
 
     prof = manifest.load_profile(profile)
     seams = preflight.default_seams(python, parse_roots(roots), manifest.parse_variants(prof, variants))
@@ -117,8 +118,8 @@ def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> 
     """
     import shlex
 
-    from ascendfix import jobenv
     from ascendfix.errors import UsageError
+    from ascendfix.profile import jobenv
 
     prof = manifest.load_profile(profile)
     try:

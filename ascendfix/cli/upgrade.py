@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from ascendfix import manifest
 from ascendfix.cli.base import device_option, err, escape, json_option, out, profile_option, render
+from ascendfix.profile import manifest
 
 
 @click.command("upgrade-check")
@@ -31,8 +31,8 @@ def upgrade_check(profile: str, device: str | None, releases: tuple[str, ...], p
     installing nothing. Exit 0 when every patch applies, is obsolete, unchanged or needs a checkout
     to be judged, and nothing conflicts; 1 otherwise; 2 on bad input or a release that does not exist.
     """
-    from ascendfix import upgrade
-    from ascendfix.device import detect_device
+    from ascendfix.patching import upgrade
+    from ascendfix.profile.device import detect_device
 
     prof = manifest.load_profile(profile)
     detected = detect_device()
@@ -44,7 +44,7 @@ def upgrade_check(profile: str, device: str | None, releases: tuple[str, ...], p
 
 
 def _render(report) -> None:
-    from ascendfix import upgrade
+    from ascendfix.patching import upgrade
 
     style = {upgrade.APPLIES: "green", upgrade.OBSOLETE: "cyan", upgrade.REFUSED: "red"}
     asked = ", ".join(f"{dist} {what}" for dist, what in report.with_.items())

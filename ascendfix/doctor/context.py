@@ -15,8 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from ascendfix import device, locate, resources
-from ascendfix.manifest import Component, Profile
+from ascendfix import resources
+from ascendfix.patching import locate
+from ascendfix.profile import device
+from ascendfix.profile.manifest import Component, Profile
 
 REPORTED_ONLY = ("ray",)  # reported when installed; the guide pins no version
 
@@ -69,7 +71,7 @@ class Context:
 
     def packages(self) -> list[str]:
         """Top-level packages the checks locate: those the patches edit, mindspeed and the rules' modules (hazards)."""
-        from ascendfix.rules import modules
+        from ascendfix.profile.rules import modules
 
         patched = {p.package for p in self.profile.patches.values()}
         return sorted(patched | {"mindspeed"} | set(modules(self.profile.rules)))

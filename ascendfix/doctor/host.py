@@ -10,10 +10,10 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from ascendfix import rules
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
-from ascendfix.jobenv import job_environment, path_entries, prepend_shell, resolve_env
+from ascendfix.profile import rules
+from ascendfix.profile.jobenv import job_environment, path_entries, prepend_shell, resolve_env
 
 CHECKPOINT_FREE_GB = 500  # one bf16 copy of Qwen3-235B-A22B's weights is ~470 GB
 MINDSPEED_CKPT_ACCELERATION = "mindspeed/features_manager/ckpt_acceleration"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ascendfix.engine import undo_patch
-from ascendfix.manifest import Profile
+from ascendfix.patching.engine import undo_patch
+from ascendfix.profile.manifest import Profile
 from ascendfix.transforms.base import MARKER_PREFIX, marker
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ascendfix import engine
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
+from ascendfix.patching import engine, journal
 from ascendfix.states import State
 
 
@@ -15,7 +15,7 @@ def check_patches(ctx: Context) -> Finding:
         return skip(f"the profile applies no patch on {ctx.device}")
     targets = ctx.targets()
     roots = dict.fromkeys(t.root for t in targets.values() if t.root is not None)
-    interrupted = [root for root in roots if (root / ".ascendfix" / "journal.json").exists()]
+    interrupted = [root for root in roots if journal.has_journal(root)]
     if interrupted:
         where = ", ".join(map(str, interrupted))
         return fail(

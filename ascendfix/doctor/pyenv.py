@@ -18,12 +18,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ascendfix import rl_plugin
 from ascendfix.doctor.context import REPORTED_ONLY, Context, editable_dir
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
 from ascendfix.doctor.ours import without_patches
-from ascendfix.journal import Store
-from ascendfix.manifest import Component
+from ascendfix.patching.journal import Store
+from ascendfix.profile import rl_plugin
+from ascendfix.profile.manifest import Component
 
 PLUGIN_DISTRIBUTION = "verl_npu"
 PAIRED = {"torch-npu": "torch"}  # torch_npu X.Y.Z is built for torch X.Y.Z only

@@ -1,1 +1,5 @@
-"""libcst transforms: one small class per module, each a ``Transform`` taking its parameters in ``__init__``."""
+"""transforms: libcst transforms, one small class per module, each a ``Transform`` (parameters in ``__init__``).
+
+May import: the loose modules ``resources`` (the reviewed templates) and ``errors``. Below
+``profile``, which checks a patch file's parameters against a transform's signature.
+"""

@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascendfix.cluster import INSTALL_HINT
+from ascendfix.cluster.fanout import INSTALL_HINT
 from ascendfix.doctor.ascend import parse_npu_smi
 from ascendfix.errors import UsageError
-from ascendfix.manifest import Profile
+from ascendfix.profile.manifest import Profile
 
 HEAD_DEFAULTS = (("--port", "6166"), ("--dashboard-host", "0.0.0.0"), ("--dashboard-port", "8260"))
 RESOURCE = {"npu": "NPU", "cuda": "GPU"}

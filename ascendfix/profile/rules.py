@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from ascendfix.device import DEVICES
+from ascendfix.profile.device import DEVICES
 from ascendfix.states import Name
 
 

@@ -1,7 +1,7 @@
 """``ascendfix ray wait`` and ``run``'s cluster gate: are the nodes there, and do they all see the same?
 
 :func:`wait` polls the cluster until N alive nodes with K NPUs (GPUs) each are registered,
-then :func:`survey` asks every node, through the ``--ray`` fan-out of :mod:`ascendfix.cluster`,
+then :func:`survey` asks every node, through the ``--ray`` fan-out of :mod:`ascendfix.cluster.fanout`,
 what a Ray task pinned to it sees: each variable the profile sets, ``ulimit -n``, the node's
 accelerator resource and the patch status. :func:`differences` names each node that lacks
 something or disagrees with the others. :func:`job_problems` is ``run``'s preflight gate: it
@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ascendfix import cluster
+from ascendfix.cluster import fanout
+from ascendfix.cluster.start import RESOURCE
 from ascendfix.errors import UsageError
-from ascendfix.manifest import Profile
-from ascendfix.raystart import RESOURCE
+from ascendfix.profile.manifest import Profile
 
 NNODES, PER_NODE = "trainer.nnodes", "trainer.n_gpus_per_node"
 UNSET = "(unset)"
@@ -174,7 +174,7 @@ def wait(
     on_progress: Callable[[Arrival], None] | None = None,
 ) -> Arrival:
     """Poll the cluster until it is ready or ``timeout`` seconds pass; the last count either way."""
-    ray = cluster.import_ray()
+    ray = fanout.import_ray()
     _connect(ray, address)
     try:
         deadline = time.monotonic() + timeout
@@ -190,7 +190,7 @@ def wait(
 
 
 def _node_task(names: tuple[str, ...]):
-    """The function each node's Ray task runs: :func:`cluster.run_local` (the patch status), plus what it sees."""
+    """The function each node's Ray task runs: :func:`fanout.run_local` (the patch status), plus what it sees."""
 
     def see(argv: list[str], timeout: float) -> dict:
         import ray
@@ -203,7 +203,7 @@ def _node_task(names: tuple[str, ...]):
             "ulimit_nofile": "unlimited" if soft == resource.RLIM_INFINITY else str(soft),
             "resources": info.get("Resources", {}),
         }
-        answer = cluster.run_local(argv, timeout) if argv else {"hostname": socket.gethostname(), "returncode": 0}
+        answer = fanout.run_local(argv, timeout) if argv else {"hostname": socket.gethostname(), "returncode": 0}
         try:
             seen["status"] = json.loads(answer.get("stdout", "null"))
         except json.JSONDecodeError:
@@ -220,14 +220,14 @@ def survey(
 ) -> list[NodeView]:
     """Each alive node's view: the profile's variables, ``ulimit -n``, resources, and ``status_argv``'s patches."""
     names = tuple(v.name for v in profile.devices[device].env)
-    answers = cluster.run(list(status_argv), address, timeout, local=_node_task(names))
+    answers = fanout.run(list(status_argv), address, timeout, local=_node_task(names))
     views = []
     for a in answers:
         if a.error or not isinstance(a.data, dict):
             views.append(NodeView(a.node_id, a.address, a.hostname, error=a.error or "no answer"))
             continue
         data = a.data
-        patches = cluster.cells(data["status"]) if isinstance(data.get("status"), dict) else {}
+        patches = fanout.cells(data["status"]) if isinstance(data.get("status"), dict) else {}
         views.append(
             NodeView(
                 a.node_id,
@@ -325,7 +325,7 @@ def _temp_root(environ: Mapping[str, str]) -> Path:
 
 
 def _answers(address: str, seconds: float = 1.0) -> bool:
-    return cluster.unreachable(address, seconds) is None
+    return fanout.unreachable(address, seconds) is None
 
 
 def reachable_address(environ: Mapping[str, str]) -> str | None:

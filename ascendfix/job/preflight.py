@@ -6,7 +6,7 @@ their backslash continuations, tokenized like the shell, ``key.sub=value`` token
 ``$VAR``/``${VAR}``/``${VAR:-default}`` expanded from the script's own assignments and the
 environment. Overrides given on the ``ascendfix run`` command line count too (a script may
 pass ``"$@"`` on). What doctor and the patch engine know comes in through :class:`Seams`.
-The profile's ``[[rules]]`` (:mod:`ascendfix.rules`) are checked over the job's effective
+The profile's ``[[rules]]`` (:mod:`ascendfix.profile.rules`) are checked over the job's effective
 environment (the user's exports win), these overrides, what the interpreter can import and
 the patch states: a ``refuse`` rule is a problem, a ``warn`` rule a hint.
 """
@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ascendfix import rules
-from ascendfix.manifest import Profile
+from ascendfix.profile import rules
+from ascendfix.profile.manifest import Profile
 from ascendfix.states import State
 
 TOTAL_STEPS = "trainer.total_training_steps"
@@ -144,7 +144,7 @@ def run_preflight(
     Without ``full`` (``--no-preflight``) doctor and the patches' readiness are skipped; the
     rules, which refuse settings that break the run, are not.
     """
-    from ascendfix.jobenv import job_environment, resolve_env
+    from ascendfix.profile.jobenv import job_environment, resolve_env
 
     overrides = scan_overrides(argv, environ)
     result = Preflight(overrides, full)
@@ -232,7 +232,7 @@ def default_seams(
     """Doctor's fail-level checks and the patch engine's status, for the target interpreter and roots."""
 
     def patch_states(profile: Profile, device: str) -> dict[str, tuple[str, str]]:
-        from ascendfix import engine
+        from ascendfix.patching import engine
 
         chosen = dict(variants or {})
         selection = engine.select(profile, device, python=python, roots=dict(roots or {}), variants=chosen)
@@ -249,14 +249,14 @@ def default_seams(
         return [f"{r.title}: {r.messages[0] if r.messages else 'failed'}" for r in failed]
 
     def importable(names: list[str]) -> dict[str, bool]:
-        from ascendfix.locate import locate
+        from ascendfix.patching.locate import locate
 
         return {name: target.root is not None for name, target in locate(names, python).items()}
 
     def cluster_problems(
         profile: Profile, device: str, overrides: Mapping[str, str], environ: Mapping[str, str]
     ) -> list[str] | None:
-        from ascendfix import raywait
+        from ascendfix.cluster import wait as raywait
 
         return raywait.job_problems(profile, device, overrides, environ)
 

@@ -1,7 +1,7 @@
 """Launching a job with a profile's environment: resolved env, run.json, process group, signals, tee.
 
 The child's bytes go to this process's stdout/stderr unchanged and to ``train.log``; each
-complete line is also fed to a :class:`~ascendfix.metrics.StepParser`. Nothing here prints
+complete line is also fed to a :class:`~ascendfix.job.metrics.StepParser`. Nothing here prints
 anything else: a live status line is drawn by the ``StatusLine`` the caller passes in.
 """
 
@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ascendfix.errors import RefusedError, UsageError
-from ascendfix.jobenv import EnvSetting, job_environment, raise_nofile, resolve_env
-from ascendfix.manifest import Profile, to_json
-from ascendfix.metrics import Step, StepParser
+from ascendfix.job.metrics import Step, StepParser
+from ascendfix.profile.jobenv import EnvSetting, job_environment, raise_nofile, resolve_env
+from ascendfix.profile.manifest import Profile, to_json
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL|AUTH", re.IGNORECASE)
 REDACTED = "<redacted>"
@@ -289,7 +289,7 @@ def prepare(
     ``full`` False (``--no-preflight``) skips doctor and the patch states' readiness, never the
     refusals that protect the run's correctness (settings that break each other).
     """
-    from ascendfix import preflight as checks
+    from ascendfix.job import preflight as checks
 
     argv = command_for(command)
     found = checks.run_preflight(profile, device, argv, environ, seams, full=full)  # reads the script once

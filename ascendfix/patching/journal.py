@@ -26,6 +26,7 @@ from ascendfix.fsutil import (
     TEMP_SUFFIX,
     drop_bytecode,
     leftover_temps,
+    locked,
     remove_temps,
     remove_tree,
     sha256_bytes,
@@ -34,6 +35,11 @@ from ascendfix.fsutil import (
 
 STATE_DIR = ".ascendfix"
 SCHEMA = 2
+
+
+def digest(data: bytes) -> str:
+    """The sha256 a record keeps of a file's bytes."""
+    return sha256_bytes(data)
 
 
 class Record(NamedTuple):
@@ -45,6 +51,11 @@ class Record(NamedTuple):
     original_sha256: str
     patched_sha256: str
     profile: str = ""  # unknown in folders written before schema 2
+
+    @classmethod
+    def of(cls, patch: str, variant: str, original: bytes, written: bytes, profile: str) -> Record:
+        """The record of writing ``written`` over ``original``."""
+        return cls(patch, variant, digest(original), digest(written), profile)
 
 
 class PlannedWrite(NamedTuple):
@@ -281,6 +292,52 @@ class Transaction:
         """The one line that says which file failed and why."""
         where = self.store.root / self.current if self.current else self.store.dir
         return f"{self.op} failed writing {where}: {error.strerror or error}; rolled back, nothing was changed"
+
+
+def has_journal(root: Path) -> bool:
+    """An interrupted transaction left its journal in ``root``."""
+    return (root / STATE_DIR / "journal.json").exists()
+
+
+def recover(roots: list[Path]) -> list[str]:
+    """Roll back what an interrupted transaction left in any of ``roots`` (under each one's lock)."""
+    done = []
+    for root in roots:
+        if has_journal(root):
+            with locked([root]):
+                done += Store(root).recover()
+    return done
+
+
+class Session:
+    """The roots of one command, locked, recovered and swept: plan inside it, then :meth:`write`."""
+
+    def __init__(self, roots: list[Path]):
+        self.roots = roots
+
+    def write(self, op: str, writes: dict[Path, list[PlannedWrite]]) -> None:
+        """Write ``writes`` (planned writes by package root) in one transaction across the roots."""
+        plans = {root: [w.rel for w in planned] for root, planned in writes.items() if planned}
+        if not plans:
+            return
+        with transaction(op, plans) as txs:
+            for root, planned in writes.items():
+                for w in planned:
+                    txs[root].write(w)
+
+
+@contextlib.contextmanager
+def session(roots: list[Path], files: dict[Path, list[str]]) -> Iterator[Session]:
+    """Hold every root's lock for a command that may write: roll back what a killed command left, remove
+    the temp files beside ``files`` (relative paths by root) and inside each state folder, then yield."""
+    with locked(roots):
+        for root in roots:
+            store = Store(root)
+            store.recover()
+            for rel in files.get(root, []):
+                remove_temps(root / rel)
+            store.sweep_temps()
+        yield Session(roots)
 
 
 @contextlib.contextmanager

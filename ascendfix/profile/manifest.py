@@ -14,10 +14,11 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
-from ascendfix import parsecache, resources
-from ascendfix.device import DEVICES
+from ascendfix import resources
 from ascendfix.errors import UsageError
-from ascendfix.rules import Condition, Rule, RuleAction
+from ascendfix.profile import parsecache
+from ascendfix.profile.device import DEVICES
+from ascendfix.profile.rules import Condition, Rule, RuleAction
 from ascendfix.states import State
 
 COMPONENT_KINDS = ("python", "pypi", "git", "system")
@@ -276,7 +277,7 @@ def _type(value: Any) -> str:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file (the same bytes once: :mod:`ascendfix.parsecache`); every failure is a one-line UsageError."""
+    """Parse a TOML file (the same bytes once: :mod:`~ascendfix.profile.parsecache`); failure: one UsageError line."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -21,9 +21,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascendfix.engine import sites_state
 from ascendfix.errors import AscendfixError, UsageError
-from ascendfix.manifest import Patch, Profile, Variant, read_toml
+from ascendfix.patching.engine import sites_state
+from ascendfix.profile.manifest import Patch, Profile, Variant, read_toml
 from ascendfix.resources import cache_dir
 from ascendfix.states import Name, State
 from ascendfix.transforms.base import TransformError
@@ -470,7 +470,7 @@ def judge(profile: Profile, patch: Patch, candidate: Candidate | None) -> Verdic
 
 def _scan_probe(patch: Patch, candidate: Candidate) -> tuple[bool, str]:
     """(holds, what was found) for the ``sub-quadratic-scan`` probe on every file of ``patch``."""
-    from ascendfix import scan_probe
+    from ascendfix.checkpoint import scan_probe
 
     found = []
     for pfile in patch.files:

@@ -9,16 +9,15 @@ the originals, journals, writes each file atomically and records what it wrote.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import NamedTuple
 
 from ascendfix.errors import RefusedError, UsageError
-from ascendfix.fsutil import leftover_temps, locked, remove_temps, sha256_bytes
-from ascendfix.journal import PlannedWrite, Record, Store, transaction
-from ascendfix.locate import Target, locate
-from ascendfix.manifest import Patch, PatchFile, Profile, Variant
+from ascendfix.patching import journal
+from ascendfix.patching.journal import PlannedWrite, Record, Store, digest
+from ascendfix.patching.locate import Target, locate
+from ascendfix.profile.manifest import Patch, PatchFile, Profile, Variant
 from ascendfix.states import Action, ReasonCode, State
 from ascendfix.transforms.base import Outcome, TransformError, marker
 
@@ -161,11 +160,11 @@ def _evaluate_file(
     except OSError as e:
         reason = f"{path}: cannot read: {e.strerror}"
         return FileStatus(pfile.path, None, State.DRIFTED, reason, path, reason_code=ReasonCode.UNREADABLE), None
-    digest = sha256_bytes(code)
-    label = pfile.preimage_label(digest)
+    sha = digest(code)
+    label = pfile.preimage_label(sha)
     base = FileStatus(
         pfile.path,
-        digest,
+        sha,
         State.DRIFTED,
         absolute=path,
         preimage=label,
@@ -175,7 +174,7 @@ def _evaluate_file(
     chosen, asked = selection.variant(patch), patch.id in selection.variants
     want = pfile.sites
     record = records.get(pfile.path)
-    if record is not None and record.patch == patch.id and digest == record.patched_sha256:
+    if record is not None and record.patch == patch.id and sha == record.patched_sha256:
         if not asked or record.variant == chosen.name:
             return base._replace(state=State.APPLIED, variant=record.variant, reason_code=None), None
         original = store.load_backup(pfile.path, record.original_sha256)
@@ -187,7 +186,7 @@ def _evaluate_file(
     except TransformError as e:
         outcome, problem, state = None, e, None
     if state == State.APPLIED:
-        if record is not None and digest != record.patched_sha256:
+        if record is not None and sha != record.patched_sha256:
             reason = f"{pfile.path} changed since ascendfix wrote it"
             return base._replace(reason=reason, reason_code=ReasonCode.CHANGED_SINCE_APPLIED), None
         note = "marked by ascendfix (no record in .ascendfix)" if not record else ""
@@ -223,7 +222,7 @@ def sites_state(outcome: Outcome, want: int, rel: str, patch_id: str) -> tuple[S
 
 
 def _record(profile: Profile, patch: Patch, variant: Variant, original: bytes, written: bytes) -> Record:
-    return Record(patch.id, variant.name, sha256_bytes(original), sha256_bytes(written), profile.name)
+    return Record.of(patch.id, variant.name, original, written, profile.name)
 
 
 def _switch(
@@ -277,7 +276,8 @@ def _aggregate(patch: Patch, evaluated: list[Evaluated], target: Target | None =
         (state,) = states - {State.NOT_APPLICABLE}
     variants = {f.variant for f in files if f.variant}
     writes = tuple(w for _, w in evaluated if w is not None)
-    leftovers = [str(t) for f in files if f.absolute is not None for t in leftover_temps(f.absolute)]
+    root = target.root if target is not None else None
+    leftovers = [str(t) for t in Store(root).leftovers([f.path for f in files if f.absolute])] if root else []
     warnings = tuple(f"{t}: left by a killed write; the next apply or revert removes it" for t in leftovers)
     variant = variants.pop() if len(variants) == 1 else None
     bad = next((f for f in files if f.reason_code and f.state in (State.DRIFTED, State.PARTIAL)), None)
@@ -314,7 +314,7 @@ def _off_device(selection: Selection, patch: Patch) -> PatchStatus:
         code = path.read_bytes() if path is not None and path.is_file() else b""
         if marker(patch.id).encode() in code:
             present.append(f.path)
-            files.append(FileStatus(f.path, sha256_bytes(code), State.DRIFTED, absolute=path))
+            files.append(FileStatus(f.path, digest(code), State.DRIFTED, absolute=path))
         else:
             files.append(FileStatus(f.path, None, State.NOT_APPLICABLE))
     if present:
@@ -339,23 +339,17 @@ def status(selection: Selection) -> list[PatchStatus]:
 
 def recover(selection: Selection) -> list[str]:
     """Roll back an interrupted apply or revert, in every root. Returns what was done."""
-    done = []
-    for root in selection.roots():
-        if (root / ".ascendfix" / "journal.json").exists():
-            with locked([root]):
-                done += Store(root).recover()
-    return done
+    return journal.recover(selection.roots())
 
 
-def _sweep(selection: Selection) -> None:
-    """Remove ascendfix temp files a killed write left beside the selected patches' files (under the lock)."""
+def _session(selection: Selection):
+    """The journal's session over the selection's roots, sweeping the temp files beside the patches' files."""
+    files: dict[Path, list[str]] = {}
     for patch in selection.patches:
         target = selection.targets.get(patch.package)
         if target is not None and target.root is not None:
-            for f in patch.files:
-                remove_temps(target.root / f.path)
-    for root in selection.roots():
-        Store(root).sweep_temps()
+            files.setdefault(target.root, []).extend(f.path for f in patch.files)
+    return journal.session(selection.roots(), files)
 
 
 def apply(selection: Selection, strict: bool = False, dry_run: bool = False) -> list[PatchStatus]:
@@ -365,14 +359,12 @@ def apply(selection: Selection, strict: bool = False, dry_run: bool = False) -> 
     match its transform, is partially patched, or (with ``strict``) is not a known original;
     a WriteError (everything rolled back) when a write fails.
     """
-    if not dry_run:
-        recover(selection)
-    with locked(selection.roots()) if not dry_run else contextlib.nullcontext():
+    if dry_run:
         statuses = _plan(selection, evaluate(selection), strict, dry_run)
-        if dry_run:
-            return [s._replace(action=Action.WOULD_APPLY if s.writes else None) for s in statuses]
-        _sweep(selection)
-        _write(selection, "apply", statuses)
+        return [s._replace(action=Action.WOULD_APPLY if s.writes else None) for s in statuses]
+    with _session(selection) as session:
+        statuses = _plan(selection, evaluate(selection), strict, dry_run)
+        session.write("apply", _by_root(selection, statuses))
     return [_applied(s) for s in statuses]
 
 
@@ -406,21 +398,15 @@ def _plan(selection: Selection, statuses: list[PatchStatus], strict: bool, dry_r
     return planned
 
 
-def _write(selection: Selection, op: str, statuses: list[PatchStatus]) -> None:
-    """Write every planned file of ``statuses`` in one transaction across the package roots."""
+def _by_root(selection: Selection, statuses: list[PatchStatus]) -> dict[Path, list[PlannedWrite]]:
+    """Every planned write of ``statuses``, by the package root it goes to."""
     by_root: dict[Path, list[PlannedWrite]] = {}
     roots = {name: t.root for name, t in selection.targets.items()}
     for s in statuses:
         patch = selection.profile.patches.get(s.id)
         root = roots[patch.package] if patch else _root_of(selection, s)
         by_root.setdefault(root, []).extend(s.writes)
-    plans = {root: [w.rel for w in writes] for root, writes in by_root.items() if writes}
-    if not plans:
-        return
-    with transaction(op, plans) as txs:
-        for root, writes in by_root.items():
-            for planned in writes:
-                txs[root].write(planned)
+    return by_root
 
 
 def _root_of(selection: Selection, status: PatchStatus) -> Path:
@@ -455,8 +441,7 @@ def revert(selection: Selection) -> list[PatchStatus]:
     if selection.patches and not selection.roots():
         found = "; ".join(sorted({t.how for t in selection.targets.values()}))
         raise RefusedError(f"revert: none of the profile's packages was found ({found}); nothing to revert")
-    recover(selection)
-    with locked(selection.roots()):
+    with _session(selection) as session:
         stores = {name: Store(t.root) for name, t in selection.targets.items() if t.root is not None}
         results = []
         for patch in selection.patches:
@@ -469,8 +454,7 @@ def revert(selection: Selection) -> list[PatchStatus]:
         if len(selection.patches) == len(selection.profile.patches):  # not --only: everything recorded goes
             for name, store in stores.items():
                 results += _plan_revert_foreign(selection, selection.targets[name], store)
-        _sweep(selection)
-        _write(selection, "revert", [s for s in results if s.action != Action.REFUSED])
+        session.write("revert", _by_root(selection, [s for s in results if s.action != Action.REFUSED]))
     return [s._replace(writes=()) for s in results]
 
 
@@ -488,7 +472,7 @@ def _plan_revert_foreign(selection: Selection, target: Target, store: Store) -> 
             path = target.root / rel
             code = path.read_bytes() if path.is_file() else None
             original = store.load_backup(rel, record.original_sha256)
-            if code is not None and sha256_bytes(code) == record.patched_sha256 and original is not None:
+            if code is not None and digest(code) == record.patched_sha256 and original is not None:
                 writes.append(PlannedWrite(rel, original, None))
             elif code is None or marker(pid).encode() not in code:
                 writes.append(PlannedWrite(rel, None, None))  # replaced since: only the record goes
@@ -521,42 +505,42 @@ def _plan_revert(patch: Patch, target: Target, store: Store) -> PatchStatus:
             files.append(FileStatus(pfile.path, None, state))
             continue
         code = path.read_bytes()
-        digest = sha256_bytes(code)
+        sha = digest(code)
         record = records.get(pfile.path)
         if record is not None and record.patch == patch.id:
             original = store.load_backup(pfile.path, record.original_sha256)
-            if digest == record.patched_sha256 and original is not None:
+            if sha == record.patched_sha256 and original is not None:
                 writes.append(PlannedWrite(pfile.path, original, None))
                 files.append(FileStatus(pfile.path, record.original_sha256, State.NOT_APPLIED, absolute=path))
                 continue
-            if digest == record.original_sha256 or marker(patch.id).encode() not in code:
+            if sha == record.original_sha256 or marker(patch.id).encode() not in code:
                 # already the original, or replaced since (an upgrade): nothing of ours is left
                 writes.append(PlannedWrite(pfile.path, None, None))  # only the record goes
-                files.append(FileStatus(pfile.path, digest, State.NOT_APPLIED))
+                files.append(FileStatus(pfile.path, sha, State.NOT_APPLIED))
                 continue
-            if digest != record.patched_sha256:
+            if sha != record.patched_sha256:
                 reason = f"{pfile.path} changed since ascendfix wrote it; not touched (reinstall {patch.package})"
-                files.append(FileStatus(pfile.path, digest, State.DRIFTED, reason))
+                files.append(FileStatus(pfile.path, sha, State.DRIFTED, reason))
                 notes.append(reason)
                 continue
             # what ascendfix wrote, but the backup is gone: undo it through the markers below
         outcome, problem = undo_patch(patch, code)
         if problem:
-            files.append(FileStatus(pfile.path, digest, State.DRIFTED, f"{pfile.path}: {problem}"))
+            files.append(FileStatus(pfile.path, sha, State.DRIFTED, f"{pfile.path}: {problem}"))
             notes.append(f"{pfile.path}: {problem}")
             continue
         if outcome.done == 0:
-            files.append(FileStatus(pfile.path, digest, State.NOT_APPLIED))
+            files.append(FileStatus(pfile.path, sha, State.NOT_APPLIED))
             continue
         try:
             compile(outcome.code, str(path), "exec", dont_inherit=True)
         except SyntaxError as e:
             reason = f"{pfile.path}: the reverted file does not compile"
-            files.append(FileStatus(pfile.path, digest, State.DRIFTED, reason))
+            files.append(FileStatus(pfile.path, sha, State.DRIFTED, reason))
             notes.append(f"{reason} ({e.msg}); not touched")
             continue
         writes.append(PlannedWrite(pfile.path, outcome.code, None))
-        files.append(FileStatus(pfile.path, sha256_bytes(outcome.code), State.NOT_APPLIED, absolute=path))
+        files.append(FileStatus(pfile.path, digest(outcome.code), State.NOT_APPLIED, absolute=path))
     if notes:
         return PatchStatus(patch.id, State.DRIFTED, "; ".join(notes), tuple(files), action=Action.REFUSED)
     wrote = any(w.data is not None for w in writes)

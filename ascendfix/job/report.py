@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ascendfix import metrics
 from ascendfix.errors import UsageError
-from ascendfix.metrics import Series, Step, StepParser
+from ascendfix.job import metrics
+from ascendfix.job.metrics import Series, Step, StepParser
 
 SPARK = "▁▂▃▄▅▆▇█"
 CURVES = {

@@ -1,0 +1,9 @@
+"""job: run a job and read its figures.
+
+``preflight`` checks a job before it starts; ``launch`` prepares, starts and follows it (log
+folder, run.json, process group, signals); ``metrics`` parses verl's step lines; ``report``
+turns them into the guide's throughput figures, and compares two runs.
+
+May import: ``profile``, ``patching``, ``doctor``, ``cluster``, ``checkpoint`` and the loose
+modules ``errors``, ``states``, ``resources``, ``fsutil``.
+"""

@@ -1,0 +1,10 @@
+"""patching: plan → verify → one write transaction → journal; revert; recover; upgrade-check.
+
+``locate`` finds a package's files in the target interpreter without importing it; ``engine``
+evaluates each file of each patch and plans the writes; ``journal`` owns the one write
+transaction (locks, temp-file sweep, journal, backups, atomic writes, records, rollback,
+recovery); ``upgrade`` judges candidate releases in memory.
+
+May import: ``profile``, ``transforms``, ``checkpoint`` (upgrade-check's drop probe) and the
+loose modules ``errors``, ``states``, ``resources``, ``fsutil``.
+"""

@@ -1,0 +1,10 @@
+"""profile: a profile as data — pins, patches, the job's environment, rules.
+
+``manifest`` turns a profile's TOML (and its ``extends`` chain and patch files) into validated
+records; ``parsecache`` keeps a TOML file's parse; ``rules`` evaluates the profile's
+``[[rules]]``; ``jobenv`` resolves the job's environment; ``device`` names the devices;
+``rl_plugin`` re-derives the edits MindSpeed-RL's rl-plugin installer makes.
+
+May import: ``transforms`` (a patch file's parameters are checked against its transform) and
+the loose modules ``errors``, ``states``, ``resources``, ``fsutil``. Nothing else.
+"""

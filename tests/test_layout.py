@@ -1,0 +1,80 @@
+"""The package's architecture, held to what each wing's ``__init__`` says it may import."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ascendfix"
+WINGS = ("cli", "job", "cluster", "doctor", "patching", "checkpoint", "profile", "transforms")
+LOOSE = {p.stem for p in PACKAGE.glob("*.py")}
+
+
+def _unit(module: str) -> str:
+    """The wing (or loose module) a dotted ``ascendfix.…`` name belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "ascendfix"
+
+
+def _imports(path: Path) -> set[str]:
+    """The ascendfix wings and loose modules ``path`` imports (at any depth of the file)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {_unit(a.name) for a in node.names if a.name.startswith("ascendfix.")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ascendfix":
+            if node.module == "ascendfix":
+                found |= {a.name for a in node.names}
+            else:
+                found.add(_unit(node.module))
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    graph = {}
+    for wing in WINGS:
+        graph[wing] = set().union(*(_imports(p) for p in (PACKAGE / wing).rglob("*.py"))) - {wing}
+    for name in LOOSE:
+        graph[name] = _imports(PACKAGE / f"{name}.py") - {name}
+    return graph
+
+
+def _declared(wing: str) -> set[str]:
+    """The names after "May import:" in the wing's docstring, up to the end of that paragraph."""
+    doc = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text())) or ""
+    match = re.search(r"May import:(.*?)(\n\n|$)", doc, re.S)
+    assert match, f"ascendfix/{wing}/__init__.py: its docstring does not say what the wing may import"
+    return set(re.findall(r"``(\w+)``", match.group(1)))
+
+
+def test_every_sub_package_is_a_known_wing_and_few_modules_are_loose():
+    assert {p.parent.name for p in PACKAGE.glob("*/__init__.py")} == set(WINGS)
+    assert len(LOOSE - {"__init__", "__main__"}) <= 8, sorted(LOOSE)
+
+
+def test_each_wing_imports_only_what_its_docstring_names():
+    graph = _graph()
+    for wing in WINGS:
+        if wing == "cli":
+            continue  # the command line may import everything
+        undeclared = graph[wing] - _declared(wing)
+        assert not undeclared, f"ascendfix/{wing} imports {sorted(undeclared)}, which its __init__ does not name"
+
+
+def test_no_import_cycle_between_wings_and_loose_modules():
+    graph = _graph()
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in graph.get(start, ()):
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    cycles = sorted(unit for unit in graph if reaches(unit, unit, {unit}))
+    assert not cycles, f"import cycles through {cycles}"
+
+
+def test_the_engine_hands_every_write_to_the_journal():
+    engine = (PACKAGE / "patching" / "engine.py").read_text()
+    assert "fsutil" not in engine
