@@ -9,8 +9,9 @@ import signal
 import time
 
 import pytest
+from ascendfix import fsutil
 from ascendfix.errors import RefusedError, UsageError
-from ascendfix.patching import engine, journal
+from ascendfix.patching import engine
 from ascendfix.profile import manifest
 
 from tests.stack import DEMO_PROFILE, PATCHED, make_stack
@@ -169,21 +170,28 @@ def test_a_half_reverted_file_is_partial_and_apply_refuses(stack):
     assert b"interleave=False" not in path.read_bytes()
 
 
-def test_mode_kept_bytecode_dropped_symlinked_package_followed(tmp_path):
+def test_mode_kept_and_bytecode_dropped(tmp_path):
+    stack = make_stack(tmp_path)
+    device = stack.verl / "verl" / "utils" / "device.py"
+    device.chmod(0o444)
+    pyc = device.parent / "__pycache__" / "device.cpython-310.pyc"
+    pyc.parent.mkdir()
+    pyc.write_bytes(b"stale")
+    engine.apply(select(stack, only=["verl-cuda-probe-off"]))
+    assert b"is_cuda_available = False  # ascendfix: verl-cuda-probe-off" in device.read_bytes()
+    assert device.stat().st_mode & 0o777 == 0o444
+    assert not pyc.exists()
+
+
+def test_a_symlinked_package_folder_is_refused_naming_where_it_points(tmp_path):
     stack = make_stack(tmp_path)
     real = tmp_path / "real-verl"
     shutil.move(stack.verl / "verl", real)
     (stack.verl / "verl").symlink_to(real)
-    device = real / "utils" / "device.py"
-    device.chmod(0o444)
-    pyc = real / "utils" / "__pycache__" / "device.cpython-310.pyc"
-    pyc.parent.mkdir()
-    pyc.write_bytes(b"stale")
-    engine.apply(select(stack, only=["verl-cuda-probe-off"]))
-    assert (stack.verl / "verl").is_symlink()
-    assert b"is_cuda_available = False  # ascendfix: verl-cuda-probe-off" in device.read_bytes()
-    assert device.stat().st_mode & 0o777 == 0o444
-    assert not pyc.exists()
+    before = (real / "utils" / "device.py").read_bytes()
+    with pytest.raises(RefusedError, match=f"verl is a symbolic link \\(to {real}\\); refusing to follow it"):
+        engine.apply(select(stack, only=["verl-cuda-probe-off"]))
+    assert (real / "utils" / "device.py").read_bytes() == before
 
 
 def test_unknown_only_and_device_are_usage_errors(stack):
@@ -315,19 +323,19 @@ def test_an_interrupted_variant_switch_rolls_back_to_the_old_variant(tmp_path, m
 
     engine.apply(sel())
     held = device.read_bytes()
-    real_write = journal.write_atomic
+    real_write = fsutil.Tree.write
 
-    def crash(path, data, mode=None):
-        if path == device.resolve():
+    def crash(self, rel, data, mode=None, check=None):
+        if self.root / rel == device:
             if crash_after_write:
-                real_write(path, data, mode)
+                real_write(self, rel, data, mode, check)
             raise KeyboardInterrupt  # killed around the write of the switched file
-        real_write(path, data, mode)
+        real_write(self, rel, data, mode, check)
 
-    monkeypatch.setattr(journal, "write_atomic", crash)
+    monkeypatch.setattr(fsutil.Tree, "write", crash)
     with pytest.raises(KeyboardInterrupt):
         engine.apply(sel({"team-probe": "none"}))
-    monkeypatch.setattr(journal, "write_atomic", real_write)
+    monkeypatch.setattr(fsutil.Tree, "write", real_write)
     (status,) = engine.status(sel())
     assert (status.state, status.variant, status.reason) == ("applied", "off", "")
     assert device.read_bytes() == held
@@ -375,14 +383,19 @@ def test_the_variant_a_file_holds_sticks_until_another_is_asked_for(tmp_path, lo
     assert (switched.action, switched.variant) == ("switched", "off")
 
 
-def test_revert_undoes_what_another_profile_recorded_and_says_whose(tmp_path):
+def test_revert_refuses_what_another_profile_recorded_unless_it_can_prove_the_backup(tmp_path):
     team = _two_variant_profile(tmp_path)
     stack = make_stack(tmp_path / "stack")
     before = stack.snapshot()
     engine.apply(engine.select(team, "npu", roots={"verl": stack.verl}))
-    assert stack.snapshot() != before
+    patched = stack.snapshot()
+    assert patched != before
     results = {s.id: s for s in engine.revert(select(stack, device=None))}  # the bundled profile, not the team's
-    assert results["team-probe"].action == "reverted"
-    assert results["team-probe"].reason == "applied by profile team, not a patch of verl-796871d-demo"
+    refused = results["team-probe"]
+    assert refused.action == "refused" and refused.reason.startswith("applied by profile team, not a patch of")
+    assert "(revert it with ascendfix revert --profile team)" in refused.reason
+    assert stack.snapshot() == patched  # the demo's device.py is no known original: its backup proves nothing
+    (own,) = engine.revert(engine.select(team, None, roots={"verl": stack.verl}))  # the team's profile can
+    assert own.action == "reverted"
     assert stack.snapshot() == before
     assert not (stack.verl / ".ascendfix").exists()

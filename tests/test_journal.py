@@ -15,8 +15,8 @@ import textwrap
 import time
 
 import pytest
-from ascendfix.fsutil import leftover_temps
-from ascendfix.patching import engine, journal
+from ascendfix import fsutil
+from ascendfix.patching import engine
 from ascendfix.patching.journal import SCHEMA, WriteError
 
 from tests.stack import DEMO_PROFILE, make_stack
@@ -53,7 +53,9 @@ def _apply_killed_in_the_write_window(stack, op: str = "apply") -> int:
         from pathlib import Path
         real = os.replace
         def replace(src, dst, *a, **k):
-            if str(src).endswith(".ascendfix-tmp") and ".ascendfix/" not in str(dst) and "device.py" in str(dst):
+            fd = k.get("dst_dir_fd")
+            dst_path = os.path.join(os.readlink(f"/proc/self/fd/{{fd}}") if fd is not None else "", str(dst))
+            if str(src).endswith(".ascendfix-tmp") and ".ascendfix/" not in dst_path and "device.py" in dst_path:
                 os.kill(os.getpid(), signal.SIGKILL)
             return real(src, dst, *a, **k)
         os.replace = replace
@@ -120,21 +122,21 @@ def test_random_kills_during_apply_and_revert_leave_no_temp_files(tmp_path):
 
 def test_a_disk_full_write_under_the_second_root_rolls_back_both_roots(stack, monkeypatch):
     before = stack.snapshot()
-    real = journal.write_atomic
+    real = fsutil.Tree.write
 
-    def full(path, data, mode=None):
-        if "default_planner.py" in str(path) and ".ascendfix" not in str(path):  # torch's, after verl's files
+    def full(self, rel, data, mode=None, check=None):
+        if rel == "torch/distributed/checkpoint/default_planner.py":  # torch's, after verl's files
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(path, data, mode)
+        return real(self, rel, data, mode, check)
 
-    monkeypatch.setattr(journal, "write_atomic", full)
+    monkeypatch.setattr(fsutil.Tree, "write", full)
     with pytest.raises(WriteError) as refused:
         engine.apply(select(stack))
     message = str(refused.value)
     assert "default_planner.py" in message and "No space left on device" in message
     assert "rolled back, nothing was changed" in message and "\n" not in message
     assert message.startswith(f"apply failed writing {stack.torch}/torch/distributed/checkpoint/default_planner.py")
-    monkeypatch.setattr(journal, "write_atomic", real)
+    monkeypatch.setattr(fsutil.Tree, "write", real)
     assert stack.snapshot() == before
     assert {s.state for s in engine.status(select(stack))} == {"not-applied"}
     assert not (stack.verl / ".ascendfix").exists() and not (stack.torch / ".ascendfix").exists()
@@ -281,4 +283,4 @@ def test_leftover_temps_are_only_ascendfix_own_names(tmp_path):
     ]
     for name in ours + others:
         (tmp_path / name).write_text("x")
-    assert leftover_temps(target) == sorted(tmp_path / n for n in ours)
+    assert fsutil.Tree(tmp_path).leftover_temps(target.name) == sorted(ours)

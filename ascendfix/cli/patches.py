@@ -35,6 +35,12 @@ STATE_STYLE = {
 }
 
 
+def tell_lock_wait(root, pid: int | None) -> None:
+    """Say, on stderr, that another process holds a package root's lock and this command waits for it."""
+    holder = f" by pid {pid}" if pid else ""
+    click.echo(f"waiting: {root} is locked{holder} (another ascendfix command); Ctrl-C to stop", err=True)
+
+
 class PatchReport(NamedTuple):
     """What an engine command found or did, for one profile and device."""
 
@@ -92,7 +98,7 @@ def render_statuses(statuses: list[engine.PatchStatus]) -> None:
 def apply(profile, device, python, roots, only, variants, dry_run, strict, as_json) -> None:
     """Apply the profile's patches for this device: all or nothing, idempotent."""
     sel = selection(profile, device, roots, python, only, variants)
-    report = PatchReport(sel, engine.apply(sel, strict=strict, dry_run=dry_run), dry_run)
+    report = PatchReport(sel, engine.apply(sel, strict=strict, dry_run=dry_run, on_wait=tell_lock_wait), dry_run)
 
     def human(report: PatchReport) -> None:
         render_statuses(report.statuses)
@@ -114,7 +120,7 @@ def apply(profile, device, python, roots, only, variants, dry_run, strict, as_js
 def revert(profile, python, roots, only, as_json) -> None:
     """Restore every patched file byte for byte (any device's patches)."""
     sel = selection(profile, None, roots, python, only, need_device=False)
-    report = PatchReport(sel, engine.revert(sel))
+    report = PatchReport(sel, engine.revert(sel, on_wait=tell_lock_wait))
     render(report, as_json, lambda r: render_statuses(r.statuses))
     if any(s.action == Action.REFUSED for s in report.statuses):
         sys.exit(1)
@@ -129,7 +135,7 @@ def revert(profile, python, roots, only, as_json) -> None:
 def status(profile, device, python, roots, as_json) -> None:
     """Show each patch's state: applied, not-applied, not-applicable, drifted or partial."""
     sel = selection(profile, device, roots, python)
-    report = PatchReport(sel, engine.status(sel))
+    report = PatchReport(sel, engine.status(sel, on_wait=tell_lock_wait))
     render(report, as_json, lambda r: render_statuses(r.statuses))
     if any(s.state not in (State.APPLIED, State.NOT_APPLICABLE) for s in report.statuses):
         sys.exit(1)

@@ -153,13 +153,15 @@ def _evaluate_file(
         return FileStatus(pfile.path, None, State.NOT_APPLICABLE, reason), None
     path = target.root / pfile.path
     try:
-        code = path.read_bytes()
-    except FileNotFoundError:
-        code = ReasonCode.WRONG_ROOT if target.how == "--root" else ReasonCode.FILE_MISSING
-        return FileStatus(pfile.path, None, State.DRIFTED, f"{path} is missing", path, reason_code=code), None
+        code = store.read(pfile.path)
+    except RefusedError as e:  # a link, a folder, a file too large to be a source file
+        return FileStatus(pfile.path, None, State.DRIFTED, str(e), path, reason_code=ReasonCode.UNREADABLE), None
     except OSError as e:
         reason = f"{path}: cannot read: {e.strerror}"
         return FileStatus(pfile.path, None, State.DRIFTED, reason, path, reason_code=ReasonCode.UNREADABLE), None
+    if code is None:
+        reason_code = ReasonCode.WRONG_ROOT if target.how == "--root" else ReasonCode.FILE_MISSING
+        return FileStatus(pfile.path, None, State.DRIFTED, f"{path} is missing", path, reason_code=reason_code), None
     sha = digest(code)
     label = pfile.preimage_label(sha)
     base = FileStatus(
@@ -178,7 +180,7 @@ def _evaluate_file(
         if not asked or record.variant == chosen.name:
             return base._replace(state=State.APPLIED, variant=record.variant, reason_code=None), None
         original = store.load_backup(pfile.path, record.original_sha256)
-        if original is not None:
+        if original is not None and prover(selection.profile)(pfile.path, original, code):
             return _switch(base, selection.profile, patch, chosen, record.variant, original, want)
     try:
         outcome = chosen.build().apply(code, patch.id)
@@ -199,9 +201,8 @@ def _evaluate_file(
     if outcome is None:
         return base._replace(reason=f"{pfile.path}: {problem}"), None
     if state == State.NOT_APPLIED:
-        planned = PlannedWrite(
-            pfile.path, outcome.code, _record(selection.profile, patch, chosen, code, outcome.code), original=code
-        )
+        record = _record(selection.profile, patch, chosen, code, outcome.code)
+        planned = PlannedWrite(pfile.path, outcome.code, record, original=code, expected_sha256=sha)
         return base._replace(state=State.NOT_APPLIED, reason_code=None), planned
     if state == State.PARTIAL:
         return base._replace(state=State.PARTIAL, reason=reason, reason_code=ReasonCode.PARTIALLY_PATCHED), None
@@ -238,9 +239,8 @@ def _switch(
         reason = f"{base.path}: the original behind variant {held} does not match variant {chosen.name}"
         return base._replace(variant=held, reason=reason, reason_code=ReasonCode.CANNOT_SWITCH), None
     reason = f"holds variant {held}; {chosen.name} is asked for (apply switches)"
-    planned = PlannedWrite(
-        base.path, outcome.code, _record(profile, patch, chosen, original, outcome.code), original=original
-    )
+    record = _record(profile, patch, chosen, original, outcome.code)
+    planned = PlannedWrite(base.path, outcome.code, record, original=original, expected_sha256=base.sha256)
     return base._replace(state=State.APPLIED, variant=held, reason=reason, reason_code=None), planned
 
 
@@ -311,7 +311,7 @@ def _off_device(selection: Selection, patch: Patch) -> PatchStatus:
     files, present = [], []
     for f in patch.files:
         path = target.root / f.path if target and target.root else None
-        code = path.read_bytes() if path is not None and path.is_file() else b""
+        code = _read_or_empty(target.root, f.path) if path is not None else b""
         if marker(patch.id).encode() in code:
             present.append(f.path)
             files.append(FileStatus(f.path, digest(code), State.DRIFTED, absolute=path))
@@ -326,33 +326,73 @@ def _off_device(selection: Selection, patch: Patch) -> PatchStatus:
     return PatchStatus(patch.id, State.NOT_APPLICABLE, reason, tuple(files))
 
 
+def _read_or_empty(root: Path, rel: str) -> bytes:
+    """The file's bytes, or b"" when it is absent or not a plain file below ``root``."""
+    try:
+        return Store(root).read(rel) or b""
+    except (OSError, RefusedError):
+        return b""
+
+
+def prover(profile: Profile) -> journal.Prove:
+    """Whether bytes from a backup or an undo copy may be written back over a file, as ``profile`` can prove:
+    they are a known original of that file (a patch's preimages), or they and the file on disk come back to
+    the same original through a patch's inverse transform (the inverse of the file reproduces them)."""
+    by_rel: dict[str, list[tuple[Patch, PatchFile]]] = {}
+    for patch in profile.patches.values():
+        for pfile in patch.files:
+            by_rel.setdefault(pfile.path, []).append((patch, pfile))
+
+    def prove(rel: str, candidate: bytes, current: bytes | None) -> bool:
+        known = by_rel.get(rel, [])
+        sha = digest(candidate)
+        if any(pfile.preimage_label(sha) for _, pfile in known):
+            return True
+        if current is None:
+            return False
+        for patch, _ in known:
+            theirs, _ = undo_patch(patch, current)
+            if theirs is None:
+                continue
+            if theirs.code == candidate:  # the inverse of the file on disk reproduces it
+                return True
+            ours, _ = undo_patch(patch, candidate)
+            if ours is not None and ours.code == theirs.code:  # both come back to the same original
+                return True
+        return False
+
+    return prove
+
+
 def _devices_of(selection: Selection, patch: Patch) -> str:
     devices = [d for d, dev in selection.profile.devices.items() if patch.id in dev.patches]
     return ", ".join(devices) or "no device"
 
 
-def status(selection: Selection) -> list[PatchStatus]:
-    """Patch states after rolling back any interrupted run."""
-    recover(selection)
+def status(selection: Selection, on_wait: journal.OnWait | None = None) -> list[PatchStatus]:
+    """Patch states after finishing any interrupted run (``on_wait``: told when another process holds a lock)."""
+    recover(selection, on_wait)
     return evaluate(selection)
 
 
-def recover(selection: Selection) -> list[str]:
-    """Roll back an interrupted apply or revert, in every root. Returns what was done."""
-    return journal.recover(selection.roots())
+def recover(selection: Selection, on_wait: journal.OnWait | None = None) -> list[str]:
+    """Finish an interrupted apply or revert, in every root, forward or back alike. Returns what was done."""
+    return journal.recover(selection.roots(), prover(selection.profile), on_wait)
 
 
-def _session(selection: Selection):
+def _session(selection: Selection, on_wait: journal.OnWait | None):
     """The journal's session over the selection's roots, sweeping the temp files beside the patches' files."""
     files: dict[Path, list[str]] = {}
     for patch in selection.patches:
         target = selection.targets.get(patch.package)
         if target is not None and target.root is not None:
             files.setdefault(target.root, []).extend(f.path for f in patch.files)
-    return journal.session(selection.roots(), files)
+    return journal.session(selection.roots(), files, prover(selection.profile), on_wait)
 
 
-def apply(selection: Selection, strict: bool = False, dry_run: bool = False) -> list[PatchStatus]:
+def apply(
+    selection: Selection, strict: bool = False, dry_run: bool = False, on_wait: journal.OnWait | None = None
+) -> list[PatchStatus]:
     """Apply every selected patch that concerns this device, all or nothing.
 
     Raises RefusedError (nothing written) when any applicable file is missing, does not
@@ -362,7 +402,7 @@ def apply(selection: Selection, strict: bool = False, dry_run: bool = False) -> 
     if dry_run:
         statuses = _plan(selection, evaluate(selection), strict, dry_run)
         return [s._replace(action=Action.WOULD_APPLY if s.writes else None) for s in statuses]
-    with _session(selection) as session:
+    with _session(selection, on_wait) as session:
         statuses = _plan(selection, evaluate(selection), strict, dry_run)
         session.write("apply", _by_root(selection, statuses))
     return [_applied(s) for s in statuses]
@@ -430,7 +470,7 @@ def _applied(s: PatchStatus) -> PatchStatus:
     return s._replace(state=State.APPLIED, files=files, action=action, variant=variant, reason="")
 
 
-def revert(selection: Selection) -> list[PatchStatus]:
+def revert(selection: Selection, on_wait: journal.OnWait | None = None) -> list[PatchStatus]:
     """Restore every patched file of the selection, byte for byte, in one transaction.
 
     From the backup when the file is still what ascendfix wrote; through the inverse
@@ -441,7 +481,8 @@ def revert(selection: Selection) -> list[PatchStatus]:
     if selection.patches and not selection.roots():
         found = "; ".join(sorted({t.how for t in selection.targets.values()}))
         raise RefusedError(f"revert: none of the profile's packages was found ({found}); nothing to revert")
-    with _session(selection) as session:
+    prove = prover(selection.profile)
+    with _session(selection, on_wait) as session:
         stores = {name: Store(t.root) for name, t in selection.targets.items() if t.root is not None}
         results = []
         for patch in selection.patches:
@@ -450,7 +491,7 @@ def revert(selection: Selection) -> list[PatchStatus]:
                 reason = f"{patch.package} {target.how}: nothing to revert there"
                 results.append(PatchStatus(patch.id, State.NOT_APPLICABLE, reason, (), action=Action.SKIPPED))
                 continue
-            results.append(_plan_revert(patch, target, stores[patch.package]))
+            results.append(_plan_revert(patch, target, stores[patch.package], prove))
         if len(selection.patches) == len(selection.profile.patches):  # not --only: everything recorded goes
             for name, store in stores.items():
                 results += _plan_revert_foreign(selection, selection.targets[name], store)
@@ -468,12 +509,24 @@ def _plan_revert_foreign(selection: Selection, target: Target, store: Store) -> 
     for pid, files in by_patch.items():
         whose = f"applied by profile {files[0][1].profile}" if files[0][1].profile else "recorded by ascendfix"
         statuses, writes, problems = [], [], []
+        prove = prover(selection.profile)
         for rel, record in files:
             path = target.root / rel
-            code = path.read_bytes() if path.is_file() else None
+            try:
+                code = store.read(rel)
+            except (OSError, RefusedError) as e:
+                problems.append(f"{rel}: {getattr(e, 'strerror', None) or e}; not touched")
+                continue
             original = store.load_backup(rel, record.original_sha256)
             if code is not None and digest(code) == record.patched_sha256 and original is not None:
-                writes.append(PlannedWrite(rel, original, None))
+                if prove(rel, original, code):
+                    writes.append(PlannedWrite(rel, original, None, expected_sha256=digest(code)))
+                else:
+                    again = f"ascendfix revert --profile {record.profile}" if record.profile else "its own profile"
+                    problems.append(
+                        f"{rel}: its backup is not a known original this profile can prove; not touched "
+                        f"(revert it with {again})"
+                    )
             elif code is None or marker(pid).encode() not in code:
                 writes.append(PlannedWrite(rel, None, None))  # replaced since: only the record goes
             else:
@@ -494,23 +547,31 @@ def _plan_revert_foreign(selection: Selection, target: Target, store: Store) -> 
     return results
 
 
-def _plan_revert(patch: Patch, target: Target, store: Store) -> PatchStatus:
+def _plan_revert(patch: Patch, target: Target, store: Store, prove: journal.Prove) -> PatchStatus:
     """What reverting ``patch`` writes: each file's original (backup, else through the markers)."""
     records = store.records()
     files, notes, writes = [], [], []
     for pfile in patch.files:
         path = target.root / pfile.path
-        if not path.is_file():
+        try:
+            code = store.read(pfile.path)
+        except (OSError, RefusedError) as e:
+            reason = f"{pfile.path}: {getattr(e, 'strerror', None) or e}; not touched"
+            files.append(FileStatus(pfile.path, None, State.DRIFTED, reason))
+            notes.append(reason)
+            continue
+        if code is None:
             state = State.NOT_APPLICABLE if pfile.only_in_checkout and not target.is_checkout else State.NOT_APPLIED
             files.append(FileStatus(pfile.path, None, state))
             continue
-        code = path.read_bytes()
         sha = digest(code)
         record = records.get(pfile.path)
         if record is not None and record.patch == patch.id:
             original = store.load_backup(pfile.path, record.original_sha256)
+            if original is not None and not prove(pfile.path, original, code):
+                original = None  # not provably the original: undo through the markers instead, or refuse
             if sha == record.patched_sha256 and original is not None:
-                writes.append(PlannedWrite(pfile.path, original, None))
+                writes.append(PlannedWrite(pfile.path, original, None, expected_sha256=sha))
                 files.append(FileStatus(pfile.path, record.original_sha256, State.NOT_APPLIED, absolute=path))
                 continue
             if sha == record.original_sha256 or marker(patch.id).encode() not in code:
@@ -539,7 +600,7 @@ def _plan_revert(patch: Patch, target: Target, store: Store) -> PatchStatus:
             files.append(FileStatus(pfile.path, sha, State.DRIFTED, reason))
             notes.append(f"{reason} ({e.msg}); not touched")
             continue
-        writes.append(PlannedWrite(pfile.path, outcome.code, None))
+        writes.append(PlannedWrite(pfile.path, outcome.code, None, expected_sha256=sha))
         files.append(FileStatus(pfile.path, digest(outcome.code), State.NOT_APPLIED, absolute=path))
     if notes:
         return PatchStatus(patch.id, State.DRIFTED, "; ".join(notes), tuple(files), action=Action.REFUSED)

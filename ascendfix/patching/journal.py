@@ -4,37 +4,44 @@
   variant, the sha256 of the original and of what ascendfix wrote;
 - ``backup/<path>``: the original bytes, for a byte-exact revert;
 - ``journal.json`` and ``undo/<path>``: present only while a transaction is writing. They
-  name every file (and so every temp file) the transaction may touch and keep each file's
-  bytes and record as they were; the next command rolls an interrupted transaction back to
-  exactly that, and removes the temp files of its writes.
+  name every file (and so every temp file) the transaction may touch, the sha256 of its bytes
+  before and after, and keep each file's bytes and record as they were;
+- ``commit.json``: in the first root of a transaction only, written once every root's files
+  and records are written: the commit point. A transaction whose marker is there is finished
+  forward by the next command, one whose marker is not is rolled back, in every root alike;
 - ``.gitignore``: the folder ignores itself, so a checkout's ``git status`` stays clean.
 
+Everything in the folder is untrusted input: every path in it must be a plain relative path
+that resolves inside the root without passing a symbolic link, ``.ascendfix`` itself must be a
+real folder, and bytes from ``undo/`` or ``backup/`` are written back only when the caller's
+``prove`` accepts them. A folder that breaks this is refused whole, naming the file.
+
 Every state file carries ``schema``; a folder written by a newer ascendfix is refused, an
-older one is read (schema 2 added each record's ``profile``; before schema 1 there was no field).
+older one is read (schema 3 added the transaction's id, roots and each file's hashes; schema 2
+each record's ``profile``; before schema 1 there was no field).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from ascendfix.errors import RefusedError
-from ascendfix.fsutil import (
-    TEMP_SUFFIX,
-    drop_bytecode,
-    leftover_temps,
-    locked,
-    remove_temps,
-    remove_tree,
-    sha256_bytes,
-    write_atomic,
-)
+from ascendfix.fsutil import TEMP_SUFFIX, Escape, Tree, check_rel, locked, sha256_bytes
 
 STATE_DIR = ".ascendfix"
-SCHEMA = 2
+SCHEMA = 3
+MAX_SOURCE_BYTES = 4 * 1024 * 1024  # no upstream source file ascendfix patches is over 1 MB
+_SHA = re.compile(r"[0-9a-f]{64}\Z")
+_GITIGNORE = b"# written by ascendfix: this folder is ascendfix's state, not part of the tree\n*\n"
+
+Prove = Callable[[str, bytes, "bytes | None"], bool]
+"""``prove(rel, candidate, current)``: may ``candidate`` be written back over ``rel`` (now ``current``)?"""
+OnWait = Callable[[Path, "int | None"], None]
 
 
 def digest(data: bytes) -> str:
@@ -63,17 +70,27 @@ class PlannedWrite(NamedTuple):
 
     ``record`` None means the file goes back to upstream (a revert): its record and backup
     are dropped; ``data`` None leaves the file's bytes as they are (only the record goes).
-    ``original`` is kept as the backup when given (an apply).
+    ``original`` is kept as the backup when given (an apply). ``expected_sha256`` is the hash of
+    the file as it was planned on: right before the file is replaced it must still be that.
     """
 
     rel: str
     data: bytes | None
     record: Record | None
     original: bytes | None = None
+    expected_sha256: str | None = None
 
 
 class WriteError(RefusedError):
-    """A write failed (disk full, read-only file, size limit); everything was rolled back."""
+    """A write failed (disk full, read-only file, size limit, a file changed meanwhile)."""
+
+
+class Changed(Exception):
+    """A file changed between planning and writing."""
+
+
+def _refuse(path: Path, problem: str) -> RefusedError:
+    return RefusedError(f"{path}: {problem}; nothing was touched: check it, then move {path.parent} aside")
 
 
 class Store:
@@ -81,6 +98,7 @@ class Store:
 
     def __init__(self, root: Path):
         self.root = root
+        self.tree = Tree(root)
         self.dir = root / STATE_DIR
 
     @property
@@ -95,13 +113,24 @@ class Store:
         """Where the original of ``rel`` is kept."""
         return self.dir / "backup" / rel
 
-    def _read(self, path: Path) -> dict | None:
+    def _check_dir(self) -> None:
+        if self.tree.is_link(STATE_DIR):
+            raise RefusedError(
+                f"{self.dir} is a symbolic link; ascendfix keeps its state only in a real folder: "
+                f"remove the link (rm {self.dir}) and run again"
+            )
+
+    def _read(self, name: str) -> dict | None:
+        self._check_dir()
+        path = self.dir / name
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(self.tree.read(f"{STATE_DIR}/{name}", MAX_SOURCE_BYTES))
         except FileNotFoundError:
             return None
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise RefusedError(f"{path}: unreadable ({e}); move it aside to start over") from None
+        except Escape as e:
+            raise _refuse(path, str(e)) from None
         schema = data.get("schema", 0) if isinstance(data, dict) else None
         if not isinstance(schema, int):
             raise RefusedError(f"{path}: unreadable (no valid schema); move it aside to start over")
@@ -114,179 +143,394 @@ class Store:
 
     def records(self) -> dict[str, Record]:
         """Every file ascendfix patched in this root, by relative path."""
-        data = self._read(self.state_file)
+        data = self._read("state.json")
         if data is None:
             return {}
+        files = data.get("files")
+        if not isinstance(files, dict):
+            raise RefusedError(f"{self.state_file}: unreadable (no files table); move it aside to start over")
+        return {_rel(self.state_file, rel): _record(self.state_file, rec) for rel, rec in files.items()}
+
+    def read(self, rel: str) -> bytes | None:
+        """The bytes of the file ``rel`` below the root, or None when it is absent. A link, a folder or a
+        file over :data:`MAX_SOURCE_BYTES` is refused (:class:`fsutil.Escape`)."""
         try:
-            return {rel: Record(**rec) for rel, rec in data["files"].items()}
-        except (KeyError, TypeError, AttributeError) as e:
-            raise RefusedError(f"{self.state_file}: unreadable ({e}); move it aside to start over") from None
-
-    def _save_records(self, records: dict[str, Record]) -> None:
-        """Write state.json (or remove the whole state folder when nothing is patched any more)."""
-        if not records:
-            remove_tree(self.dir)
-            return
-        data = {"schema": SCHEMA, "files": {rel: rec._asdict() for rel, rec in sorted(records.items())}}
-        write_atomic(self.state_file, (json.dumps(data, indent=1) + "\n").encode())
-
-    def _ensure_dir(self) -> None:
-        self.dir.mkdir(exist_ok=True)
-        ignore = self.dir / ".gitignore"
-        if not ignore.exists():
-            write_atomic(ignore, b"# written by ascendfix: this folder is ascendfix's state, not part of the tree\n*\n")
-
-    def load_backup(self, rel: str, expected_sha256: str) -> bytes | None:
-        """The original bytes of ``rel``, if the backup is there and intact."""
-        try:
-            data = self.backup_path(rel).read_bytes()
+            return self.tree.read(rel, MAX_SOURCE_BYTES)
         except FileNotFoundError:
             return None
-        return data if sha256_bytes(data) == expected_sha256 else None
+        except IsADirectoryError:
+            raise Escape(f"{self.root / rel} is a folder") from None
 
-    def _save_backup(self, rel: str, original: bytes) -> None:
-        path = self.backup_path(rel)
-        if path.is_file() and sha256_bytes(path.read_bytes()) == sha256_bytes(original):
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, original, 0o644)
-
-    def _drop_backup(self, rel: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.backup_path(rel).unlink()
+    def load_backup(self, rel: str, expected_sha256: str) -> bytes | None:
+        """The original bytes of ``rel``, if the backup is there and intact (the caller proves them)."""
+        try:
+            data = self.tree.read(f"{STATE_DIR}/backup/{check_rel(rel)}", MAX_SOURCE_BYTES)
+        except (FileNotFoundError, Escape, IsADirectoryError):
+            return None
+        return data if digest(data) == expected_sha256 else None
 
     def leftovers(self, rels: list[str]) -> list[Path]:
         """ascendfix temp files a killed write left beside ``rels`` (the next transaction removes them)."""
-        return [tmp for rel in rels for tmp in leftover_temps(self.root / rel)]
+        return [self.root / tmp for rel in rels for tmp in self.tree.leftover_temps(rel)]
 
-    def begin(self, op: str, rels: list[str]) -> Transaction:
-        """Journal that ``op`` will write ``rels`` (after rolling back any interrupted transaction)."""
-        self.recover()
-        current = self.records()
-        undo = self.dir / "undo"
-        remove_tree(undo)
-        writing = self.dir
-        try:
-            self._ensure_dir()
-            for rel in rels:
-                path = self.root / rel
-                remove_temps(path)
-                if path.is_file():
-                    writing = undo / rel
-                    writing.parent.mkdir(parents=True, exist_ok=True)
-                    write_atomic(writing, path.read_bytes(), 0o644)
-            data = {
-                "schema": SCHEMA,
-                "op": op,
-                "files": list(rels),
-                "previous": {rel: current[rel]._asdict() if rel in current else None for rel in rels},
-            }
-            writing = self.journal_file
-            write_atomic(writing, json.dumps(data).encode())
-        except OSError as e:
-            self._end()
-            raise WriteError(f"{op} failed writing {writing}: {e.strerror or e}; nothing was changed") from None
-        return Transaction(self, op, current)
+    def _save_records(self, records: dict[str, Record]) -> None:
+        data = {"schema": SCHEMA, "files": {rel: rec._asdict() for rel, rec in sorted(records.items())}}
+        self.tree.write(f"{STATE_DIR}/state.json", (json.dumps(data, indent=1) + "\n").encode())
 
-    def _end(self) -> None:
-        """The transaction is over: drop the journal and the undo copies (and the folder, if it holds nothing)."""
-        with contextlib.suppress(FileNotFoundError):
-            self.journal_file.unlink()
-        remove_tree(self.dir / "undo")
-        if self.dir.is_dir() and not self.state_file.exists() and not (self.dir / "backup").exists():
-            remove_tree(self.dir)
+    def _ensure_dir(self) -> None:
+        self._check_dir()
+        if not self.tree.exists(f"{STATE_DIR}/.gitignore"):
+            self.tree.write(f"{STATE_DIR}/.gitignore", _GITIGNORE, 0o644)
 
-    def recover(self) -> list[str]:
-        """Roll an interrupted transaction back to exactly what was there; returns what was done."""
-        try:
-            data = self._read(self.journal_file)
-        except RefusedError:
-            data = {}  # written atomically: an unreadable journal was never completed, so nothing was touched
-        if data is None:
-            return []
-        rels = data.get("files", [])
-        if isinstance(rels, dict):  # schema 0 named the records it was writing
-            rels = list(rels)
-        previous = {rel: Record(**rec) if rec else None for rel, rec in data.get("previous", {}).items()}
-        notes = []
-        for rel in rels:
-            path = self.root / rel
-            remove_temps(path)
-            before = self._load_undo(rel)
-            if before is not None and path.is_file() and path.read_bytes() != before:
-                write_atomic(path.resolve(), before)
-                drop_bytecode(path.resolve())
-                notes.append(f"{rel}: rolled back (an interrupted {data.get('op', 'write')})")
-        records = self.records()
-        for rel in rels:
-            if previous.get(rel) is not None:
-                records[rel] = previous[rel]
-            else:
-                records.pop(rel, None)
-                if self._load_undo(rel) is not None:
-                    self._drop_backup(rel)
-        self._save_records(records)
-        self._end()
-        return notes
+    def _save_backup(self, rel: str, original: bytes) -> None:
+        if self.load_backup(rel, digest(original)) is None:
+            self.tree.write(f"{STATE_DIR}/backup/{rel}", original, 0o644)
+
+    def _drop_backup(self, rel: str) -> None:
+        backup = f"{STATE_DIR}/backup/{rel}"
+        self.tree.unlink(backup)
+        self.tree.prune(backup, STATE_DIR)
 
     def _load_undo(self, rel: str) -> bytes | None:
         try:
-            return (self.dir / "undo" / rel).read_bytes()
+            return self.tree.read(f"{STATE_DIR}/undo/{rel}", MAX_SOURCE_BYTES)
         except FileNotFoundError:
             return None
 
+    def journal(self) -> Journal | None:
+        """The interrupted transaction's journal in this root, validated; None when there is none."""
+        data = self._read("journal.json")
+        return None if data is None else Journal.parse(self.journal_file, data, self.root)
+
+    def marker(self) -> tuple[str, list[Path]] | None:
+        """The commit marker this root holds: its transaction's id and roots (None when there is none)."""
+        try:
+            data = self._read("commit.json")
+        except RefusedError:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("txid"), str):
+            return None
+        roots = data.get("roots")
+        return data["txid"], [Path(r) for r in roots if isinstance(r, str)] if isinstance(roots, list) else []
+
+    def committed(self, txid: str) -> bool:
+        """This root holds the commit marker of transaction ``txid``."""
+        marker = self.marker()
+        return marker is not None and marker[0] == txid
+
     def sweep_temps(self) -> None:
-        """Remove temp files a killed write left inside the state folder itself."""
-        if self.dir.is_dir():
-            for tmp in self.dir.rglob(f"*{TEMP_SUFFIX}"):
-                with contextlib.suppress(FileNotFoundError):
-                    tmp.unlink()
+        """Remove temp files a killed write left inside the state folder, and the folders that leaves empty."""
+        self._check_dir()
+        self._sweep(STATE_DIR)
+
+    def _sweep(self, folder: str) -> bool:
+        """Sweep ``folder``; True when it is empty afterwards."""
+        names = self.tree.listdir(folder)
+        left = len(names)
+        for name in names:
+            rel = f"{folder}/{name}"
+            kind = self.tree.kind(rel)
+            if (kind == "file" and name.endswith(TEMP_SUFFIX)) or (kind == "folder" and self._sweep(rel)):
+                if kind == "folder":
+                    with contextlib.suppress(OSError):
+                        self.tree.remove_tree(rel)
+                else:
+                    self.tree.unlink(rel)
+                left -= 1
+        return left == 0
+
+    def begin(self, op: str, planned: list[PlannedWrite], txid: str, roots: list[Path]) -> Transaction:
+        """Journal that ``op`` will write ``planned``: undo copies first, then the journal (its commit point)."""
+        current = self.records()
+        writing = self.dir
+        try:
+            self._ensure_dir()
+            self.tree.remove_tree(f"{STATE_DIR}/undo")
+            entries = []
+            for w in planned:
+                self.tree.remove_temps(w.rel)
+                before = self.read(w.rel)
+                if before is not None:
+                    writing = self.dir / "undo" / w.rel
+                    self.tree.write(f"{STATE_DIR}/undo/{w.rel}", before, 0o644)
+                after = w.data if w.data is not None else before
+                entries.append(
+                    {
+                        "rel": w.rel,
+                        "before": None if before is None else digest(before),
+                        "after": None if after is None else digest(after),
+                    }
+                )
+            data = {
+                "schema": SCHEMA,
+                "op": op,
+                "txid": txid,
+                "roots": [str(r) for r in roots],
+                "files": entries,
+                "previous": {w.rel: current[w.rel]._asdict() if w.rel in current else None for w in planned},
+            }
+            writing = self.journal_file
+            self.tree.write(f"{STATE_DIR}/journal.json", json.dumps(data).encode())
+        except BaseException as e:
+            with contextlib.suppress(OSError, RefusedError):
+                self._drop_journal()
+            if isinstance(e, OSError):
+                raise WriteError(f"{op} failed writing {writing}: {e.strerror or e}; nothing was changed") from None
+            raise
+        return Transaction(self, op, current)
+
+    def roll_back(self, journal: Journal, prove: Prove) -> list[str]:
+        """Put every file and record the journal names back as it was; the journal stays (see :meth:`finish`)."""
+        notes, restores = [], []
+        for entry in journal.files:  # everything is checked before anything is written
+            current = self.read(entry.rel)
+            before = self._load_undo(entry.rel)
+            if entry.before == "":  # schema 2 and older kept no hashes: the undo copy is what was there
+                if before is None or current == before:
+                    continue
+            else:
+                now = None if current is None else digest(current)
+                if entry.before is None or now == entry.before:
+                    continue  # never written, or already back
+                if entry.after is not None and now != entry.after:
+                    notes.append(f"{entry.rel}: changed by someone else since the interrupted {journal.op}; left")
+                    continue
+                if before is None or digest(before) != entry.before:
+                    before = None
+            if before is None or not prove(entry.rel, before, current):
+                raise RefusedError(
+                    f"{self.dir / 'undo' / entry.rel}: its bytes cannot be proven to be {entry.rel} as it was; "
+                    f"nothing was touched: check {self.root / entry.rel}, then move {self.dir} aside"
+                )
+            restores.append((entry.rel, before))
+        for entry in journal.files:
+            self.tree.remove_temps(entry.rel)
+        for rel, before in restores:
+            self.tree.write(rel, before)
+            self.tree.drop_bytecode(rel)
+            notes.append(f"{rel}: rolled back (an interrupted {journal.op})")
+        records = self.records()
+        for entry in journal.files:
+            rel = entry.rel
+            if journal.previous.get(rel) is not None:
+                records[rel] = journal.previous[rel]
+            else:
+                records.pop(rel, None)
+                if entry.before is not None and rel not in records:
+                    self._drop_backup(rel)
+        self._save_or_clear(records)
+        return notes
+
+    def finish(self, journal: Journal) -> None:
+        """The transaction is over in this root: drop the backups of files that went back to upstream, the
+        undo copies and the journal (and the folder, when it holds nothing else)."""
+        records = self.records()
+        for entry in journal.files:
+            if entry.rel not in records:
+                self._drop_backup(entry.rel)
+        self._save_or_clear(records)
+        self.sweep_temps()
+        self._drop_journal()
+
+    def _save_or_clear(self, records: dict[str, Record]) -> None:
+        if records:
+            self._save_records(records)
+        else:
+            self.tree.unlink(f"{STATE_DIR}/state.json")
+
+    def _drop_journal(self) -> None:
+        self.tree.remove_tree(f"{STATE_DIR}/undo")
+        self.tree.unlink(f"{STATE_DIR}/journal.json")
+        self._drop_if_empty()
+
+    def _drop_if_empty(self) -> None:
+        names = set(self.tree.listdir(STATE_DIR))
+        if names - {".gitignore", "backup"}:
+            return
+        if "backup" in names and self.tree.listdir(f"{STATE_DIR}/backup"):
+            return
+        self.tree.remove_tree(STATE_DIR)
+
+    def mark_committed(self, txid: str, roots: list[Path]) -> None:
+        """Write the commit marker of ``txid`` (this root is the first of the transaction's ``roots``)."""
+        data = {"schema": SCHEMA, "txid": txid, "roots": [str(r) for r in roots]}
+        self.tree.write(f"{STATE_DIR}/commit.json", json.dumps(data).encode())
+
+    def drop_marker(self) -> None:
+        """Remove the commit marker (once no root of its transaction holds a journal)."""
+        self.tree.unlink(f"{STATE_DIR}/commit.json")
+        self._drop_if_empty()
+
+    def tidy(self) -> None:
+        """Remove what a killed command can leave without a journal: undo copies of a transaction that never
+        wrote its journal, and a commit marker whose transaction no root still journals."""
+        if self.tree.kind(STATE_DIR) != "folder" or self.tree.exists(f"{STATE_DIR}/journal.json"):
+            return
+        self.sweep_temps()
+        self.tree.remove_tree(f"{STATE_DIR}/undo")
+        marker = self.marker()
+        if marker is not None and not any(_journals(Store(r), marker[0]) for r in marker[1] if r != self.root):
+            self.tree.unlink(f"{STATE_DIR}/commit.json")
+        self._drop_if_empty()
+
+
+class Entry(NamedTuple):
+    """One file of a journal: its relative path and the sha256 of its bytes before and after."""
+
+    rel: str
+    before: str | None
+    after: str | None
+
+
+class Journal(NamedTuple):
+    """A validated ``journal.json``: every path in it checked to stay in its root."""
+
+    op: str
+    txid: str
+    roots: tuple[Path, ...]
+    files: tuple[Entry, ...]
+    previous: dict[str, Record | None]
+
+    @classmethod
+    def parse(cls, path: Path, data: dict, root: Path) -> Journal:
+        """Check every field of an untrusted journal; a RefusedError names what is wrong."""
+        op = data.get("op", "write")
+        txid = data.get("txid", "")
+        roots = data.get("roots", [str(root)])
+        files, previous = data.get("files", []), data.get("previous", {})
+        if isinstance(files, dict):  # schema 0 named the records it was writing
+            files = list(files)
+        if not isinstance(op, str) or not isinstance(txid, str) or not isinstance(files, list):
+            raise _refuse(path, "not a journal ascendfix wrote (op, txid or files of the wrong type)")
+        if not isinstance(previous, dict):
+            raise _refuse(path, "not a journal ascendfix wrote (previous is not a table)")
+        if not isinstance(roots, list) or not all(isinstance(r, str) and r.startswith("/") for r in roots):
+            raise _refuse(path, "not a journal ascendfix wrote (roots are not absolute paths)")
+        entries = []
+        for item in files:
+            if isinstance(item, str):  # schema 2 and older: no hashes
+                entries.append(Entry(_rel(path, item), "", None))
+            elif isinstance(item, dict) and all(_is_sha(item.get(k)) for k in ("before", "after")):
+                entries.append(Entry(_rel(path, item.get("rel")), item.get("before"), item.get("after")))
+            else:
+                raise _refuse(path, f"not a journal ascendfix wrote (a file entry {str(item)[:80]!r})")
+        prev = {_rel(path, rel): None if rec is None else _record(path, rec) for rel, rec in previous.items()}
+        return cls(op[:40], txid, tuple(Path(r) for r in roots), tuple(entries), prev)
+
+
+def _is_sha(value: object) -> bool:
+    return value is None or (isinstance(value, str) and bool(_SHA.match(value)))
+
+
+def _rel(path: Path, rel: object) -> str:
+    try:
+        return check_rel(rel)
+    except Escape as e:
+        raise _refuse(path, f"unsafe path: {e}") from None
+
+
+def _record(path: Path, rec: object) -> Record:
+    try:
+        record = Record(**rec)
+    except TypeError as e:
+        raise RefusedError(f"{path}: unreadable ({e}); move it aside to start over") from None
+    if not all(isinstance(v, str) for v in record) or not all(map(_SHA.match, record[2:4])):
+        raise RefusedError(f"{path}: unreadable (a record's fields are not what ascendfix writes); move it aside")
+    return record
+
+
+def has_journal(root: Path) -> bool:
+    """An interrupted transaction left its journal in ``root``."""
+    return Tree(root).exists(f"{STATE_DIR}/journal.json")
+
+
+def needs_recovery(root: Path) -> bool:
+    """A killed command left something in ``root``'s state folder: a journal, undo copies, a commit marker, a
+    temp file, or a folder without records (one listing of the folder)."""
+    names = set(Tree(root).listdir(STATE_DIR))
+    return bool(names - {"state.json", ".gitignore", "backup"}) or bool(names and "state.json" not in names)
+
+
+def recover(roots: list[Path], prove: Prove, on_wait: OnWait | None = None) -> list[str]:
+    """Finish what an interrupted transaction left in any of ``roots``, the same way in all its roots:
+    forward when its commit marker was written, else back. Returns what was done."""
+    done = []
+    for root in roots:
+        if needs_recovery(root):
+            with locked([root], on_wait):
+                done += _recover_root(Store(root), prove)
+    return done
+
+
+def _journals(store: Store, txid: str) -> bool:
+    """``store``'s root still journals transaction ``txid``."""
+    try:
+        journal = store.journal()
+    except (RefusedError, OSError):
+        return False
+    return journal is not None and journal.txid == txid
+
+
+def _recover_root(store: Store, prove: Prove) -> list[str]:
+    journal = store.journal()
+    if journal is None:
+        store.tidy()
+        return []
+    first = Store(journal.roots[0]) if journal.roots else store
+    if journal.txid and first.committed(journal.txid):
+        store.finish(journal)
+        store.tidy()
+        if first.root != store.root:
+            with contextlib.suppress(RefusedError, OSError):
+                first.tidy()
+        return []
+    try:
+        notes = store.roll_back(journal, prove)
+        store.sweep_temps()
+        store._drop_journal()
+    except OSError as e:
+        raise WriteError(
+            f"rolling back an interrupted {journal.op} in {store.root} failed: {e.strerror or e}; "
+            "its journal is kept: the next ascendfix command finishes the rollback"
+        ) from None
+    return notes
 
 
 class Transaction:
-    """The writes of one journaled operation on one root (made by :meth:`Store.transaction`)."""
+    """The writes of one journaled operation on one root (made by :meth:`Store.begin`)."""
 
     def __init__(self, store: Store, op: str, records: dict[str, Record]):
         self.store, self.op = store, op
         self.records = dict(records)
-        self.written: list[str] = []
         self.current: str | None = None
 
     def write(self, planned: PlannedWrite) -> None:
-        """Back up the original (apply), write the file atomically, drop its bytecode, note its record."""
+        """Back up the original (apply), write the file atomically (if it is still what was planned on), drop
+        its bytecode, note its record."""
         self.current = planned.rel
-        path = (self.store.root / planned.rel).resolve()
         if planned.original is not None:
             self.store._save_backup(planned.rel, planned.original)
-        self.written.append(planned.rel)
         if planned.data is not None:
-            write_atomic(path, planned.data)
-            drop_bytecode(path)
+            self.store.tree.write(planned.rel, planned.data, check=lambda: self._unchanged(planned))
+            self.store.tree.drop_bytecode(planned.rel)
         if planned.record is None:
             self.records.pop(planned.rel, None)
         else:
             self.records[planned.rel] = planned.record
         self.current = None
 
+    def _unchanged(self, planned: PlannedWrite) -> None:
+        if planned.expected_sha256 is None:
+            return
+        now = self.store.read(planned.rel)
+        if now is None or digest(now) != planned.expected_sha256:
+            raise Changed(f"{self.store.root / planned.rel} changed while ascendfix was planning")
+
     def save(self) -> None:
         """Save the records (the journal stays: a failure after this still rolls back)."""
-        self.current = str(self.store.state_file.relative_to(self.store.root))
-        if self.records:
-            self.store._save_records(self.records)
+        self.current = f"{STATE_DIR}/state.json"
+        self.store._save_or_clear(self.records)
         self.current = None
-
-    def end(self) -> None:
-        """The transaction is done: drop the backups of files that went back to upstream, and the journal."""
-        for rel in self.written:
-            if rel not in self.records:
-                self.store._drop_backup(rel)
-        if not self.records:
-            self.store._save_records({})
-        self.store._end()
-
-    def rollback(self) -> None:
-        """Undo every write and record of this transaction."""
-        self.store.recover()
 
     def failure(self, error: OSError) -> str:
         """The one line that says which file failed and why."""
@@ -294,75 +538,102 @@ class Transaction:
         return f"{self.op} failed writing {where}: {error.strerror or error}; rolled back, nothing was changed"
 
 
-def has_journal(root: Path) -> bool:
-    """An interrupted transaction left its journal in ``root``."""
-    return (root / STATE_DIR / "journal.json").exists()
-
-
-def recover(roots: list[Path]) -> list[str]:
-    """Roll back what an interrupted transaction left in any of ``roots`` (under each one's lock)."""
-    done = []
-    for root in roots:
-        if has_journal(root):
-            with locked([root]):
-                done += Store(root).recover()
-    return done
-
-
 class Session:
     """The roots of one command, locked, recovered and swept: plan inside it, then :meth:`write`."""
 
-    def __init__(self, roots: list[Path]):
-        self.roots = roots
+    def __init__(self, roots: list[Path], prove: Prove):
+        self.roots, self.prove = roots, prove
 
     def write(self, op: str, writes: dict[Path, list[PlannedWrite]]) -> None:
         """Write ``writes`` (planned writes by package root) in one transaction across the roots."""
-        plans = {root: [w.rel for w in planned] for root, planned in writes.items() if planned}
-        if not plans:
-            return
-        with transaction(op, plans) as txs:
-            for root, planned in writes.items():
-                for w in planned:
-                    txs[root].write(w)
+        plans = {root: planned for root, planned in sorted(writes.items()) if planned}
+        if plans:
+            _transaction(op, plans, self.prove)
 
 
 @contextlib.contextmanager
-def session(roots: list[Path], files: dict[Path, list[str]]) -> Iterator[Session]:
-    """Hold every root's lock for a command that may write: roll back what a killed command left, remove
+def session(
+    roots: list[Path], files: dict[Path, list[str]], prove: Prove, on_wait: OnWait | None = None
+) -> Iterator[Session]:
+    """Hold every root's lock for a command that may write: finish what a killed command left, remove
     the temp files beside ``files`` (relative paths by root) and inside each state folder, then yield."""
-    with locked(roots):
+    with locked(roots, on_wait):
         for root in roots:
             store = Store(root)
-            store.recover()
+            if needs_recovery(root):
+                _recover_root(store, prove)
             for rel in files.get(root, []):
-                remove_temps(root / rel)
+                store.tree.remove_temps(rel)
             store.sweep_temps()
-        yield Session(roots)
+        yield Session(roots, prove)
 
 
-@contextlib.contextmanager
-def transaction(op: str, plans: dict[Path, list[str]]) -> Iterator[dict[Path, Transaction]]:
-    """Write the files ``plans`` names (relative paths by package root) all or nothing, across roots.
+def _transaction(op: str, plans: dict[Path, list[PlannedWrite]], prove: Prove) -> None:
+    """Write ``plans`` all or nothing across roots, under kill -9 at any instruction.
 
-    Each root is journaled before anything is written; the caller writes through each root's
-    :class:`Transaction`. Any exception rolls every root back to exactly what was there (its
-    files, records and backups); an OSError becomes one :class:`WriteError` line naming the file
-    and the reason. A kill leaves the journals, and the next command's :meth:`Store.recover`
-    rolls back. Callers hold the roots' locks.
+    Every root is journaled (undo copies, then the journal) before anything is written; then the
+    files and records; then the commit marker in the first root, the one commit point; then each
+    root's journal is dropped, the first root's last, and the marker after it. Recovery reads the
+    marker: present, every root is finished forward; absent, every root is rolled back. Any
+    exception before the marker rolls every root back here; an OSError becomes one
+    :class:`WriteError` line naming the file and the reason.
     """
+    import secrets
+
+    roots = list(plans)
+    txid = secrets.token_hex(8)
     opened: dict[Path, Transaction] = {}
     try:
-        for root, rels in plans.items():
-            opened[root] = Store(root).begin(op, rels)
-        yield opened
+        for root in roots:
+            opened[root] = Store(root).begin(op, plans[root], txid, roots)
+        for root, tx in opened.items():
+            for planned in plans[root]:
+                tx.write(planned)
         for tx in opened.values():
             tx.save()
+        first = opened[roots[0]]
+        first.current = f"{STATE_DIR}/commit.json"
+        first.store.mark_committed(txid, roots)
     except BaseException as e:
         failed = next((tx for tx in opened.values() if tx.current is not None), None)
-        for tx in opened.values():
-            tx.rollback()
-        if isinstance(e, OSError):
-            raise WriteError(failed.failure(e) if failed else f"{op} failed: {e}") from None
+        _roll_back_all(op, opened, prove, e, failed)
         raise
+    try:
+        for root in reversed(roots):
+            journal = opened[root].store.journal()
+            if journal is not None:
+                opened[root].store.finish(journal)
+        opened[roots[0]].store.drop_marker()
+    except OSError as e:
+        raise WriteError(
+            f"{op} is done, but cleaning up its journal failed: {e.strerror or e}; the next ascendfix command "
+            "finishes it"
+        ) from None
+
+
+def _roll_back_all(
+    op: str, opened: dict[Path, Transaction], prove: Prove, error: BaseException, failed: Transaction | None
+) -> None:
+    """Roll every opened root back after ``error``; raise the one line that says what happened."""
+    stuck = None
     for tx in opened.values():
-        tx.end()
+        try:
+            journal = tx.store.journal()
+            if journal is not None:
+                tx.store.roll_back(journal, prove)
+                tx.store.sweep_temps()
+                tx.store._drop_journal()
+        except (OSError, RefusedError) as e:
+            stuck = stuck or e
+    if stuck is not None:
+        why = getattr(error, "strerror", None) or error
+        raise WriteError(
+            f"{op} failed ({why}) and its rollback could not finish ({getattr(stuck, 'strerror', None) or stuck}); "
+            "the journal is kept: the next ascendfix command finishes the rollback"
+        ) from None
+    if isinstance(error, Changed):
+        raise WriteError(f"{op} refused: {error}; rolled back, nothing was changed: run it again") from None
+    if isinstance(error, Escape):
+        raise RefusedError(f"{op} refused: {error}; rolled back, nothing was changed") from None
+    if isinstance(error, OSError):
+        raise WriteError(failed.failure(error) if failed else f"{op} failed: {error}") from None
