@@ -283,8 +283,11 @@ class Store:
         """Put every file and record the journal names back as it was; the journal stays (see :meth:`finish`)."""
         notes, restores = [], []
         for entry in journal.files:  # everything is checked before anything is written
-            current = self.read(entry.rel)
-            before = self._load_undo(entry.rel)
+            try:
+                current = self.read(entry.rel)
+                before = self._load_undo(entry.rel)
+            except Escape as e:
+                raise _refuse(self.journal_file, f"names {entry.rel!r}: {e}") from None
             if entry.before == "":  # schema 2 and older kept no hashes: the undo copy is what was there
                 if before is None or current == before:
                     continue
@@ -447,7 +450,9 @@ def has_journal(root: Path) -> bool:
 def needs_recovery(root: Path) -> bool:
     """A killed command left something in ``root``'s state folder: a journal, undo copies, a commit marker, a
     temp file, or a folder without records (one listing of the folder)."""
-    names = set(Tree(root).listdir(STATE_DIR))
+    store = Store(root)
+    store._check_dir()
+    names = set(store.tree.listdir(STATE_DIR))
     return bool(names - {"state.json", ".gitignore", "backup"}) or bool(names and "state.json" not in names)
 
 
