@@ -25,9 +25,8 @@ def select(stack, device="npu"):
 
 
 def cli(stack, *args, **kw):
-    return subprocess.run(
-        [sys.executable, "-m", "ascendfix", *args, *stack.root_args()], capture_output=True, text=True, timeout=120, **kw
-    )
+    argv = [sys.executable, "-m", "ascendfix", *args, *stack.root_args()]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, **kw)
 
 
 @pytest.fixture
