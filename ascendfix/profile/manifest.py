@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
+import stat
 import sys
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
@@ -300,12 +301,34 @@ def _parse_toml(path: Path, data: bytes) -> dict[str, Any]:
         raise UsageError(f"{path}: not valid TOML: {e}") from None
 
 
-def check_relative_path(table: _Table, field: str, value: str) -> str:
-    """A package-relative path: no absolute paths, no '..', forward slashes."""
+def check_relative_path(table: _Table, field: str, value: str, within: str = "its package root") -> str:
+    """A relative path (to a package's root, or ``within`` another folder): no absolute paths, no '..',
+    forward slashes, no control characters."""
     pure = PurePosixPath(value)
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        table.fail(field, f"path {value!r} holds a control character")
     if not value or pure.is_absolute() or "\\" in value or ".." in pure.parts or value.startswith("~"):
-        table.fail(field, f"path {value!r} must stay inside its package root (relative, no '..')")
+        table.fail(field, f"path {value!r} must stay inside {within} (relative, no '..')")
     return str(pure)
+
+
+def _contained_file(table: _Table, field: str, value: str, folder: Path, limit: int) -> str:
+    """The real path of ``value``, a file beside the patch file: relative to ``folder`` and inside it
+    (a symlink too), a regular file of at most ``limit`` bytes."""
+    rel = check_relative_path(table, field, value, within="the patch folder")
+    home = folder.resolve()
+    try:
+        real = (home / rel).resolve()
+        st = real.stat()
+    except OSError as e:
+        table.fail(field, f"{value!r}: {e.strerror} (looked in {home})")
+    if not real.is_relative_to(home):
+        table.fail(field, f"{value!r} leads to {real}, outside the patch folder {home}")
+    if not stat.S_ISREG(st.st_mode):
+        table.fail(field, f"{value!r} is not a regular file")
+    if st.st_size > limit:
+        table.fail(field, f"{value!r} is {st.st_size} bytes, over the {limit}-byte limit")
+    return str(real)
 
 
 def load_patch(path: Path) -> Patch:
@@ -339,7 +362,7 @@ def load_patch(path: Path) -> Patch:
         top.fail("files", "the same path is listed twice")
     variants_table = top.table("variants", required=False)
     if variants_table is None:
-        variants = [_variant(top.table("transform"), DEFAULT_VARIANT, "")]
+        variants = [_variant(top.table("transform"), DEFAULT_VARIANT, "", path.parent)]
     else:
         if "transform" in top.data:
             top.fail("transform", "a patch has either [transform] or [variants.<name>], not both")
@@ -347,7 +370,7 @@ def load_patch(path: Path) -> Patch:
         for vname, vtable in variants_table.children():
             if not PATCH_ID.match(vname) or vname == DEFAULT_VARIANT:
                 vtable.fail(vtable.where, f"{vname!r} is not a variant name (lowercase letters, digits and '-')")
-            variants.append(_variant(vtable.table("transform"), vname, vtable.text("why")))
+            variants.append(_variant(vtable.table("transform"), vname, vtable.text("why"), path.parent))
             vtable.done()
         variants_table.seen.update(variants_table.data)
         if not variants:
@@ -383,7 +406,8 @@ def _superseded(t: _Table | None) -> Superseded | None:
     return superseded
 
 
-def _variant(ttable: _Table, name: str, why: str) -> Variant:
+def _variant(ttable: _Table, name: str, why: str, folder: Path) -> Variant:
+    """A variant's transform and checked parameters; a file it names resolved inside ``folder``."""
     from ascendfix.transforms import registry
 
     tname = ttable.text("name")
@@ -395,6 +419,9 @@ def _variant(ttable: _Table, name: str, why: str) -> Variant:
     problem = registry.check_params(transform, params)
     if problem:
         ttable.fail(ttable.field(problem[0]), problem[1])
+    for key in registry.FILE_PARAMS:
+        if key in params:
+            params[key] = _contained_file(ttable, ttable.field(key), params[key], folder, registry.MAX_FILE_BYTES)
     ttable.done()
     frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
     return Variant(name, tname, frozen, why)
