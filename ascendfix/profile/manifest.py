@@ -296,9 +296,32 @@ def _parse_toml(path: Path, data: bytes) -> dict[str, Any]:
     else:  # pragma: no cover - exercised on the container's Python 3.10
         import tomli as tomllib
     try:
-        return tomllib.loads(data.decode())
+        parsed = tomllib.loads(data.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:
+        parsed = None
+    if parsed is None or _deeper_than(parsed, MAX_NESTING):
+        raise UsageError(f"{path}: arrays or tables nested deeper than {MAX_NESTING} levels; no profile needs that")
+    return parsed
+
+
+MAX_NESTING = 32  # of arrays and tables in a TOML file (every later step walks them recursively)
+MAX_EXTENDS = 16  # profiles in an extends chain
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` (parsed TOML) nests arrays and tables more than ``limit`` deep (walked without recursion)."""
+    todo = [(value, 1)]
+    while todo:
+        node, depth = todo.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth >= limit:
+                    return True
+                todo.append((child, depth + 1))
+    return False
 
 
 def check_relative_path(table: _Table, field: str, value: str, within: str = "its package root") -> str:
@@ -448,6 +471,8 @@ def _resolve_extends(path: Path, data: dict[str, Any], chain: tuple[Path, ...]) 
     parent_path = find_manifest(parent_ref, relative_to=path.parent)
     if parent_path.resolve() in chain:
         raise UsageError(f"{path}: extends: {parent_ref!r} leads back to itself")
+    if len(chain) >= MAX_EXTENDS:
+        raise UsageError(f"{path}: extends: more than {MAX_EXTENDS} profiles deep; extend one nearer the root")
     parent_data, dirs = _resolve_extends(parent_path, read_toml(parent_path), chain + (parent_path.resolve(),))
     child = {k: v for k, v in data.items() if k != "extends"}
     merged = _merge({k: v for k, v in parent_data.items() if k != "name"}, child)
