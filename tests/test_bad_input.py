@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from ascendfix import cluster
 from ascendfix.cli import base, doctor, fanout, patches
+from ascendfix.cluster import fanout as cluster
 from ascendfix.doctor.model import Report, Result, Status
-from ascendfix.engine import PatchStatus
+from ascendfix.patching.engine import PatchStatus
 from ascendfix.resources import data_dir
 from ascendfix.states import Action, State
 
