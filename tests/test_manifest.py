@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from ascendfix.errors import UsageError
 from ascendfix.profile import manifest
@@ -139,3 +145,78 @@ def test_an_extending_profile_adds_and_drops_parent_patches_explicitly(tmp_path)
     assert profile.devices["npu"].patches == tuple(p for p in parent.devices["npu"].patches if "dapo" not in p)
     assert profile.devices["cuda"].patches == parent.devices["cuda"].patches
     assert profile.devices["npu"].env == parent.devices["npu"].env  # the rest of the device table is inherited
+
+
+# --- a team patch's template: beside its patch file, inside that folder, a small regular file -------
+
+
+def team_overlap_profile(tmp_path, template: str) -> str:
+    """A team profile whose own patch is the bundled shard-overlap one, naming ``template``."""
+    own = bundled_patch("torch-shard-overlap-check").replace('id = "torch-shard-overlap-check"', 'id = "team-scan"')
+    own = own.replace('template = "templates/fast_overlap.py"', f"template = {json.dumps(template)}")
+    return write_profile(
+        tmp_path,
+        'extends = "verl-796871d"\nname = "team"\n[devices.npu]\nadd_patches = ["team-scan"]\n'
+        'drop_patches = ["torch-shard-overlap-check"]\n[devices.cuda]\ndrop_patches = ["torch-shard-overlap-check"]\n',
+        {"team-scan": own},
+    )
+
+
+def template_of(profile: manifest.Profile, pid: str) -> str:
+    return dict(profile.patches[pid].variants[1].params)["template"]
+
+
+def test_a_template_resolves_beside_the_patch_file_that_names_it(tmp_path):
+    (tmp_path / "patches" / "templates").mkdir(parents=True)
+    ours = tmp_path / "patches" / "templates" / "scan.py"
+    ours.write_text((data_dir("patches") / "templates" / "fast_overlap.py").read_text())
+    profile = manifest.load_profile(team_overlap_profile(tmp_path, "templates/scan.py"))
+    assert template_of(profile, "team-scan") == str(ours.resolve())
+    bundled = data_dir("patches").resolve() / "templates" / "fast_overlap.py"
+    assert template_of(profile, "torch-global-plan-check") == str(bundled)  # the bundled patches keep theirs
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("/dev/zero", r"path '/dev/zero' must stay inside the patch folder"),
+        ("/etc/shadow", r"must stay inside the patch folder"),
+        ("../x.py", r"must stay inside the patch folder"),
+        ("templates/fast_overlap.py", r"No such file or directory"),  # the bundled one is not beside the team's
+        ("out.py", r"leads to .*, outside the patch folder"),
+        ("fifo", r"is not a regular file"),
+        ("big.py", r"is 262145 bytes, over the 262144-byte limit"),
+        ("a\0b.py", r"holds a control character"),
+    ],
+)
+def test_a_template_that_is_not_a_small_file_in_the_patch_folder_is_a_profile_error(tmp_path, template, message):
+    path = team_overlap_profile(tmp_path, template)
+    (tmp_path / "patches" / "out.py").symlink_to("/etc/passwd")
+    os.mkfifo(tmp_path / "patches" / "fifo")
+    (tmp_path / "patches" / "big.py").write_bytes(b"#" * (256 * 1024 + 1))
+    with pytest.raises(UsageError, match=r"team-scan.toml: variants.fast-validate.transform.template: .*" + message):
+        manifest.load_profile(path)
+
+
+def test_a_template_error_is_one_line_and_exit_2(tmp_path):
+    path = team_overlap_profile(tmp_path, "/dev/zero")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ascendfix", "status", "--profile", path, "--device", "npu"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "transform.template" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_transform_reads_no_template_that_is_not_a_small_regular_file(tmp_path):
+    from ascendfix.transforms.fast_overlap import read_template
+
+    (tmp_path / "link.py").symlink_to(data_dir("patches") / "templates" / "fast_overlap.py")
+    for path, message in ((Path("/dev/zero"), "not a regular file"), (tmp_path / "link.py", "Too many levels")):
+        with pytest.raises(OSError, match=message):
+            read_template(path, 1024)
+    (tmp_path / "big.py").write_bytes(b"#" * 1025)
+    with pytest.raises(OSError, match="over 1024 bytes"):
+        read_template(tmp_path / "big.py", 1024)

@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
+from ascendfix import resources
 from ascendfix.errors import UsageError
 from ascendfix.profile import manifest, parsecache
+
+
+def _has_nobody() -> bool:
+    try:
+        return pwd.getpwnam("nobody").pw_uid == 65534
+    except KeyError:
+        return False
 
 
 @pytest.fixture
@@ -78,3 +94,122 @@ def test_invalid_toml_is_never_cached(cache, tmp_path):
         with pytest.raises(UsageError, match=r"bad.toml: not valid TOML"):
             manifest.read_toml(path)
     assert not cache.exists() or not list(cache.glob("*.json"))
+
+
+# --- an entry or a folder another user could have written is never used ---------------------------
+
+EVIL = "__import__('os').system('id > /tmp/owned')"
+
+
+def planted_entry(data: bytes) -> tuple[str, bytes]:
+    """The entry name for ``data`` and a planted parse of it: verl-cuda-probe-off writing code."""
+    real = manifest._parse_toml(Path("x.toml"), data)
+    real["transform"]["value"] = EVIL
+    digest = parsecache.sha256_bytes(data)
+    return f"{digest}.json", json.dumps({"sha256": digest, "data": real}).encode()
+
+
+PROBE_PATCH = resources.data_dir("patches") / "verl-cuda-probe-off.toml"
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None or not _has_nobody(),
+    reason="needs root and setpriv to act as a second user (nobody)",
+)
+
+
+def as_nobody(code: str, *args: str) -> None:
+    """Run Python ``code`` as the user nobody (a real second user)."""
+    subprocess.run(
+        ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", sys.executable, "-c", code, *args],
+        check=True,
+        capture_output=True,
+    )
+
+
+PLANT = """
+import os, sys
+folder, name, data = sys.argv[1], sys.argv[2], sys.argv[3].encode()
+os.makedirs(folder, exist_ok=True)
+with open(os.path.join(folder, name), "wb") as f:
+    f.write(data)
+"""
+
+
+@pytest.fixture
+def shared(monkeypatch):
+    """A folder both root and nobody can reach (pytest's tmp_path is root's own)."""
+    base = Path(tempfile.mkdtemp(prefix="ascendfix-cache-"))
+    base.chmod(0o755)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(base / "xdg"))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@needs_root
+def test_a_cache_folder_another_user_made_is_never_read_nor_written(shared):
+    (shared / "xdg").mkdir()
+    os.chown(shared / "xdg", 65534, 65534)
+    name, evil = planted_entry(PROBE_PATCH.read_bytes())
+    folder = shared / "xdg" / "ascendfix" / "toml"
+    as_nobody(PLANT, str(folder), name, evil.decode())
+    assert folder.stat().st_uid == 65534
+    patch = manifest.load_patch(PROBE_PATCH)
+    assert dict(patch.variants[0].params)["value"] == "False"
+    assert sorted(p.name for p in folder.iterdir()) == [name]  # nothing of ours was put in it
+    assert (folder / name).read_bytes() == evil
+
+
+@needs_root
+def test_an_entry_in_a_world_writable_folder_is_never_used(shared):
+    folder = shared / "xdg" / "ascendfix" / "toml"
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)  # ours, but anyone may have written in it
+    name, evil = planted_entry(PROBE_PATCH.read_bytes())
+    as_nobody(PLANT, str(folder), name, evil.decode())
+    assert dict(manifest.load_patch(PROBE_PATCH).variants[0].params)["value"] == "False"
+
+
+@needs_root
+def test_an_entry_of_another_user_in_our_folder_is_never_used(shared):
+    folder = shared / "xdg" / "ascendfix" / "toml"
+    folder.mkdir(parents=True, mode=0o700)
+    name, evil = planted_entry(PROBE_PATCH.read_bytes())
+    (folder / name).write_bytes(evil)
+    os.chown(folder / name, 65534, 65534)
+    assert dict(manifest.load_patch(PROBE_PATCH).variants[0].params)["value"] == "False"
+
+
+def test_an_entry_writable_by_others_or_reached_through_a_symlink_is_never_used(cache, tmp_path):
+    cache.mkdir(parents=True, mode=0o700)
+    name, evil = planted_entry(PROBE_PATCH.read_bytes())
+    (cache / name).write_bytes(evil)
+    (cache / name).chmod(0o666)
+    assert dict(manifest.load_patch(PROBE_PATCH).variants[0].params)["value"] == "False"
+    (cache / name).unlink()
+    (tmp_path / "elsewhere.json").write_bytes(evil)
+    (cache / name).symlink_to(tmp_path / "elsewhere.json")
+    assert dict(manifest.load_patch(PROBE_PATCH).variants[0].params)["value"] == "False"
+
+
+def test_a_symlinked_cache_folder_is_never_used(cache, tmp_path):
+    (tmp_path / "other").mkdir(mode=0o700)
+    name, evil = planted_entry(PROBE_PATCH.read_bytes())
+    (tmp_path / "other" / name).write_bytes(evil)
+    cache.parent.mkdir(parents=True)
+    cache.symlink_to(tmp_path / "other")
+    assert dict(manifest.load_patch(PROBE_PATCH).variants[0].params)["value"] == "False"
+    assert sorted(p.name for p in (tmp_path / "other").iterdir()) == [name]
+
+
+def test_the_temp_file_is_never_followed_through_a_leftover_symlink(cache, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    parse, _ = counting_parser()
+    digest = parsecache.sha256_bytes(b"a")
+    cache.mkdir(parents=True, mode=0o700)
+    (cache / f".{digest}.json.{os.getpid()}.tmp").symlink_to(victim)
+    assert parsecache.parsed(b"a", parse)["text"] == "a"
+    assert victim.read_text() == "untouched"
+    assert [p.name for p in cache.iterdir()] == [f"{digest}.json"]
+    mode = (cache / f"{digest}.json").stat().st_mode
+    assert stat.S_IMODE(mode) == 0o600 and stat.S_IMODE(cache.stat().st_mode) == 0o700

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ascendfix.job import launch
+from ascendfix.job import launch, redact
 from ascendfix.job.metrics import StepParser
 from ascendfix.profile import jobenv, manifest
 
@@ -133,7 +133,8 @@ def test_run_streams_output_writes_logs_and_returns_the_exit_status(job):
     record = json.loads((job / "logs" / "run.json").read_text())
     assert record["exit_status"] == 3 and record["steps"] == 6 and record["device"] == "npu"
     assert record["command"][:2] == ["bash", "train.sh"]
-    assert record["environment"]["API_TOKEN"] == "<redacted>" and "s3cret" not in json.dumps(record)
+    assert "API_TOKEN" not in record["environment"] and "s3cret" not in json.dumps(record)  # not the job's own
+    assert record["environment"]["HCCL_CONNECT_TIMEOUT"] == "99" and record["environment"]["PYTHONUNBUFFERED"] == "1"
     env = {e["name"]: e for e in record["env"]}
     assert env["HCCL_CONNECT_TIMEOUT"]["source"] == "user" and env["TASK_QUEUE_ENABLE"]["source"] == "profile"
     assert env["HCCL_SOCKET_IFNAME"]["source"] == "missing"
@@ -257,15 +258,95 @@ def test_env_prints_exports_that_bash_can_eval(tmp_path):
 
 
 def test_secrets_are_redacted_in_the_command_and_environment():
-    argv = ["train.sh", "WANDB_API_KEY=abc", "trainer.project_name=x", "HF_TOKEN=t"]
-    assert launch.redact_argv(argv) == [
+    argv = ["train.sh", "WANDB_API_KEY=abc", "trainer.project_name=x", "HF_TOKEN=t", "--password", "pw", "--token=t2"]
+    assert redact.redact_argv([*argv, "bash -c 'x --api-key k2'", "db=postgres://u:pw@db/x"]) == [
         "train.sh",
         "WANDB_API_KEY=<redacted>",
         "trainer.project_name=x",
         "HF_TOKEN=<redacted>",
+        "--password",
+        "<redacted>",
+        "--token=<redacted>",
+        "bash -c 'x --api-key <redacted>",
+        "db=postgres://<redacted>@db/x",
     ]
-    env = launch.redact_env({"AWS_SECRET_ACCESS_KEY": "k", "MY_PASSWORD": "p", "HCCL_EXEC_TIMEOUT": "3600"})
-    assert env == {"AWS_SECRET_ACCESS_KEY": "<redacted>", "HCCL_EXEC_TIMEOUT": "3600", "MY_PASSWORD": "<redacted>"}
+    env = {
+        "AWS_SECRET_ACCESS_KEY": "k",
+        "MY_PASSWORD": "p",
+        "HCCL_EXEC_TIMEOUT": "3600",
+        "RAY_REDIS_PASSWORD": "r",
+        "HF_TOKEN": "h",
+        "HTTPS_PROXY": "http://a:pw@proxy:3128",
+        "LD_LIBRARY_PATH": "/usr/local/Ascend/driver/lib64",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    assert redact.job_variables(env, own=["HTTPS_PROXY"]) == {
+        "HCCL_EXEC_TIMEOUT": "3600",
+        "HF_TOKEN": "<redacted>",
+        "HTTPS_PROXY": "http://<redacted>@proxy:3128",
+        "LD_LIBRARY_PATH": "/usr/local/Ascend/driver/lib64",
+        "RAY_REDIS_PASSWORD": "<redacted>",
+    }
+    overrides = {"trainer.wandb_api_key": "w", "actor_rollout_ref.rollout.max_num_batched_tokens": "8192"}
+    assert redact.redact_overrides(overrides) == {**overrides, "trainer.wandb_api_key": "<redacted>"}
+    names = ("OPENAI_KEY", "GITHUB_PAT", "SENTRY_DSN", "DB_CONNECTION_STRING", "GCP_CREDENTIALS", "PGPASSWORD")
+    assert all(redact.secret_name(n) for n in names)
+    assert not any(redact.secret_name(n) for n in ("PATH", "ppo_max_token_len_per_gpu", "HCCL_CONNECT_TIMEOUT"))
+
+
+SECRETS = {
+    "OPENAI_KEY": "sk-openai",
+    "GITHUB_PAT": "ghp-pat",
+    "SENTRY_DSN": "https://key@sentry.example/1",
+    "DATABASE_URL": "postgres://u:pg-pw@db/x",
+    "HTTPS_PROXY": "http://a:proxy-pw@proxy:3128",
+    "RAY_REDIS_PASSWORD": "ray-pw",
+    "HCCL_SOCKET_IFNAME": "eth0",
+}
+
+
+def test_run_json_holds_the_jobs_variables_and_no_secret_and_is_private(job):
+    text = (job / "train.sh").read_text().replace('"$@"', 'trainer.wandb_api_key=from-script "$@"')
+    (job / "train.sh").write_text(text)
+    proc = run_cli(
+        job, "run", "--device", "npu", "--no-preflight", "train.sh", "trainer.hf_token=cli-tok", "+db.url=mysql://r:db-pw@h",
+        "--password", "pass-value", **SECRETS,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = (job / "ascendfix-runs").iterdir()
+    text = (folder / "run.json").read_text()
+    secrets = ("sk-openai", "ghp-pat", "pg-pw", "proxy-pw", "ray-pw", "from-script", "cli-tok", "db-pw", "pass-value")
+    for secret in secrets:
+        assert secret not in text and secret not in proc.stderr, secret
+    record = json.loads(text)
+    environment = record["environment"]
+    assert "OPENAI_KEY" not in environment and "DATABASE_URL" not in environment  # not the job's own
+    assert environment["RAY_REDIS_PASSWORD"] == "<redacted>" and environment["HCCL_SOCKET_IFNAME"] == "eth0"
+    assert environment["HCCL_EXEC_TIMEOUT"] == "3600"
+    assert record["overrides"]["trainer.wandb_api_key"] == "<redacted>"
+    assert record["overrides"]["db.url"] == "mysql://<redacted>@h"
+    assert record["command"][-2:] == ["--password", "<redacted>"]
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"
+    assert oct((folder / "run.json").stat().st_mode & 0o777) == "0o600"
+    assert oct((folder / "train.log").stat().st_mode & 0o777) == "0o600"
+
+
+def test_run_follows_no_symlink_planted_in_its_log_folder(job, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("untouched\n")
+    (job / "logs").mkdir()
+    for name in ("train.log", "run.json.tmp"):
+        (job / "logs" / name).symlink_to(victim)
+    proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--log-dir", "logs", "train.sh")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert victim.read_text() == "untouched\n"
+
+
+def test_json_metrics_into_a_missing_folder_is_one_line_before_the_job_starts(job):
+    proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--json-metrics", "no/such/m.jsonl", "train.sh")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "error: --json-metrics no/such/m.jsonl: no such folder no/such; create it first"
+    assert not (job / "state.json").exists() and not (job / "ascendfix-runs").exists()
 
 
 def test_env_resolution_sources():

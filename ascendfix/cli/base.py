@@ -6,8 +6,10 @@ the command's human renderer. rich is imported only when something is drawn for 
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -44,11 +46,26 @@ def wide():
     return Console(width=400, highlight=False, soft_wrap=True)
 
 
+# Terminal control in text read from a file (a state.json name, a log file's name, a node's answer):
+# ANSI/VT sequences (CSI, OSC, and two-byte ESC forms), then every other C0/C1 control character but
+# newline and tab, and the bidirectional overrides that reorder what a line shows.
+# (A pattern, not a compiled one: re compiles it on first use, so a command that prints none pays nothing.)
+_CONTROL = (
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -~]?|\x9b[0-?]*[ -/]*[@-~]"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def clean(text: str) -> str:
+    """Text from a file made safe for a terminal: escape sequences and control characters removed."""
+    return re.sub(_CONTROL, "", text)
+
+
 def escape(text: str) -> str:
-    """User text made safe to print with rich markup."""
+    """User or file text made safe to print with rich markup (and, through :func:`clean`, for a terminal)."""
     from rich.markup import escape as rich_escape
 
-    return rich_escape(text)
+    return rich_escape(clean(text))
 
 
 def emit_json(data: Any) -> None:
@@ -66,17 +83,36 @@ def render(result: Any, as_json: bool, human: Callable[[Any], None]) -> None:
 
 class Group(click.Group):
     """Turns every AscendfixError into its one line and exit status; with ``--json``, also a JSON
-    object ``{"error", "exit_code"}`` on stdout, so a pipe into ``jq`` reads an answer."""
+    object ``{"error", "exit_code"}`` on stdout, so a pipe into ``jq`` reads an answer.
+
+    An OSError that reaches here (a path that is too long or otherwise unusable, wherever a command
+    first touches it) is one line too: exit 2 for a name the system refuses, else 1.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except AscendfixError as e:
-            if ctx.meta.get(WANTS_JSON):
-                emit_json({"error": str(e), "exit_code": e.exit_code})
-            # click, not rich: the one line any command may end with costs no rich import
-            click.echo(f"{click.style('error:', fg='red', bold=True)} {e}", err=True)
-            sys.exit(e.exit_code)
+            _fail(ctx, str(e), e.exit_code)
+        except OSError as e:
+            bad_name = e.errno in (errno.ENAMETOOLONG, errno.EINVAL, errno.EILSEQ)
+            where = f"{_shorten(str(e.filename))}: " if e.filename is not None else ""
+            _fail(ctx, f"{where}{e.strerror or e}", 2 if bad_name else 1)
+
+
+def _fail(ctx: click.Context, message: str, exit_code: int) -> None:
+    """Print the one line (and the JSON object under ``--json``) and exit."""
+    message = clean(message).replace("\n", " ")
+    if ctx.meta.get(WANTS_JSON):
+        emit_json({"error": message, "exit_code": exit_code})
+    # click, not rich: the one line any command may end with costs no rich import
+    click.echo(f"{click.style('error:', fg='red', bold=True)} {message}", err=True)
+    sys.exit(exit_code)
+
+
+def _shorten(text: str, keep: int = 120) -> str:
+    """``text``, its middle cut out when it is longer than ``keep`` characters."""
+    return text if len(text) <= keep else f"{text[: keep // 2]}…{text[-keep // 2 :]} ({len(text)} characters)"
 
 
 WANTS_JSON = "ascendfix.json"

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from ascendfix.cli.base import (
+    clean,
     device_option,
     json_option,
     path_type,
@@ -35,8 +36,9 @@ def _render_report(report: Report, verbose: bool) -> None:
     """The report for a person: a title, each group's checks with their mark, details and fix, a verdict.
 
     Plain click styling, not rich (as the engine's commands): doctor is the first command run on a
-    fresh machine and starts faster without rich's import. The text is printed as it is (no markup
-    to escape), and click.echo drops the colours when stdout is not a terminal.
+    fresh machine and starts faster without rich's import. The text has no markup to escape; what
+    came from files is cleaned of terminal control, and click.echo drops the colours when stdout is
+    not a terminal.
     """
     from ascendfix.doctor.registry import CHECKS
 
@@ -50,12 +52,12 @@ def _render_report(report: Report, verbose: bool) -> None:
         if CHECKS[result.id].group != group:
             group = CHECKS[result.id].group
             lines.append("\n" + bold(group))
-        head, *rest = result.messages or [""]
+        head, *rest = [clean(m) for m in result.messages] or [""]  # messages quote what files hold
         lines.append(f"  {MARK[result.status]} {result.title}" + (f" {dim('—')} {head}" if head else ""))
         if result.status != Status.OK or verbose:
             lines += [f"      • {line}" for line in rest]
         if result.fix and result.status in (Status.WARN, Status.FAIL):
-            for i, line in enumerate(result.fix.splitlines()):
+            for i, line in enumerate(clean(result.fix).splitlines()):
                 lines.append(f"      {bold('fix:') if i == 0 else '    '} {click.style(line, fg='cyan')}")
     n = report.summary
     verdict = (

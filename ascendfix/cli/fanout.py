@@ -62,7 +62,8 @@ def _local_argv(ctx: click.Context) -> list[str]:
 def _render_cluster(report) -> None:
     from rich.table import Table
 
-    table = Table("node", "host", *report.items, "exit", box=None, title=f"ascendfix {' '.join(report.argv[:-1])}")
+    items = [escape(item) for item in report.items]  # every name and value here is a node's answer
+    table = Table("node", "host", *items, "exit", box=None, title=escape(f"ascendfix {' '.join(report.argv[:-1])}"))
     for node in report.nodes:
         row = report.cells.get(node.label, {})
         values = [
@@ -80,14 +81,15 @@ def _render_cluster(report) -> None:
         if node.error and not report.items:
             console.print(f"[bold red]{escape(node.label)}:[/] {escape(node.error)}")
     if report.differing:
-        console.print(f"[bold red]nodes disagree on:[/] {', '.join(report.differing)}")
+        console.print(f"[bold red]nodes disagree on:[/] {escape(', '.join(report.differing))}")
         for item in report.differing:
             for node in report.nodes:
                 value, detail = report.cells.get(node.label, {}).get(item, ("(absent)", ""))
                 if node.label in report.cells:
-                    console.print(f"  {item}  [bold]{escape(node.label)}[/]: {escape(value)}  [dim]{escape(detail)}[/]")
+                    label, shown = escape(node.label), escape(value)
+                    console.print(f"  {escape(item)}  [bold]{label}[/]: {shown}  [dim]{escape(detail)}[/]")
     failed = [n.label for n in report.nodes if n.failed]
     if failed:
-        console.print(f"[bold red]failed on:[/] {', '.join(failed)}")
+        console.print(f"[bold red]failed on:[/] {escape(', '.join(failed))}")
     if report.ok:
         console.print(f"[green]all {len(report.nodes)} node(s) agree[/]")

@@ -8,6 +8,7 @@ from typing import NamedTuple
 import click
 
 from ascendfix.cli.base import (
+    clean,
     device_option,
     emit_json,
     escape,
@@ -73,16 +74,17 @@ def render_statuses(statuses: list[engine.PatchStatus]) -> None:
     Plain click styling, not rich: the engine's commands are the ones run on every node and in
     every build step, and start faster without rich's import.
     """
-    for s in statuses:
+    for s in statuses:  # ids, reasons and warnings may carry names read from a state folder: cleaned
         action = f" ({s.action})" if s.action and s.action not in (Action.UNCHANGED, Action.SKIPPED) else ""
-        variant = f" [{s.variant}]" if s.variant and s.variant != manifest.DEFAULT_VARIANT else ""
-        click.echo(click.style(f"{s.state:15}", **STATE_STYLE.get(s.state, {})) + f" {s.id}{variant}{action}")
+        variant = f" [{clean(s.variant)}]" if s.variant and s.variant != manifest.DEFAULT_VARIANT else ""
+        head = click.style(f"{s.state:15}", **STATE_STYLE.get(s.state, {}))
+        click.echo(f"{head} {clean(s.id)}{variant}{action}")
         if s.reason:
-            click.echo(" " * 16 + click.style(s.reason, dim=True))
+            click.echo(" " * 16 + click.style(clean(s.reason), dim=True))
         if s.hint:
-            click.echo(" " * 16 + click.style("fix:", bold=True) + " " + click.style(s.hint, fg="cyan"))
+            click.echo(" " * 16 + click.style("fix:", bold=True) + " " + click.style(clean(s.hint), fg="cyan"))
         for w in s.warnings:
-            click.echo(click.style("warning:", fg="yellow") + f" {s.id}: {w}", err=True)
+            click.echo(click.style("warning:", fg="yellow") + f" {clean(s.id)}: {clean(w)}", err=True)
 
 
 @click.command()
@@ -157,7 +159,7 @@ def diff(profile, device, python, roots, only, variants, as_json) -> None:
         emit_json({**PatchReport(sel, statuses, True).to_json(), "diff": text})
         return
     if not out().is_terminal:
-        click.echo(text, nl=False)
+        click.echo(text, nl=False)  # a pipe gets the diff byte for byte
         return
     for line in text.splitlines():
         style = "bold" if line.startswith(("---", "+++")) else ""

@@ -56,6 +56,8 @@ def run(
     from ascendfix.patching.locate import parse_roots
     from ascendfix.profile import jobenv
 
+    if json_metrics is not None:
+        launch.require_folder("--json-metrics", json_metrics)  # bad input: said before anything runs
     prof = manifest.load_profile(profile)
     seams = preflight.default_seams(python, parse_roots(roots), manifest.parse_variants(prof, variants))
     prepared = launch.prepare(prof, require_device(device), command, os.environ, seams, full=not no_preflight)

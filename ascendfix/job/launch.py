@@ -13,7 +13,6 @@ import fcntl
 import itertools
 import json
 import os
-import re
 import selectors
 import shutil
 import signal
@@ -23,32 +22,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.job.metrics import Step, StepParser
+from ascendfix.job.redact import job_variables, redact_argv, redact_overrides, redact_variable
 from ascendfix.profile.jobenv import EnvSetting, job_environment, raise_nofile, resolve_env
 from ascendfix.profile.manifest import Profile, to_json
 
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL|AUTH", re.IGNORECASE)
-REDACTED = "<redacted>"
 GRACE_S = 30.0
 _MAX_PARTIAL_LINE = 1 << 20
 _PIPE_SIZE = 1 << 20
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment with the values of secret-looking variables replaced."""
-    return {k: REDACTED if SECRET_NAME.search(k) else v for k, v in sorted(env.items())}
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The command with ``NAME=value`` arguments of secret-looking names redacted."""
-    out = []
-    for arg in argv:
-        name, sep, _ = arg.partition("=")
-        out.append(f"{name}={REDACTED}" if sep and SECRET_NAME.search(name) else arg)
-    return out
 
 
 def run_record(
@@ -59,8 +43,8 @@ def run_record(
     env: Mapping[str, str],
     log_dir: Path,
 ) -> dict[str, Any]:
-    """What run.json records before the launch: command, profile, the env decisions, the whole env (redacted)."""
-    secret = {s.name for s in settings if SECRET_NAME.search(s.name)}
+    """What run.json records before the launch: command, profile, the env decisions, and the job's own
+    variables (the profile's and those of the libraries it runs), every secret redacted."""
     return {
         "command": redact_argv(argv),
         "cwd": os.getcwd(),
@@ -68,8 +52,13 @@ def run_record(
         "device": device,
         "log_dir": str(log_dir),
         "started": now(),
-        "env": [{**s._asdict(), "value": REDACTED if s.name in secret else s.value} for s in settings],
-        "environment": redact_env(env),
+        "env": [
+            s._replace(
+                value=redact_variable(s.name, s.value), profile_value=redact_variable(s.name, s.profile_value)
+            )._asdict()
+            for s in settings
+        ],
+        "environment": job_variables(env, own=[s.name for s in settings]),
     }
 
 
@@ -91,22 +80,28 @@ def command_for(argv: Sequence[str]) -> list[str]:
 
 
 def new_log_dir(base: Path = Path("ascendfix-runs")) -> Path:
-    """A fresh ``<base>/<UTC time>`` folder, ``-2``, ``-3``... when another run took that second."""
+    """A fresh ``<base>/<UTC time>`` folder (0700), ``-2``, ``-3``... when another run took that second."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    base.mkdir(parents=True, exist_ok=True)
     for n in itertools.count(1):
         folder = base / (stamp if n == 1 else f"{stamp}-{n}")
         try:
-            folder.mkdir(parents=True)
+            folder.mkdir(mode=0o700)
             return folder
         except FileExistsError:
             continue
 
 
 def write_run_json(log_dir: Path, record: Mapping[str, Any]) -> Path:
-    """Write ``<log-dir>/run.json`` atomically."""
+    """Write ``<log-dir>/run.json`` atomically, 0600: a private temp file (``O_EXCL|O_NOFOLLOW``, after a
+    leftover is removed) renamed into place, so nothing planted in the folder is followed."""
     path = log_dir / "run.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(record, indent=2, default=str) + "\n")
     os.replace(tmp, path)
     return path
 
@@ -116,10 +111,18 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def require_folder(option: str, path: Path) -> None:
+    """A UsageError when the folder that would hold ``path`` is not there (as a shell's ``>`` would say)."""
+    if not path.parent.is_dir():
+        raise UsageError(f"{option} {path}: no such folder {path.parent}; create it first")
+
+
 def metrics_writer(path: Path) -> Callable[[Step], None]:
-    """A callback appending each new step to a JSONL file in verl's ``file`` logger format."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("")
+    """A callback appending each new step to a JSONL file in verl's ``file`` logger format (emptied now)."""
+    try:
+        path.write_text("")
+    except OSError as e:
+        raise UsageError(f"--json-metrics {path}: cannot write: {e.strerror}") from None
 
     def write(step: Step) -> None:
         with open(path, "a") as f:
@@ -165,13 +168,16 @@ def launch(
     grace period, sends SIGKILL; ``notify`` is told each time what is being done. The exit
     status is the job's (128 + N when signal N ended it).
     """
+    log = open_log(log_dir)
     try:
         proc = subprocess.Popen(
             list(argv), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
         )
     except FileNotFoundError:
+        log.close()
         raise UsageError(f"{argv[0]}: command not found") from None
     except PermissionError:
+        log.close()
         raise UsageError(f"{argv[0]}: not executable (chmod +x it, or run it as: bash {argv[0]})") from None
     result = LaunchResult(exit_status=0)
     deadline: list[float] = []
@@ -194,7 +200,7 @@ def launch(
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with open(log_dir / "train.log", "ab") as log:
+        with log:
             _pump(proc, log, parser, status, deadline, result)
         code = proc.wait()
     finally:
@@ -202,6 +208,16 @@ def launch(
             signal.signal(s, handler)
     result.exit_status = 128 - code if code < 0 else code
     return result
+
+
+def open_log(log_dir: Path) -> BinaryIO:
+    """``<log-dir>/train.log`` for appending (0600), never through a symlink; a UsageError when it cannot be."""
+    path = log_dir / "train.log"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write the job's log: {e.strerror}") from None
+    return os.fdopen(fd, "ab")
 
 
 def _killpg(pid: int, signum: int) -> None:
@@ -315,15 +331,16 @@ def begin(prepared: Prepared, log_dir: Path | None, environ: Mapping[str, str]) 
         if log_dir is None:
             log_dir = new_log_dir()
         else:
-            log_dir.mkdir(parents=True, exist_ok=True)
+            log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"{e.filename}: cannot create the log directory: {e.strerror}") from None
     env = job_environment(prepared.settings, environ)
     ulimit = raise_nofile(prepared.profile.device(prepared.device).ulimit_nofile)
     record = run_record(prepared.profile.name, prepared.device, prepared.argv, prepared.settings, env, log_dir)
-    record.update(ulimit_nofile=ulimit, overrides=prepared.overrides)
+    record.update(ulimit_nofile=ulimit, overrides=redact_overrides(prepared.overrides))
     record["preflight"] = "full" if pre.full else "correctness only (--no-preflight)"
     record["preflight_hints"] = [to_json(h) for h in pre.hints]
+    open_log(log_dir).close()  # a log that cannot be written stops the run here, before run.json
     write_run_json(log_dir, record)
     return Job(log_dir, env, record)
 

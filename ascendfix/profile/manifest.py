@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
+import stat
 import sys
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
@@ -295,17 +296,62 @@ def _parse_toml(path: Path, data: bytes) -> dict[str, Any]:
     else:  # pragma: no cover - exercised on the container's Python 3.10
         import tomli as tomllib
     try:
-        return tomllib.loads(data.decode())
+        parsed = tomllib.loads(data.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:
+        parsed = None
+    if parsed is None or _deeper_than(parsed, MAX_NESTING):
+        raise UsageError(f"{path}: arrays or tables nested deeper than {MAX_NESTING} levels; no profile needs that")
+    return parsed
 
 
-def check_relative_path(table: _Table, field: str, value: str) -> str:
-    """A package-relative path: no absolute paths, no '..', forward slashes."""
+MAX_NESTING = 32  # of arrays and tables in a TOML file (every later step walks them recursively)
+MAX_EXTENDS = 16  # profiles in an extends chain
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` (parsed TOML) nests arrays and tables more than ``limit`` deep (walked without recursion)."""
+    todo = [(value, 1)]
+    while todo:
+        node, depth = todo.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth >= limit:
+                    return True
+                todo.append((child, depth + 1))
+    return False
+
+
+def check_relative_path(table: _Table, field: str, value: str, within: str = "its package root") -> str:
+    """A relative path (to a package's root, or ``within`` another folder): no absolute paths, no '..',
+    forward slashes, no control characters."""
     pure = PurePosixPath(value)
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        table.fail(field, f"path {value!r} holds a control character")
     if not value or pure.is_absolute() or "\\" in value or ".." in pure.parts or value.startswith("~"):
-        table.fail(field, f"path {value!r} must stay inside its package root (relative, no '..')")
+        table.fail(field, f"path {value!r} must stay inside {within} (relative, no '..')")
     return str(pure)
+
+
+def _contained_file(table: _Table, field: str, value: str, folder: Path, limit: int) -> str:
+    """The real path of ``value``, a file beside the patch file: relative to ``folder`` and inside it
+    (a symlink too), a regular file of at most ``limit`` bytes."""
+    rel = check_relative_path(table, field, value, within="the patch folder")
+    home = folder.resolve()
+    try:
+        real = (home / rel).resolve()
+        st = real.stat()
+    except OSError as e:
+        table.fail(field, f"{value!r}: {e.strerror} (looked in {home})")
+    if not real.is_relative_to(home):
+        table.fail(field, f"{value!r} leads to {real}, outside the patch folder {home}")
+    if not stat.S_ISREG(st.st_mode):
+        table.fail(field, f"{value!r} is not a regular file")
+    if st.st_size > limit:
+        table.fail(field, f"{value!r} is {st.st_size} bytes, over the {limit}-byte limit")
+    return str(real)
 
 
 def load_patch(path: Path) -> Patch:
@@ -339,7 +385,7 @@ def load_patch(path: Path) -> Patch:
         top.fail("files", "the same path is listed twice")
     variants_table = top.table("variants", required=False)
     if variants_table is None:
-        variants = [_variant(top.table("transform"), DEFAULT_VARIANT, "")]
+        variants = [_variant(top.table("transform"), DEFAULT_VARIANT, "", path.parent)]
     else:
         if "transform" in top.data:
             top.fail("transform", "a patch has either [transform] or [variants.<name>], not both")
@@ -347,7 +393,7 @@ def load_patch(path: Path) -> Patch:
         for vname, vtable in variants_table.children():
             if not PATCH_ID.match(vname) or vname == DEFAULT_VARIANT:
                 vtable.fail(vtable.where, f"{vname!r} is not a variant name (lowercase letters, digits and '-')")
-            variants.append(_variant(vtable.table("transform"), vname, vtable.text("why")))
+            variants.append(_variant(vtable.table("transform"), vname, vtable.text("why"), path.parent))
             vtable.done()
         variants_table.seen.update(variants_table.data)
         if not variants:
@@ -383,7 +429,8 @@ def _superseded(t: _Table | None) -> Superseded | None:
     return superseded
 
 
-def _variant(ttable: _Table, name: str, why: str) -> Variant:
+def _variant(ttable: _Table, name: str, why: str, folder: Path) -> Variant:
+    """A variant's transform and checked parameters; a file it names resolved inside ``folder``."""
     from ascendfix.transforms import registry
 
     tname = ttable.text("name")
@@ -395,6 +442,9 @@ def _variant(ttable: _Table, name: str, why: str) -> Variant:
     problem = registry.check_params(transform, params)
     if problem:
         ttable.fail(ttable.field(problem[0]), problem[1])
+    for key in registry.FILE_PARAMS:
+        if key in params:
+            params[key] = _contained_file(ttable, ttable.field(key), params[key], folder, registry.MAX_FILE_BYTES)
     ttable.done()
     frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
     return Variant(name, tname, frozen, why)
@@ -421,6 +471,8 @@ def _resolve_extends(path: Path, data: dict[str, Any], chain: tuple[Path, ...]) 
     parent_path = find_manifest(parent_ref, relative_to=path.parent)
     if parent_path.resolve() in chain:
         raise UsageError(f"{path}: extends: {parent_ref!r} leads back to itself")
+    if len(chain) >= MAX_EXTENDS:
+        raise UsageError(f"{path}: extends: more than {MAX_EXTENDS} profiles deep; extend one nearer the root")
     parent_data, dirs = _resolve_extends(parent_path, read_toml(parent_path), chain + (parent_path.resolve(),))
     child = {k: v for k, v in data.items() if k != "extends"}
     merged = _merge({k: v for k, v in parent_data.items() if k != "name"}, child)

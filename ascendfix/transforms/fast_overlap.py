@@ -5,7 +5,10 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import os
+import stat
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from ascendfix.resources import data_dir
@@ -77,13 +80,30 @@ class _Template(NamedTuple):
     uses: dict[str, set[str]]  # name -> the template functions it calls
 
 
+def read_template(path: Path, limit: int) -> str:
+    """The text of a template: a regular file of at most ``limit`` bytes, not reached through a symlink."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError("not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"over {limit} bytes")
+    return data.decode("utf-8")
+
+
 @functools.cache
-def _load_template(relative: str) -> _Template:
-    path = data_dir("patches") / relative
+def _load_template(name: str) -> _Template:
+    """The template ``name``: a path (a patch file's, resolved by the manifest), or one relative to the
+    bundled ``patches/`` folder."""
+    from ascendfix.transforms.registry import MAX_FILE_BYTES
+
+    path = data_dir("patches") / name
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_template(path, MAX_FILE_BYTES)
         tree = ast.parse(text)
-    except (OSError, SyntaxError, UnicodeDecodeError) as e:
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError) as e:
         raise TransformError(f"cannot read template {path}: {e}") from None
     lines = text.splitlines()
     replaces: dict[str, dict] = {}

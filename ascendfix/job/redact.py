@@ -1,0 +1,108 @@
+"""What run.json may hold: the job's own variables, and never a secret.
+
+The environment is cut down to what the job reads (the profile's variables, and the prefixes of
+the libraries a verl job runs: see :data:`JOB_PREFIXES`); every value whose name looks secret is
+replaced, in the environment, the command line (``name=value``, ``--flag=value`` and ``--flag
+value``) and the Hydra overrides (from the command line and from the script), and so are the
+credentials inside any URL (``postgres://user:pw@host``, ``http://user:pw@proxy``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+REDACTED = "<redacted>"
+
+# The prefixes of what a verl job on Ascend or NVIDIA reads. HCCL_, ASCEND_, ACL_: CANN's collectives
+# and runtime (HCCL_EXEC_TIMEOUT, ASCEND_RT_VISIBLE_DEVICES); NCCL_, CUDA_: the NVIDIA side; GLOO_:
+# torch's CPU collectives (GLOO_SOCKET_IFNAME); PYTORCH_, TORCH_: torch's allocator and distributed
+# settings (PYTORCH_NPU_ALLOC_CONF, a rule's subject); RAY_: Ray (RAY_DEDUP_LOGS); VLLM_: the rollout;
+# HYDRA_: verl's configuration (HYDRA_FULL_ERROR); HF_: model and data downloads (HF_ENDPOINT); OMP_:
+# threads; PYTHON: the interpreter (PYTHONPATH, PYTHONUNBUFFERED). The guide's 3.3 exports are all here.
+JOB_PREFIXES = (
+    "HCCL_",
+    "ASCEND_",
+    "ACL_",
+    "NCCL_",
+    "CUDA_",
+    "GLOO_",
+    "PYTORCH_",
+    "TORCH_",
+    "RAY_",
+    "VLLM_",
+    "HYDRA_",
+    "HF_",
+    "OMP_",
+    "PYTHON",
+)
+# Whole names a job reads: the loader's path, the command path, torch.distributed's rendezvous.
+JOB_NAMES = frozenset(
+    {"LD_LIBRARY_PATH", "PATH", "TASK_QUEUE_ENABLE", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK"}
+)
+
+# A name is secret when one of its words is one of these, or when it ends with one of the endings
+# (WANDB_API_KEY, HF_TOKEN, PGPASSWORD). Words, not substrings: PATH holds PAT, and verl's
+# max_num_batched_tokens and ppo_max_token_len_per_gpu hold TOKEN, and none of them is a secret.
+_SECRET_WORDS = frozenset(
+    "SECRET SECRETS PASS PASSWORD PASSWD PASSPHRASE PAT DSN CREDENTIAL CREDENTIALS AUTH AUTHORIZATION "
+    "COOKIE APIKEY".split()
+)
+_SECRET_ENDINGS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CONNECTION_STRING")
+_WORD = re.compile(r"[^A-Z0-9]+")
+_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+
+
+def secret_name(name: str) -> bool:
+    """Whether a variable, option or override called ``name`` may hold a secret."""
+    upper = name.upper().strip("-+")
+    return upper.endswith(_SECRET_ENDINGS) or any(word in _SECRET_WORDS for word in _WORD.split(upper))
+
+
+def redact_value(value: str) -> str:
+    """``value`` with the credentials of any URL in it replaced (``scheme://<redacted>@host``)."""
+    return _URL_CREDENTIALS.sub(rf"\1{REDACTED}@", value) if "://" in value else value
+
+
+def redact_variable(name: str, value: str | None) -> str | None:
+    """A variable's value as run.json may show it: redacted when its name looks secret, URL credentials out."""
+    return value if value is None else REDACTED if secret_name(name) else redact_value(value)
+
+
+def job_variables(env: Mapping[str, str], own: Iterable[str] = ()) -> dict[str, str]:
+    """The variables of ``env`` the job reads (``own``: the profile's, plus :data:`JOB_PREFIXES` and
+    :data:`JOB_NAMES`), sorted, each secret-looking value redacted."""
+    names = set(own)
+    return {
+        k: redact_variable(k, v)
+        for k, v in sorted(env.items())
+        if k in names or k in JOB_NAMES or k.startswith(JOB_PREFIXES)
+    }
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """The command with secrets redacted: ``NAME=value`` and ``--flag=value`` of a secret-looking name,
+    the argument after such a ``--flag``, URL credentials anywhere, and the same inside an argument
+    that is itself a command line (``bash -c "... --password x"``)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if " " in arg.strip():
+            out.append(" ".join(redact_argv(arg.split(" "))))
+            continue
+        name, sep, _ = arg.partition("=")
+        if secret_name(name) and (sep or name.startswith("-")):
+            out.append(f"{name}={REDACTED}" if sep else arg)
+            hide_next = not sep
+        else:
+            out.append(redact_value(arg))
+    return out
+
+
+def redact_overrides(overrides: Mapping[str, str]) -> dict[str, str]:
+    """Hydra overrides (``key.sub`` → value) with secret-looking keys and URL credentials redacted."""
+    return {k: REDACTED if secret_name(k) else redact_value(v) for k, v in overrides.items()}

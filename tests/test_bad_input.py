@@ -1,0 +1,155 @@
+"""Hostile or absurd input ends in one line and an exit status, never a traceback; text read from a file
+reaches the terminal without its control characters."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ascendfix.cli import base, doctor, fanout, patches
+from ascendfix.cluster import fanout as cluster
+from ascendfix.doctor.model import Report, Result, Status
+from ascendfix.patching.engine import PatchStatus
+from ascendfix.resources import data_dir
+from ascendfix.states import Action, State
+
+from tests.verl_lines import run_steps, step_line
+
+ROOT = Path(__file__).resolve().parent.parent
+LONG = "a" * 5000
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31mred\x1b[0m\r\x9b1m\u202e"
+
+
+def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ascendfix", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(cwd / "cache")},
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess, code: int = 2) -> str:
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), proc.stderr
+    return proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "--profile", LONG, "--device", "npu"],
+        ["status", "--profile", LONG + ".toml", "--device", "npu"],
+        ["status", "--device", "npu", "--root", f"verl={LONG}"],
+        ["report", LONG],
+        ["compare", LONG, LONG],
+    ],
+    ids=["profile", "profile.toml", "root", "report", "compare"],
+)
+def test_a_5000_character_option_value_is_one_line(tmp_path, args):
+    line = one_line_error(cli(tmp_path, *args))
+    assert "File name too long" in line and " characters)" in line and len(line) < 300
+
+
+def test_a_5000_character_value_under_json_is_a_json_error_too(tmp_path):
+    proc = cli(tmp_path, "status", "--profile", LONG, "--device", "npu", "--json")
+    one_line_error(proc)
+    assert json.loads(proc.stdout)["exit_code"] == 2
+
+
+def write_team(tmp_path: Path, patch: str) -> Path:
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "team-probe.toml").write_text(patch)
+    profile = tmp_path / "team.toml"
+    profile.write_text('extends = "verl-796871d"\nname = "team"\n[devices.npu]\nadd_patches = ["team-probe"]\n')
+    return profile
+
+
+def test_a_nul_byte_in_a_patch_path_is_one_line(tmp_path):
+    own = (data_dir("patches") / "verl-cuda-probe-off.toml").read_text()
+    own = own.replace('id = "verl-cuda-probe-off"', 'id = "team-probe"')
+    own = own.replace('path = "verl/utils/device.py"', 'path = "verl/utils/dev\\u0000ice.py"')
+    profile = write_team(tmp_path, own)
+    line = one_line_error(cli(tmp_path, "status", "--profile", str(profile), "--device", "npu"))
+    assert "team-probe.toml: files[0].path: path 'verl/utils/dev\\x00ice.py' holds a control character" in line
+
+
+def test_an_extends_chain_1200_deep_is_one_line_naming_the_file(tmp_path):
+    for i in range(1200):
+        parent = f"p{i + 1}.toml" if i < 1199 else "verl-796871d"
+        (tmp_path / f"p{i}.toml").write_text(f'extends = "{parent}"\nname = "p{i}"\n')
+    line = one_line_error(cli(tmp_path, "status", "--profile", "p0.toml", "--device", "npu"))
+    assert "p15.toml: extends: more than 16 profiles deep" in line
+
+
+@pytest.mark.parametrize("depth", [40, 5000])
+def test_a_deeply_nested_toml_array_is_one_line_naming_the_file(tmp_path, depth):
+    (tmp_path / "deep.toml").write_text("a = " + "[" * depth + "]" * depth + "\n")
+    line = one_line_error(cli(tmp_path, "status", "--profile", "deep.toml", "--device", "npu"))
+    assert "deep.toml: arrays or tables nested deeper than 32 levels" in line
+
+
+def test_markup_and_escapes_in_a_nodes_answer_are_shown_as_text(monkeypatch):
+    console = io.StringIO()
+    from rich.console import Console
+
+    monkeypatch.setattr(fanout, "out", lambda: Console(file=console, width=300, highlight=False))
+    monkeypatch.setattr(fanout, "wide", lambda: Console(file=console, width=300, highlight=False))
+
+    def answer(node: str, state: str) -> cluster.NodeAnswer:
+        data = {"patches": [{"id": "[/]x" + ESCAPES, "state": state, "files": [{"path": "[/]", "sha256": None}]}]}
+        return cluster.NodeAnswer(node * 32, "10.0.0.1", "[/]host", 1, data)
+
+    report = cluster.table(["status", "--root", "verl=[/]", "--json"], [answer("a", "[/]"), answer("b", "[bold]")])
+    fanout._render_cluster(report)
+    text = console.getvalue()
+    assert "[/]x" in text and "[/]host" in text and "[bold]" in text and "nodes disagree on: [/]x" in text
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+
+
+def test_names_from_a_state_folder_reach_the_terminal_without_control_characters(capsys):
+    status = PatchStatus(
+        "evil" + ESCAPES,
+        State.NOT_APPLIED,
+        f"applied by profile team{ESCAPES}, not a patch of verl-796871d",
+        (),
+        warnings=(f"verl/x{ESCAPES}.py: changed",),
+        action=Action.REVERTED,
+        hint=f"git checkout {ESCAPES}",
+    )
+    patches.render_statuses([status])
+    shown = capsys.readouterr()
+    for text in (shown.out, shown.err):
+        assert "\x1b" not in text and "\x07" not in text and "\r" not in text and "\u202e" not in text
+    assert "evilred" in shown.out and "applied by profile teamred" in shown.out
+
+
+def test_doctor_messages_reach_the_terminal_without_control_characters(capsys, monkeypatch):
+    from ascendfix.doctor import registry
+
+    check = next(iter(registry.CHECKS))
+    result = Result(check, "a check", Status.FAIL, [f"found {ESCAPES}", f"detail {ESCAPES}"], fix=f"run {ESCAPES}")
+    doctor._render_report(Report("verl-796871d", "npu", [result], "given"), verbose=True)
+    out = capsys.readouterr().out
+    assert "found red" in out and "detail red" in out and "run red" in out
+    assert "\x07" not in out and "\r" not in out and "owned" not in out and "\x1b[2J" not in out
+
+
+def test_a_log_file_name_reaches_the_terminal_without_control_characters(tmp_path):
+    log = tmp_path / f"run{ESCAPES}.log"
+    log.write_text("".join(step_line(n, v) + "\n" for n, v in enumerate(run_steps(4), 1)))
+    proc = cli(tmp_path, "report", str(log))
+    assert proc.returncode == 0, proc.stderr
+    assert "runred.log" in proc.stdout and "\x1b" not in proc.stdout and "\x07" not in proc.stdout
+
+
+def test_clean_strips_sequences_and_control_characters_but_keeps_lines():
+    assert base.clean(f"a{ESCAPES}b\n\tc\x00\x7f") == "aredb\n\tc"
+    assert base.escape("[/]\x1b[1m") == "\\[/]"
