@@ -32,7 +32,8 @@ MARK = {
 
 
 def _render_report(report: Report, verbose: bool) -> None:
-    """The report for a person: a title, each group's checks with their mark, details and fix, a verdict.
+    """The report for a person: a title, each group's checks with their mark, messages and fix, a verdict;
+    the details (whys, long lists) with ``-v``.
 
     Plain click styling, not rich (as the engine's commands): doctor is the first command run on a
     fresh machine and starts faster without rich's import. The text is printed as it is (no markup
@@ -54,6 +55,10 @@ def _render_report(report: Report, verbose: bool) -> None:
         lines.append(f"  {MARK[result.status]} {result.title}" + (f" {dim('—')} {head}" if head else ""))
         if result.status != Status.OK or verbose:
             lines += [f"      • {line}" for line in rest]
+        if verbose:
+            lines += [f"        {line}" for line in result.details]
+        elif result.details and result.status != Status.OK:
+            lines.append("      " + dim(f"(-v shows {len(result.details)} more line(s))"))
         if result.fix and result.status in (Status.WARN, Status.FAIL):
             for i, line in enumerate(result.fix.splitlines()):
                 lines.append(f"      {bold('fix:') if i == 0 else '    '} {click.style(line, fg='cyan')}")

@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ascendfix.doctor.context import REPORTED_ONLY, Context, editable_dir
-from ascendfix.doctor.model import Finding, fail, ok, skip, warn
+from ascendfix.doctor.model import Finding, fail, listing, ok, skip, warn
 from ascendfix.doctor.ours import without_patches
 from ascendfix.patching.journal import Store
 from ascendfix.profile import rl_plugin
@@ -71,23 +71,41 @@ def check_python(ctx: Context) -> Finding:
     if _matches(version, pin):
         return ok(f"Python {version} ({where})")
     return fail(
-        f"{where} is Python {version}; the profile needs {pin}: {pinned[0].why}",
+        f"{where} is Python {version}; the profile needs {pin}",
+        details=[" ".join(pinned[0].why.split())],
         fix=f"run the job with Python {pin}, and check it: ascendfix doctor --python $(command -v python{pin})",
     )
 
 
+def _post_release_of(version: str, pin: str) -> bool:
+    """Whether ``version`` is a post release of exactly ``pin`` (torch-npu 2.7.1.post2 of 2.7.1)."""
+    try:
+        parsed = Version(version)
+        return parsed.is_postrelease and not parsed.is_devrelease and Version(parsed.base_version) == Version(pin)
+    except InvalidVersion:
+        return False
+
+
 def check_packages(ctx: Context) -> Finding:
-    """Installed versions of the pinned distributions; torch_npu paired with torch."""
-    good, bad, wheels, sources = [], [], [], []
+    """Installed versions of the pinned distributions (a post release of a pin is accepted, with a note);
+    torch_npu paired with torch. A ``--root`` site-packages folder is read for the packages it holds."""
+    good, bad, wheels, sources, posts = [], [], [], [], []
     pinned = [c for c in ctx.components() if c.distribution]
+    roots = ctx.from_roots()
     for c in pinned:
         info = ctx.installed(c.distribution)
+        name = canonicalize_name(c.distribution)
+        where = f" (from {roots[name][1]})" if name in roots else ""
         if info is None:
             bad.append(f"{c.distribution} is not installed (the profile pins {c.version or c.commit or c.tag})")
+        elif c.version and _post_release_of(info.version, c.version):
+            posts.append(f"{c.distribution} {info.version}")
+            good.append(f"{c.distribution} {info.version}{where}: a post release of the pinned {c.version}, accepted")
+            continue
         elif c.version and not _matches(info.version, c.version):
-            bad.append(f"{c.distribution} {info.version} is installed; the profile pins {c.version}")
+            bad.append(f"{c.distribution} {info.version}{where} is installed; the profile pins {c.version}")
         else:
-            good.append(f"{c.distribution} {info.version}" + ("" if c.version else " (commit: see commits)"))
+            good.append(f"{c.distribution} {info.version}{where}" + ("" if c.version else " (commit: see commits)"))
             continue
         if c.kind == "pypi":
             wheels.append(f"{c.distribution}=={c.version}")
@@ -111,7 +129,8 @@ def check_packages(ctx: Context) -> Finding:
         # sources first: their requirements may move a pinned wheel (verl caps tensordict), the pins go last
         fix = "\n".join(sources + ([_pip(ctx, *wheels)] if wheels else []))
         return fail(f"{len(bad)} problem(s) with {len(pinned)} pinned distributions", *bad, *good, fix=fix)
-    return ok(f"{len(pinned)} pinned distributions match", *good)
+    post = f" ({len(posts)} as a post release of its pin: {', '.join(posts)})" if posts else ""
+    return ok(f"{len(pinned)} pinned distributions match{post}", *good)
 
 
 def _commit_of(info: dict) -> tuple[str | None, str]:
@@ -329,7 +348,7 @@ def _changed_files(metadata_dir: Path) -> tuple[int, list[tuple[str, str, bytes 
 
 def check_integrity(ctx: Context) -> Finding:
     """Installed ``.py`` files of the pinned distributions against their wheel's RECORD."""
-    good, bad, fixes, checked, files = [], [], [], 0, 0
+    good, bad, fixes, details, checked, files = [], [], [], [], 0, 0
     for c in ctx.components():
         info = ctx.installed(c.distribution) if c.distribution else None
         if not info or not info.metadata_dir or editable_dir(info):
@@ -356,13 +375,15 @@ def check_integrity(ctx: Context) -> Finding:
         if plugin:  # never reinstalled away: without them the NPU rollout is off
             good.append(f"{name}: changed by the {rl_plugin.INSTALLER} exactly as it edits them: {', '.join(plugin)}")
         if foreign:
-            bad.append(f"{name}: {len(foreign)} file(s) differ from the wheel's RECORD: {', '.join(foreign)}")
+            message, listed = listing(f"{name}: {len(foreign)} file(s) differ from the wheel's RECORD", foreign)
+            bad.append(message)
+            details += listed
             fixes.append(_pip(ctx, "--force-reinstall", "--no-deps", f"{c.distribution}=={info.version}"))
     leftovers = [f"{tmp}: left by a killed ascendfix write; the next apply or revert removes it" for tmp in _temps(ctx)]
     if bad:
         if ctx.profile.devices[ctx.device].patches:  # a reinstall drops them
             fixes.append(ctx.command("apply"))
-        return fail(*bad, *leftovers, *good, fix="\n".join(fixes))
+        return fail(*bad, *leftovers, *good, fix="\n".join(fixes), details=details)
     if leftovers:
         return warn(*leftovers, *good, fix=ctx.command("apply"))
     if not checked:
