@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from ascendfix.profile import manifest
+from ascendfix import resources
+from ascendfix.patching import engine
+from ascendfix.profile import manifest, rl_plugin
 from ascendfix.cli.doctor import _render_report
 from ascendfix.doctor import pyenv, runner
 from ascendfix.doctor.context import Context
@@ -16,6 +18,7 @@ from ascendfix.errors import UsageError
 
 from tests import machine
 from tests.machine import doctor
+from tests.test_rl_plugin import LINEAR_CE, VERL_INIT, checkout_profile, commits, installer
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +135,115 @@ def test_the_runner_raises_one_usage_error_for_an_unusable_interpreter(profile, 
     target = machine.write_executable(tmp_path / "notes.txt", "just some words\n")
     with pytest.raises(UsageError, match="not a Python interpreter"):
         runner.run(Context(profile, "npu", "test", str(target)), ["python", "packages", "hazards"])
+
+
+# --- other tools' edits: the rl-plugin's import block in any spelling, another profile's patches ---------
+
+INIT = rl_plugin.VERL_INIT
+SPELLINGS = {
+    "the installer's": installer(VERL_INIT, INIT)[len(VERL_INIT) :],
+    "quotes, comments, spaces": (
+        "\n\n# added by our image build\nfrom verl.utils.device import is_npu_available  # NPU?\n"
+        "if is_npu_available :\n    import verl_npu   # the plugin\n    print('NPU acceleration enabled for verl')\n"
+    ),
+    "module attribute": "\nimport verl.utils.device\n\nif verl.utils.device.is_npu_available:\n    import verl_npu\n",
+    "from verl.utils import device": "from verl.utils import device\nif device.is_npu_available:\n    import verl_npu",
+    "an alias": "from verl.utils.device import is_npu_available as on_npu\nif on_npu:\n    import verl_npu  # noqa\n",
+}
+NOT_THE_BLOCK = {
+    "unguarded": "import verl_npu\n",
+    "a guard that does more": "from verl.utils.device import is_npu_available\nif is_npu_available:\n"
+    "    import verl_npu\n    verl_npu.MODE = 2\n",
+    "the block and another change": SPELLINGS["an alias"] + "__version__ = '0.5.1'\n",
+    "not under is_npu_available": "import os\nif os.environ.get('NPU'):\n    import verl_npu\n",
+}
+
+
+@pytest.mark.parametrize("block", SPELLINGS.values(), ids=SPELLINGS)
+def test_the_plugins_import_block_is_recognised_in_any_spelling(block):
+    current = (VERL_INIT + block).encode()
+    assert rl_plugin.is_installer_edit(INIT, VERL_INIT.encode(), current) and rl_plugin.has_import_block(current)
+    docstring, rest = VERL_INIT.split("\n", 1)
+    at_the_top = f"{docstring}\n{block.strip()}\n{rest}".encode()  # written elsewhere in the file
+    assert rl_plugin.is_installer_edit(INIT, VERL_INIT.encode(), at_the_top)
+    assert rl_plugin.installer_edit(INIT, current) == current  # the installer would not add a second one
+
+
+@pytest.mark.parametrize("block", NOT_THE_BLOCK.values(), ids=NOT_THE_BLOCK)
+def test_other_edits_near_verl_npu_are_not_the_block(block):
+    assert not rl_plugin.is_installer_edit(INIT, VERL_INIT.encode(), (VERL_INIT + block).encode())
+
+
+@pytest.mark.parametrize("block", list(SPELLINGS.values())[1:], ids=list(SPELLINGS)[1:])
+def test_doctor_keeps_the_import_block_of_a_checkout_in_any_spelling(tmp_path, monkeypatch, block):
+    verl, profile = checkout_profile(tmp_path, {INIT: VERL_INIT, rl_plugin.LINEAR_CROSS_ENTROPY: LINEAR_CE})
+    (verl / INIT).write_text(VERL_INIT + block)
+    (verl / rl_plugin.LINEAR_CROSS_ENTROPY).write_text(installer(LINEAR_CE, rl_plugin.LINEAR_CROSS_ENTROPY))
+    result = commits(profile, verl, monkeypatch, plugin_installed=True)
+    assert result.status == "ok", result
+    assert any("rl-plugin installer" in m and INIT in m and "(keep them)" in m for m in result.messages)
+    assert "checkout --" not in result.fix
+
+
+def test_integrity_keeps_the_import_block_of_a_wheel_install_and_reinstalls_the_plugin_after(profile, tmp_path):
+    files = {INIT: VERL_INIT.encode(), "verl/protocol.py": b"class DataProto:\n    pass\n"}
+    site = install_into(tmp_path / "site", machine.make_wheel(tmp_path / "wheels", "verl", "0.5.0", files))
+    (site / INIT).write_text(VERL_INIT + SPELLINGS["module attribute"])
+    result = check(profile, "integrity", roots={"verl": site})
+    assert result.status == "ok", result
+    assert f"verl 0.5.0: changed by the {rl_plugin.INSTALLER} exactly as it edits them: {INIT}" in result.messages
+    (site / "verl/protocol.py").write_text("class DataProto:\n    edited = True\n")
+    broken = check(profile, "integrity", roots={"verl": site})
+    assert broken.status == "fail" and "verl 0.5.0: 1 file(s) differ from the wheel's RECORD: verl/protocol.py" in (
+        broken.messages
+    )
+    reinstall, plugin = broken.fix.splitlines()[:2]
+    assert reinstall.endswith("--force-reinstall --no-deps verl==0.5.0")
+    assert "rl-plugin" in plugin and "pip install" in plugin  # the reinstall dropped the block: put it back
+
+
+def team_profile(tmp_path: Path) -> manifest.Profile:
+    """A team profile with its own patch of verl/utils/device.py (the probe patch under another id)."""
+    (tmp_path / "patches").mkdir(parents=True)
+    text = (resources.data_dir("patches") / "verl-cuda-probe-off.toml").read_text()
+    (tmp_path / "patches" / "team-probe.toml").write_text(text.replace('"verl-cuda-probe-off"', '"team-probe"'))
+    (tmp_path / "team.toml").write_text(
+        'extends = "verl-796871d"\nname = "team"\n[devices.npu]\nadd_patches = ["team-probe"]\n'
+        'drop_patches = ["verl-cuda-probe-off"]\n'
+    )
+    return manifest.load_profile(str(tmp_path / "team.toml"))
+
+
+DEVICE = "verl/utils/device.py"
+DEVICE_PY = "import torch\n\nis_cuda_available = torch.cuda.is_available()\n"
+
+
+def test_a_file_another_profile_patched_in_a_checkout_is_named_as_its_never_checked_out(tmp_path, monkeypatch):
+    verl, profile = checkout_profile(tmp_path, {INIT: VERL_INIT, DEVICE: DEVICE_PY})
+    team = team_profile(tmp_path / "team")
+    (applied,) = engine.apply(engine.select(team, "npu", ("team-probe",), roots={"verl": verl}))
+    assert applied.action == "applied"
+    result = commits(profile, verl, monkeypatch, plugin_installed=False)
+    assert result.status == "warn", result
+    assert f"verl: {verl} holds another profile's patches: {DEVICE} (profile team's patch team-probe)" in (
+        result.messages
+    )
+    assert "checkout --" not in result.fix and "git" not in result.fix
+    assert (
+        result.fix == f"ascendfix revert --profile team --root verl={verl}  # only if this job runs without team-probe"
+    )
+    (verl / DEVICE).write_text((verl / DEVICE).read_text() + "# and edited by hand\n")
+    edited = commits(profile, verl, monkeypatch, plugin_installed=False)
+    assert any(f"{DEVICE} (profile team's patch team-probe, changed since)" in m for m in edited.messages)
+    assert "checkout --" not in edited.fix
+
+
+def test_a_file_another_profile_patched_in_site_packages_is_named_as_its_not_reinstalled(profile, tmp_path):
+    wheel = machine.make_wheel(tmp_path / "wheels", "verl", "0.5.0", {INIT: b"", DEVICE: DEVICE_PY.encode()})
+    site = install_into(tmp_path / "site", wheel)
+    team = team_profile(tmp_path / "team")
+    engine.apply(engine.select(team, "npu", ("team-probe",), roots={"verl": site}))
+    result = check(profile, "integrity", roots={"verl": site})
+    assert result.status == "warn", result
+    assert result.messages[0] == f"verl 0.5.0: another profile's patches: {DEVICE} (profile team's patch team-probe)"
+    assert "--force-reinstall" not in result.fix and "--profile team" in result.fix

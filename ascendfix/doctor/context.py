@@ -136,9 +136,10 @@ class Context:
         bundled = resources.data_dir("manifests") / f"{self.profile.name}.toml"
         return self.profile.name if self.profile.source == bundled else str(self.profile.source)
 
-    def command(self, verb: str) -> str:
-        """The ascendfix command ``verb`` for this profile, device, interpreter and roots."""
-        words = ["ascendfix", verb, "--profile", self.profile_ref, "--device", self.device]
+    def command(self, verb: str, profile: str | None = None) -> str:
+        """The ascendfix command ``verb`` for this profile (or the one named) and device, interpreter and roots."""
+        words = ["ascendfix", verb, "--profile", profile or self.profile_ref]
+        words += [] if verb == "revert" else ["--device", self.device]  # revert takes back every device's patches
         if self.python:
             words += ["--python", self.python]
         for package, folder in self.roots.items():
