@@ -110,10 +110,11 @@ class Context:
         with self._lock:
             if self._from_roots is None:
                 self._from_roots = {}
+                pinned = {canonicalize_name(c.distribution) for c in self.profile.components if c.distribution}
                 for package, folder in self.roots.items():
                     if locate.is_checkout(folder):
                         continue
-                    for name, info in site_distributions(folder, package).items():
+                    for name, info in site_distributions(folder, package, pinned).items():
                         self._from_roots.setdefault(name, (info, f"--root {package}={folder}"))
             return self._from_roots
 
@@ -152,11 +153,13 @@ class Context:
         return self.python or self.probe().python
 
 
-def site_distributions(folder: Path, package: str) -> dict[str, locate.Distribution]:
-    """The distributions whose ``.dist-info`` in ``folder`` installed top-level ``package``, by canonical name
-    (``top_level.txt`` names it, or ``RECORD`` lists a file under it)."""
+def site_distributions(folder: Path, package: str, names: set[str]) -> dict[str, locate.Distribution]:
+    """Those of the distributions ``names`` (canonical) whose ``.dist-info`` in ``folder`` installed top-level
+    ``package`` (``top_level.txt`` names it, or ``RECORD`` lists a file under it), by canonical name."""
     found = {}
     for info in sorted(folder.glob("*.dist-info")):
+        if canonicalize_name(info.name.partition("-")[0]) not in names:
+            continue  # the folder's name starts with the distribution's: only the pinned ones are read
         fields = _metadata(info)
         if fields is None or not _installs(info, package):
             continue
