@@ -209,8 +209,8 @@ def shown_at_80_columns(text: str, profile) -> None:
 
 
 def test_show_names_every_component_at_80_columns_on_a_terminal_and_in_a_pipe():
-    from ascendfix import manifest
     from ascendfix.cli.profiles import _render_profile
+    from ascendfix.profile import manifest
     from rich.console import Console
 
     profile = manifest.load_profile("verl-796871d")

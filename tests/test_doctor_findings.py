@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 from ascendfix import resources
-from ascendfix.patching import engine
-from ascendfix.profile import manifest, rl_plugin
 from ascendfix.cli.doctor import _render_report
 from ascendfix.doctor import pyenv, runner
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Report, Result, Status
 from ascendfix.errors import UsageError
+from ascendfix.patching import engine
+from ascendfix.profile import manifest, rl_plugin
 
 from tests import machine
 from tests.machine import doctor
