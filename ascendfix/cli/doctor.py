@@ -88,7 +88,7 @@ def _render_report(report: Report, verbose: bool) -> None:
 @click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @json_option
-@click.option("-v", "--verbose", is_flag=True, help="Show the details of passing checks too.")
+@click.option("-v", "--verbose", is_flag=True, help="Show every detail: passing checks' lines, whys, long lists.")
 def doctor(profile, device, python, roots, ascend_home, only, list_checks, strict, as_json, verbose) -> None:
     """Is this machine ready for the profile's job? Every problem with the command that fixes it."""
     from ascendfix.doctor import context, runner
