@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -192,6 +193,39 @@ def test_show_in_a_pipe_keeps_every_pin_whole():
     for component in json.loads(run("show", "verl-796871d", "--json").stdout)["components"]:
         pin = component.get("commit") or component.get("tag") or component.get("version")
         assert pin is None or pin in shown
+
+
+def shown_at_80_columns(text: str, profile) -> None:
+    """Every component named at the start of its own line with its whole pin, every why complete,
+    and no line wider than 80 columns but a component's pin line or one word that is longer."""
+    lines = text.splitlines()
+    for c in profile.components:
+        pin = c.commit or c.tag or c.version
+        assert any(line.startswith(f"  {c.name}  ") and (pin is None or pin in line) for line in lines), c.name
+        assert " ".join(c.why.split()) in " ".join(text.split()), c.name
+    for line in lines:
+        if len(line) > 80:
+            assert line.startswith("  ") and (" @ " in line or len(line.split()) == 1), line
+
+
+def test_show_names_every_component_at_80_columns_on_a_terminal_and_in_a_pipe():
+    from ascendfix.cli.profiles import _render_profile
+    from ascendfix.profile import manifest
+    from rich.console import Console
+
+    profile = manifest.load_profile("verl-796871d")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80"}
+    piped = subprocess.run(
+        [sys.executable, "-m", "ascendfix", "show", "verl-796871d"], capture_output=True, text=True, env=env
+    )
+    assert piped.returncode == 0 and "\x1b[" not in piped.stdout
+    shown_at_80_columns(piped.stdout, profile)
+    assert max(map(len, piped.stdout.splitlines())) <= 120  # was 579: the mindspeed_rl row of a 400-column table
+    terminal = Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None, highlight=False)
+    _render_profile(profile, terminal)
+    shown_at_80_columns(terminal.file.getvalue(), profile)
+    whole = json.loads(run("show", "verl-796871d", "--json").stdout)
+    assert [c["why"] for c in whole["components"]] == [c.why for c in profile.components]  # --json keeps every why
 
 
 def test_demo_cleans_up_its_temporary_folder_and_its_last_command_works(tmp_path):

@@ -139,7 +139,7 @@ def test_show_marks_what_is_beyond_the_guide_and_what_cuda_patches():
     from ascendfix import cli
     from click.testing import CliRunner
 
-    result = CliRunner().invoke(cli.main, ["show", "verl-796871d"], terminal_width=400)
+    result = CliRunner().invoke(cli.main, ["show", "verl-796871d"], env={"COLUMNS": "400"})  # one line each
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert any(line.strip().startswith("HCCL_CONNECT_TIMEOUT=3600  (guide 3.3.1)") for line in lines)

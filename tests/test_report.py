@@ -40,7 +40,7 @@ def test_report_on_the_guide_step_line_gives_e2e_8035_and_update_vllm(tmp_path):
     assert round(tps["vllm_tps"], 3) == 14.841  # 2,894,754 / (128 × 1523.87)
     assert data["steps_seen"] == 1 and data["steady_steps"] == 0
     assert data["timing_share"]["gen"] == pytest.approx(1523.87 / 2814.45)
-    assert data["timing_share"]["reshard"] is None
+    assert data["timing_share_within_gen"] == {"generate_sequences": None, "reshard": None}
     text = invoke("report", str(log))
     assert "e2e 8.035 · update 26.830 · vllm 14.841 (world 128)" in text.output
 
@@ -78,6 +78,74 @@ def test_report_errors_are_one_line(tmp_path):
     )
     (tmp_path / "empty").mkdir()
     assert invoke("report", str(tmp_path / "empty")).exit_code == 2
+
+
+# The timing keys of the guide's own step-1 line (its 3.3 log), as verl@796871d prints them.
+GUIDE_STEP1_TIMING = {
+    "timing_s/generate_sequences": 1311.4302978515625,
+    "timing_s/reshard": 205.53201293945312,
+    "timing_s/gen": 1549.5419146210188,
+    "timing_s/reward": 1.9772784940432757,
+    "timing_s/old_log_prob": 484.43600556300953,
+    "timing_s/ref": 133.7677788970759,
+    "timing_s/adv": 0.17963880999013782,
+    "timing_s/update_actor": 644.0539472099626,
+    "timing_s/step": 2814.4491687440313,
+}
+
+
+def test_time_shares_count_reshard_inside_gen_and_add_up_to_at_most_100(tmp_path):
+    log = tmp_path / "guide.log"
+    log.write_text(f"{RAY_PREFIX}{step_line(1, {**GUIDE_STEP1, **GUIDE_STEP1_TIMING})}\n")
+    [data] = json.loads(invoke("report", str(log), "--json").output)
+    shares, within = data["timing_share"], data["timing_share_within_gen"]
+    assert list(shares) == ["gen", "old_log_prob", "ref", "update_actor", "other"]
+    assert sum(shares.values()) == pytest.approx(1.0) and shares["other"] >= 0  # the old sum was 107%
+    assert shares["gen"] == pytest.approx(1549.5419146210188 / 2814.4491687440313)
+    assert within["reshard"] == pytest.approx(205.53201293945312 / 2814.4491687440313)
+    assert within["reshard"] + within["generate_sequences"] <= shares["gen"]
+    text = " ".join(invoke("report", str(log)).output.split())  # the table wraps the row at 80 columns
+    assert "gen 55.1% (of which generate_sequences 46.6%, reshard 7.3%) · old_log_prob 17.2%" in text
+
+
+def test_shares_over_several_steps_are_of_their_total_time(tmp_path):
+    a = {"timing_s/step": 100.0, "timing_s/gen": 50.0, "timing_s/old_log_prob": 50.0, "timing_s/ref": 0.0}
+    b = {"timing_s/step": 100.0, "timing_s/gen": 50.0, "timing_s/old_log_prob": 0.0, "timing_s/ref": 50.0}
+    c = {"timing_s/step": 100.0, "timing_s/gen": 0.0, "timing_s/old_log_prob": 50.0, "timing_s/ref": 50.0}
+    shares = report.timing_shares(
+        [report.Step(n, v) for n, v in enumerate((a, b, c), 2)], ("gen", "old_log_prob", "ref")
+    )
+    assert sum(shares.values()) == pytest.approx(1.0)  # medians of per-step ratios would say 150%
+
+
+def test_a_one_step_log_says_its_figures_are_that_steps(tmp_path):
+    log = write_log(tmp_path / "one.log", run_steps(1))
+    footer = invoke("report", str(log)).output.rstrip().splitlines()[-1]
+    assert "no steady step yet" in footer and "figures are step 1's own, warm-up included" in footer
+    assert "medians over steady" not in footer
+    more = invoke("report", str(write_log(tmp_path / "six.log", run_steps(6)))).output.rstrip().splitlines()[-1]
+    assert more.startswith("figures are medians over 5 steady step(s) (not step 1")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"Traceback (most recent call last):\n  ...\n", bytes(range(256)) * 40],
+    ids=["empty", "no-step-line", "binary"],
+)
+def test_a_log_without_a_verl_step_line_exits_1_naming_it(tmp_path, content):
+    log = tmp_path / "train.log"
+    log.write_bytes(content)
+    good = write_log(tmp_path / "good.log", run_steps(3))
+    for args in (["report", str(log)], ["compare", str(good), str(log)], ["compare", str(log), str(good)]):
+        result = invoke(*args)
+        assert result.exit_code == 1, (args, result.output)
+        assert result.output.strip().splitlines() == [
+            f"error: {log}: no verl training step line (step:N - key:value …); is it the log of a verl run?"
+        ]
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "worker-1.out").write_bytes(content)
+    assert invoke("report", str(folder)).exit_code == 1
 
 
 def test_sparkline():

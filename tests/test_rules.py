@@ -178,7 +178,7 @@ def test_doctor_hazards_enforces_the_rules_over_the_effective_environment():
     bad = Context(PROFILE, "npu", "test", environ={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})
     result = host.check_hazards(bad)
     assert result.status == "fail" and result.messages[0].startswith(f"{ALLOC}: PYTORCH_NPU_ALLOC_CONF=")
-    assert "camem.py:148" in result.messages[0] and result.fix.startswith("drop expandable_segments:True")
+    assert "camem.py:148" in result.details[1] and result.fix.startswith("drop expandable_segments:True")
     fine = host.check_hazards(Context(PROFILE, "npu", "test", environ={}))
     assert fine.status == "ok" and "3 rule(s) of the profile hold" in fine.messages[-1]
 

@@ -33,7 +33,8 @@ MARK = {
 
 
 def _render_report(report: Report, verbose: bool) -> None:
-    """The report for a person: a title, each group's checks with their mark, details and fix, a verdict.
+    """The report for a person: a title, each group's checks with their mark, messages and fix, a verdict;
+    the details (whys, long lists) with ``-v``.
 
     Plain click styling, not rich (as the engine's commands): doctor is the first command run on a
     fresh machine and starts faster without rich's import. The text has no markup to escape; what
@@ -56,6 +57,10 @@ def _render_report(report: Report, verbose: bool) -> None:
         lines.append(f"  {MARK[result.status]} {result.title}" + (f" {dim('—')} {head}" if head else ""))
         if result.status != Status.OK or verbose:
             lines += [f"      • {line}" for line in rest]
+        if verbose:
+            lines += [f"        {line}" for line in result.details]
+        elif result.details and result.status != Status.OK:
+            lines.append("      " + dim(f"(-v shows {len(result.details)} more line(s))"))
         if result.fix and result.status in (Status.WARN, Status.FAIL):
             for i, line in enumerate(clean(result.fix).splitlines()):
                 lines.append(f"      {bold('fix:') if i == 0 else '    '} {click.style(line, fg='cyan')}")
@@ -85,7 +90,7 @@ def _render_report(report: Report, verbose: bool) -> None:
 @click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @json_option
-@click.option("-v", "--verbose", is_flag=True, help="Show the details of passing checks too.")
+@click.option("-v", "--verbose", is_flag=True, help="Show every detail: passing checks' lines, whys, long lists.")
 def doctor(profile, device, python, roots, ascend_home, only, list_checks, strict, as_json, verbose) -> None:
     """Is this machine ready for the profile's job? Every problem with the command that fixes it."""
     from ascendfix.doctor import context, runner

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ascendfix.cli.base import escape, json_option, out, render, wide
+from ascendfix.cli.base import escape, json_option, out, render
 from ascendfix.profile import manifest
 
 
@@ -37,50 +37,82 @@ def show(profile: str, as_json: bool) -> None:
     render(manifest.to_json(prof) if as_json else prof, as_json, _render_profile)
 
 
-def _render_profile(prof: manifest.Profile) -> None:
-    from rich.table import Table
+def _render_profile(prof: manifest.Profile, console=None) -> None:
+    """The profile for a person, at the terminal's width (a pipe: ``$COLUMNS``, else 80).
+
+    Each component's line (its name and whole pin) is printed whole, so it can be copied and
+    grepped; every other line is wrapped to the width between words, never inside one (a path or
+    a value stays whole), its continuation indented under it.
+    """
+    from rich.console import Console
+    from rich.text import Text
 
     from ascendfix.transforms import registry
 
-    console = out() if out().is_terminal else wide()  # a pipe or a file gets every pin whole, on one line
-    console.print(f"[bold]{escape(prof.name)}[/] — {escape(prof.description)}\n[dim]{escape(str(prof.source))}[/]\n")
-    table = Table(box=None, title="Components", title_justify="left")
-    for column in ("component", "pin", "devices", "guide", "why"):
-        table.add_column(column, overflow="fold", no_wrap=column == "pin")  # a pin is never cut with "…"
+    console = console or Console(highlight=False)
+
+    def whole(markup: str = "") -> None:
+        console.print(markup, soft_wrap=True)
+
+    def prose(markup: str, indent: int = 0) -> None:
+        hang = indent if indent >= 6 else indent + 4
+        for i, line in enumerate(wrap(Text.from_markup(markup), max(console.width - hang, 20))):
+            console.print(Text(" " * (hang if i else indent)) + line, soft_wrap=True)
+
+    prose(f"[bold]{escape(prof.name)}[/] — {escape(prof.description)}")
+    whole(f"[dim]{escape(str(prof.source))}[/]\n")
+    whole("[italic]Components[/]")
     for c in prof.components:
         pin = c.commit or c.tag or c.version or ""
         if c.kind == "git":
             pin = f"{c.repo} @ {pin}" + (" (editable)" if c.editable else "")
-        mark = _guide_mark(c.guide, c.guide_value, None)
-        table.add_row(c.name, escape(pin), ", ".join(c.devices), mark, escape(" ".join(c.why.split())))
-    console.print(table)
+        whole(f"  [bold]{escape(c.name)}[/]  {escape(pin)}")
+        where = f"({', '.join(c.devices)}; {_guide_mark(c.guide, c.guide_value, None)})"
+        prose(f"[dim]{where} {escape(' '.join(c.why.split()))}[/]", 6)
     for conflict in prof.accepted_conflicts:
-        console.print(
-            f"\n[yellow]accepted conflict[/]: {conflict.requirer} requires {conflict.requirement} — "
-            + escape(conflict.why)
+        whole()
+        prose(
+            f"[yellow]accepted conflict[/]: {escape(conflict.requirer)} requires {escape(conflict.requirement)} — "
+            + escape(" ".join(conflict.why.split()))
         )
     for device in prof.devices.values():
-        console.print(f"\n[bold]{device.name}[/]: {device.description}")
+        whole()
+        prose(f"[bold]{device.name}[/]: {escape(device.description)}")
         for line in show_device_lines(prof, device.name):
-            console.print(line)
+            prose(line.lstrip(" "), len(line) - len(line.lstrip(" ")))
     for patch in prof.patches.values():
-        console.print(f"\n[bold]{patch.id}[/] ({patch.package}: {', '.join(f.path for f in patch.files)})")
-        console.print(f"  [dim]why:[/] {escape(' '.join(patch.why.split()))}")
+        whole()
+        prose(f"[bold]{patch.id}[/] ({patch.package}: {', '.join(f.path for f in patch.files)})")
+        prose(f"[dim]why:[/] {escape(' '.join(patch.why.split()))}", 2)
         for variant in patch.variants:
             name = "" if variant.name == manifest.DEFAULT_VARIANT else f"variant {variant.name}: "
             how = registry.get(variant.transform).description()
-            console.print(f"  [dim]{escape(name)}transform {variant.transform}:[/] {escape(how)}")
-        console.print(f"  [dim]drop when:[/] {escape(' '.join(patch.drop_when.split()))}")
+            prose(f"[dim]{escape(name)}transform {variant.transform}:[/] {escape(how)}", 2)
+        prose(f"[dim]drop when:[/] {escape(' '.join(patch.drop_when.split()))}", 2)
         if patch.drop_probe:
             probe = manifest.DROP_PROBES[patch.drop_probe]
-            console.print(f"  [dim]checked by upgrade-check ({patch.drop_probe}):[/] obsolete when {escape(probe)}")
+            prose(f"[dim]checked by upgrade-check ({patch.drop_probe}):[/] obsolete when {escape(probe)}", 2)
         else:
-            console.print("  [dim]not checked by upgrade-check (measure it; see drop when)[/]")
+            prose("[dim]not checked by upgrade-check (measure it; see drop when)[/]", 2)
     for rule in prof.rules:
         when = " and ".join(c.describe() for c in rule.when)
-        console.print(f"\n[bold]rule {rule.id}[/] ({rule.action}; {', '.join(rule.devices)}): " + escape(when))
-        console.print(f"  [dim]why:[/] {escape(' '.join(rule.why.split()))}")
-        console.print(f"  [dim]source:[/] {escape(rule.source)}")
+        whole()
+        prose(f"[bold]rule {rule.id}[/] ({rule.action}; {', '.join(rule.devices)}): " + escape(when))
+        prose(f"[dim]why:[/] {escape(' '.join(rule.why.split()))}", 2)
+        prose(f"[dim]source:[/] {escape(rule.source)}", 2)
+
+
+def wrap(text, width: int) -> list:
+    """``text`` (rich Text) cut into lines of at most ``width`` characters between words; a longer word
+    (a path, a URL, a value) stays whole on a line of its own."""
+    import textwrap
+
+    lines, at = [], 0
+    for piece in textwrap.wrap(text.plain, width, break_long_words=False, break_on_hyphens=False):
+        start = text.plain.index(piece, at)
+        lines.append(text[start : start + len(piece)])
+        at = start + len(piece)
+    return lines
 
 
 BEYOND = "[yellow]beyond the guide[/]"
@@ -116,7 +148,7 @@ def show_device_lines(prof: manifest.Profile, name: str) -> list[str]:
     if name == "cuda":
         npu_only = sorted(set(prof.patches) - set(device.patches))
         lines.append(
-            "  [yellow]differs from the guide's stock H100 run (3.4)[/], which patches nothing: "
+            "      [yellow]differs from the guide's stock H100 run (3.4)[/], which patches nothing: "
             + escape(", ".join(device.patches) or "-")
             + " change the H100 side too, so both runs execute the same verl and torch code"
             + (f"; not {escape(', '.join(npu_only))} (NPU only)" if npu_only else "")

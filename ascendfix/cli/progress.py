@@ -85,7 +85,13 @@ def report_table(console: Any, data: dict[str, Any], sparks: dict[str, str]) -> 
             key.replace("_", " "),
             f"{num(v['first'], 1)} → {num(v['last'], 1)} (median {num(v['median'], 1)})  {sparks.get(key, '')}",
         )
-    shares = " · ".join(f"{name} {'-' if s is None else f'{s * 100:.1f}%'}" for name, s in data["timing_share"].items())
+    shares = []
+    for name, share in data["timing_share"].items():
+        within = [f"{part} {percent(v)}" for part, v in data["timing_share_within_gen"].items() if v is not None]
+        shares.append(
+            f"{name} {percent(share)}" + (f" (of which {', '.join(within)})" if name == "gen" and within else "")
+        )
+    shares = " · ".join(shares)
     table.add_row("step time", f"{num(data['timing_s/step'], 2)} s  {sparks.get('timing_s/step', '')}")
     table.add_row("time share", shares)
     t = data["throughput"]
@@ -98,7 +104,22 @@ def report_table(console: Any, data: dict[str, Any], sparks: dict[str, str]) -> 
     for key, value in data["metrics"].items():
         table.add_row(escape(key), f"{num(value)}  {sparks.get(key, '')}")
     console.print(table)
-    console.print("[dim]figures are medians over steady steps (not step 1, not validating or saving)[/]")
+    console.print(f"[dim]{basis_note(data)}[/]")
+
+
+def percent(share: float | None) -> str:
+    """A share as a percentage, or '-' when unknown."""
+    return "-" if share is None else f"{share * 100:.1f}%"
+
+
+def basis_note(data: dict[str, Any]) -> str:
+    """What the figures are taken over: the steady steps, or every step seen when there is none yet."""
+    steady, seen = data["steady_steps"], data["steps_seen"]
+    shares = "time shares are of their total step time"
+    if steady:
+        return f"figures are medians over {steady} steady step(s) (not step 1, not validating or saving); {shares}"
+    over = f"step {data['first_step']}'s own" if seen == 1 else f"medians over all {seen} steps seen"
+    return f"no steady step yet (not step 1, not validating or saving): figures are {over}, warm-up included; {shares}"
 
 
 def sparks(run: Any, extra: tuple[str, ...]) -> dict[str, str]:

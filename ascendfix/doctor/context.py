@@ -7,6 +7,7 @@ interpreter ascendfix runs in, one subprocess for ``--python``. Nothing imports 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -14,6 +15,8 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlparse
+
+from packaging.utils import canonicalize_name
 
 from ascendfix import resources
 from ascendfix.patching import locate
@@ -63,6 +66,7 @@ class Context:
         self.timeout = timeout
         self._probe: locate.Probe | None = None
         self._probe_error: Exception | None = None
+        self._from_roots: dict[str, tuple[locate.Distribution, str]] | None = None
         self._lock = threading.Lock()
 
     def components(self, kind: str | None = None) -> list[Component]:
@@ -89,9 +93,30 @@ class Context:
                 raise self._probe_error
             return self._probe
 
+    @property
+    def probe_error(self) -> Exception | None:
+        """Why the target interpreter could not be probed (None: not probed, or it answered)."""
+        return self._probe_error
+
     def installed(self, distribution: str) -> locate.Distribution | None:
-        """Version, direct_url and metadata_dir of one distribution, or None when not installed."""
-        return self.probe().distributions.get(distribution)
+        """Version, direct_url and metadata_dir of one distribution, or None when not installed: from
+        the ``.dist-info`` in a ``--root`` site-packages folder holding its package, else from the probe."""
+        found = self.from_roots().get(canonicalize_name(distribution))
+        return found[0] if found else self.probe().distributions.get(distribution)
+
+    def from_roots(self) -> dict[str, tuple[locate.Distribution, str]]:
+        """Distributions installed in a ``--root PKG=DIR`` that is a site-packages folder (not a checkout),
+        by canonical name, with the ``--root`` they were read from; read once."""
+        with self._lock:
+            if self._from_roots is None:
+                self._from_roots = {}
+                pinned = {canonicalize_name(c.distribution) for c in self.profile.components if c.distribution}
+                for package, folder in self.roots.items():
+                    if locate.is_checkout(folder):
+                        continue
+                    for name, info in site_distributions(folder, package, pinned).items():
+                        self._from_roots.setdefault(name, (info, f"--root {package}={folder}"))
+            return self._from_roots
 
     def targets(self) -> dict[str, locate.Target]:
         """Where each located package lives (``--root`` first, else where the target finds it)."""
@@ -112,9 +137,10 @@ class Context:
         bundled = resources.data_dir("manifests") / f"{self.profile.name}.toml"
         return self.profile.name if self.profile.source == bundled else str(self.profile.source)
 
-    def command(self, verb: str) -> str:
-        """The ascendfix command ``verb`` for this profile, device, interpreter and roots."""
-        words = ["ascendfix", verb, "--profile", self.profile_ref, "--device", self.device]
+    def command(self, verb: str, profile: str | None = None) -> str:
+        """The ascendfix command ``verb`` for this profile (or the one named) and device, interpreter and roots."""
+        words = ["ascendfix", verb, "--profile", profile or self.profile_ref]
+        words += [] if verb == "revert" else ["--device", self.device]  # revert takes back every device's patches
         if self.python:
             words += ["--python", self.python]
         for package, folder in self.roots.items():
@@ -125,6 +151,50 @@ class Context:
     def interpreter(self) -> str:
         """The target interpreter, as fix commands should name it."""
         return self.python or self.probe().python
+
+
+def site_distributions(folder: Path, package: str, names: set[str]) -> dict[str, locate.Distribution]:
+    """Those of the distributions ``names`` (canonical) whose ``.dist-info`` in ``folder`` installed top-level
+    ``package`` (``top_level.txt`` names it, or ``RECORD`` lists a file under it), by canonical name."""
+    found = {}
+    for info in sorted(folder.glob("*.dist-info")):
+        if canonicalize_name(info.name.partition("-")[0]) not in names:
+            continue  # the folder's name starts with the distribution's: only the pinned ones are read
+        fields = _metadata(info)
+        if fields is None or not _installs(info, package):
+            continue
+        try:
+            direct_url = json.loads((info / "direct_url.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            direct_url = None
+        found[canonicalize_name(fields[0])] = locate.Distribution(fields[1], direct_url, str(info))
+    return found
+
+
+def _metadata(info: Path) -> tuple[str, str] | None:
+    """Name and Version of a ``.dist-info``, from the headers of its METADATA."""
+    try:
+        headers = (info / "METADATA").read_text(encoding="utf-8", errors="replace").split("\n\n", 1)[0]
+    except OSError:
+        return None
+    fields = {}
+    for line in headers.splitlines():
+        key, _, value = line.partition(": ")
+        fields.setdefault(key, value.strip())
+    return (fields["Name"], fields["Version"]) if fields.get("Name") and fields.get("Version") else None
+
+
+def _installs(info: Path, package: str) -> bool:
+    try:
+        if package in (info / "top_level.txt").read_text(encoding="utf-8", errors="replace").split():
+            return True
+    except OSError:
+        pass
+    try:
+        with open(info / "RECORD", encoding="utf-8", errors="replace") as record:
+            return any(line.startswith(f"{package}/") for line in record)
+    except OSError:
+        return False
 
 
 def editable_dir(info: locate.Distribution | None) -> Path | None:

@@ -53,7 +53,7 @@ def check_os(ctx: Context) -> Finding:
         return ok(f"{here} ({ctx.os_release}), as the profile pins ({pin.version}){guide}")
     return warn(
         f"{here} ({ctx.os_release}); the profile pins {pin.version}{guide}",
-        " ".join(pin.why.split()),
+        details=[" ".join(pin.why.split())],
         fix="run the job in the image the profile builds: ascendfix export dockerfile > Dockerfile",
     )
 
@@ -116,22 +116,26 @@ def check_env(ctx: Context) -> Finding:
     device = ctx.profile.devices[ctx.device]
     interfaces = _interfaces()
     nic = _suggested_interface(interfaces)
-    bad, good, exports = [], [], []
+    bad, good, exports, whys = [], [], [], []
     for var in device.env:
         value = ctx.environ.get(var.name)
+        why = f"{var.name}: {' '.join(var.why.split())}"
         if var.prepend:
             missing = [e for e in path_entries(var.value) if e not in path_entries(value)]
             if missing:
-                bad.append(f"{var.name} lacks {':'.join(missing)}; the profile puts {var.value} in front: {var.why}")
+                bad.append(f"{var.name} lacks {':'.join(missing)}; the profile puts {var.value} in front")
+                whys.append(why)
                 exports.append(f'export {var.name}={shlex.quote(var.value)}"{prepend_shell(var.name, "")}"')
             else:
                 good.append(f"{var.name} has {var.value}")
         elif var.value is not None and value != var.value:
             now = "unset" if value is None else f"{value!r}"
-            bad.append(f"{var.name} is {now}; the profile sets {var.value!r}: {var.why}")
+            bad.append(f"{var.name} is {now}; the profile sets {var.value!r}")
+            whys.append(why)
             exports.append(f"export {var.name}={shlex.quote(var.value)}")
         elif var.value is None and not value:
-            bad.append(f"{var.name} is unset; it is site-specific: {var.why}")
+            bad.append(f"{var.name} is unset; it is site-specific")
+            whys.append(why)
             hint = nic if var.check == "interface" else "VALUE"
             exports.append(f"export {var.name}={hint}")
         elif var.check == "interface" and not _names_interface(value, interfaces):
@@ -156,7 +160,8 @@ def check_env(ctx: Context) -> Finding:
         good.append(space)
     fix = "\n".join(exports + limits + disk)
     if bad:
-        return fail(f"{len(bad)} problem(s) with the environment the job inherits", *bad, *warned, *good, fix=fix)
+        head = f"{len(bad)} problem(s) with the environment the job inherits"
+        return fail(head, *bad, *warned, *good, fix=fix, details=whys)
     if warned:
         return warn(*warned, *good, fix=fix)
     return ok(f"{len(device.env)} variables set as the profile needs", *good)
@@ -174,6 +179,15 @@ def _rule_outcome(ctx: Context) -> rules.Outcome:
     return rules.evaluate(ctx.profile.rules, rules.Facts(env=env, overrides={}, importable=importable), ctx.device)
 
 
+def _why(hit: rules.Hit) -> str:
+    return " ".join(hit.why.split())
+
+
+def _short(hit: rules.Hit) -> str:
+    """A rule's hit as one short line: its id and the values that made it hold (the why is a detail)."""
+    return hit.message.removesuffix(f": {_why(hit)}")
+
+
 def check_hazards(ctx: Context) -> Finding:
     """The profile's rules, and known combinations: MindSpeed's ckpt_acceleration, a patch superseded upstream.
 
@@ -181,8 +195,9 @@ def check_hazards(ctx: Context) -> Finding:
     """
     notes, warnings, fixes = [], [], []
     outcome = _rule_outcome(ctx)
-    failures = [f"{h.message} (source: {h.source})" for h in outcome.refusals]
-    warnings += [f"{h.message} (source: {h.source})" for h in outcome.hits if h.action != rules.REFUSE]
+    failures = [_short(h) for h in outcome.refusals]
+    warnings += [_short(h) for h in outcome.hits if h.action != rules.REFUSE]
+    details = [line for h in outcome.hits for line in (f"{h.rule}: {_why(h)}", f"{h.rule} source: {h.source}")]
     fixes += [h.fix for h in outcome.hits if h.fix]
     patches = ctx.profile.devices[ctx.device].patches
     torch_checks = [p for p in patches if ctx.profile.patches[p].package == "torch"]
@@ -206,8 +221,8 @@ def check_hazards(ctx: Context) -> Finding:
             warnings.append(f"{patch.package} {installed.version} {' '.join(patch.superseded.why.split())}")
             fixes.append(patch.superseded.fix)
     if failures:
-        return fail(*failures, *warnings, *notes, fix="\n".join(fixes))
+        return fail(*failures, *warnings, *notes, fix="\n".join(fixes), details=details)
     if warnings:
-        return warn(*warnings, *notes, fix="\n".join(fixes))
+        return warn(*warnings, *notes, fix="\n".join(fixes), details=details)
     checked = f"{len(ctx.profile.rules)} rule(s) of the profile hold for the environment and verl's defaults"
     return ok(*(notes or ["none of the known hazards applies"]), checked)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from ascendfix.states import Name
@@ -17,31 +18,45 @@ class Status(Name):
 
 
 class Finding(NamedTuple):
-    """What a check function found: a status, lines that say why, and the command that fixes it."""
+    """What a check function found: a status, short lines that say why, the command that fixes it,
+    and the long lines behind them (whys, file lists) that ``-v`` shows."""
 
     status: Status
     messages: tuple[str, ...] = ()
     fix: str = ""
+    details: tuple[str, ...] = ()
 
 
-def ok(*messages: str) -> Finding:
+def ok(*messages: str, details: Sequence[str] = ()) -> Finding:
     """Nothing to do."""
-    return Finding(Status.OK, messages)
+    return Finding(Status.OK, messages, details=tuple(details))
 
 
-def warn(*messages: str, fix: str = "") -> Finding:
+def warn(*messages: str, fix: str = "", details: Sequence[str] = ()) -> Finding:
     """Not fatal, but worth acting on (``--strict`` makes it fatal)."""
-    return Finding(Status.WARN, messages, fix)
+    return Finding(Status.WARN, messages, fix, tuple(details))
 
 
-def fail(*messages: str, fix: str = "") -> Finding:
+def fail(*messages: str, fix: str = "", details: Sequence[str] = ()) -> Finding:
     """The job should not be started on this machine as it is."""
-    return Finding(Status.FAIL, messages, fix)
+    return Finding(Status.FAIL, messages, fix, tuple(details))
 
 
 def skip(*messages: str) -> Finding:
     """The check cannot be made here; the messages say why."""
     return Finding(Status.SKIP, messages)
+
+
+LISTED = 100  # a list longer than this many characters is counted in the message and listed in the details
+
+
+def listing(head: str, items: Sequence[str]) -> tuple[str, list[str]]:
+    """A message naming ``items`` after ``head`` when they are few and short, else ``head`` alone with the
+    items as details: one changed file is named, 3,000 of them are counted (``-v`` lists them)."""
+    joined = ", ".join(items)
+    if len(joined) <= LISTED:
+        return f"{head}: {joined}", []
+    return f"{head} (-v lists them)", list(items)
 
 
 class Result(NamedTuple):
@@ -52,6 +67,7 @@ class Result(NamedTuple):
     status: Status
     messages: list[str]
     fix: str = ""
+    details: tuple[str, ...] = ()
 
 
 class Report(NamedTuple):
@@ -75,7 +91,14 @@ class Report(NamedTuple):
     def to_json(self) -> dict:
         """The ``--json`` form."""
         checks = [
-            {"id": c.id, "title": c.title, "status": c.status, "messages": list(c.messages), "fix": c.fix}
+            {
+                "id": c.id,
+                "title": c.title,
+                "status": c.status,
+                "messages": list(c.messages),
+                "fix": c.fix,
+                "details": list(c.details),
+            }
             for c in self.checks
         ]
         return {"profile": self.profile, "device": self.device, "checks": checks, "summary": self.summary}

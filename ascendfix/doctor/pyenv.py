@@ -19,9 +19,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ascendfix.doctor.context import REPORTED_ONLY, Context, editable_dir
-from ascendfix.doctor.model import Finding, fail, ok, skip, warn
+from ascendfix.doctor.model import Finding, fail, listing, ok, skip, warn
 from ascendfix.doctor.ours import without_patches
-from ascendfix.patching.journal import Store
+from ascendfix.errors import RefusedError
+from ascendfix.fsutil import sha256_bytes
+from ascendfix.patching.journal import Record, Store
 from ascendfix.profile import rl_plugin
 from ascendfix.profile.manifest import Component
 
@@ -71,23 +73,41 @@ def check_python(ctx: Context) -> Finding:
     if _matches(version, pin):
         return ok(f"Python {version} ({where})")
     return fail(
-        f"{where} is Python {version}; the profile needs {pin}: {pinned[0].why}",
+        f"{where} is Python {version}; the profile needs {pin}",
+        details=[" ".join(pinned[0].why.split())],
         fix=f"run the job with Python {pin}, and check it: ascendfix doctor --python $(command -v python{pin})",
     )
 
 
+def _post_release_of(version: str, pin: str) -> bool:
+    """Whether ``version`` is a post release of exactly ``pin`` (torch-npu 2.7.1.post2 of 2.7.1)."""
+    try:
+        parsed = Version(version)
+        return parsed.is_postrelease and not parsed.is_devrelease and Version(parsed.base_version) == Version(pin)
+    except InvalidVersion:
+        return False
+
+
 def check_packages(ctx: Context) -> Finding:
-    """Installed versions of the pinned distributions; torch_npu paired with torch."""
-    good, bad, wheels, sources = [], [], [], []
+    """Installed versions of the pinned distributions (a post release of a pin is accepted, with a note);
+    torch_npu paired with torch. A ``--root`` site-packages folder is read for the packages it holds."""
+    good, bad, wheels, sources, posts = [], [], [], [], []
     pinned = [c for c in ctx.components() if c.distribution]
+    roots = ctx.from_roots()
     for c in pinned:
         info = ctx.installed(c.distribution)
+        name = canonicalize_name(c.distribution)
+        where = f" (from {roots[name][1]})" if name in roots else ""
         if info is None:
             bad.append(f"{c.distribution} is not installed (the profile pins {c.version or c.commit or c.tag})")
+        elif c.version and _post_release_of(info.version, c.version):
+            posts.append(f"{c.distribution} {info.version}")
+            good.append(f"{c.distribution} {info.version}{where}: a post release of the pinned {c.version}, accepted")
+            continue
         elif c.version and not _matches(info.version, c.version):
-            bad.append(f"{c.distribution} {info.version} is installed; the profile pins {c.version}")
+            bad.append(f"{c.distribution} {info.version}{where} is installed; the profile pins {c.version}")
         else:
-            good.append(f"{c.distribution} {info.version}" + ("" if c.version else " (commit: see commits)"))
+            good.append(f"{c.distribution} {info.version}{where}" + ("" if c.version else " (commit: see commits)"))
             continue
         if c.kind == "pypi":
             wheels.append(f"{c.distribution}=={c.version}")
@@ -111,7 +131,8 @@ def check_packages(ctx: Context) -> Finding:
         # sources first: their requirements may move a pinned wheel (verl caps tensordict), the pins go last
         fix = "\n".join(sources + ([_pip(ctx, *wheels)] if wheels else []))
         return fail(f"{len(bad)} problem(s) with {len(pinned)} pinned distributions", *bad, *good, fix=fix)
-    return ok(f"{len(pinned)} pinned distributions match", *good)
+    post = f" ({len(posts)} as a post release of its pin: {', '.join(posts)})" if posts else ""
+    return ok(f"{len(pinned)} pinned distributions match{post}", *good)
 
 
 def _commit_of(info: dict) -> tuple[str | None, str]:
@@ -142,6 +163,37 @@ class CheckoutState(NamedTuple):
     plugin: list[str]  # changed exactly as the rl-plugin installer changes them (maybe patched by us too)
     foreign: list[str]  # changed otherwise
     plugin_missing: list[str]  # files the installer edits, left as HEAD has them
+    elsewhere: list[tuple[str, Record]]  # written by another profile's patch (its record in state.json)
+
+
+def recorded_elsewhere(ctx: Context, root: Path) -> dict[str, Record]:
+    """Files under ``root`` that a patch this profile does not have wrote (``.ascendfix/state.json``),
+    by path relative to ``root``. An unreadable state folder names nothing (the patches check reports it)."""
+    try:
+        records = Store(root).records()
+    except RefusedError:
+        return {}
+    return {rel: r for rel, r in records.items() if r.patch not in ctx.profile.patches}
+
+
+def _whose(rel: str, record: Record, code: bytes | None) -> str:
+    """``rel (profile team's patch team-fix)``, and whether it changed since that patch wrote it."""
+    who = (
+        f"profile {record.profile}'s patch {record.patch}"
+        if record.profile
+        else f"another profile's patch {record.patch}"
+    )
+    since = "" if code is not None and sha256_bytes(code) == record.patched_sha256 else ", changed since"
+    return f"{rel} ({who}{since})"
+
+
+def _elsewhere_fixes(ctx: Context, records: list[Record]) -> list[str]:
+    """How to take another profile's patches back, for a job that should run without them."""
+    fixes = []
+    for profile in dict.fromkeys(r.profile or "PROFILE" for r in records):
+        patches = sorted({r.patch for r in records if (r.profile or "PROFILE") == profile})
+        fixes.append(f"{ctx.command('revert', profile)}  # only if this job runs without {', '.join(patches)}")
+    return fixes
 
 
 def _checkout_state(ctx: Context, c: Component, folder: Path) -> CheckoutState:
@@ -156,7 +208,8 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> CheckoutState:
         raise Unreadable(f"{folder} is not a readable git checkout ({type(e).__name__})") from None
     top = Path(repo.working_tree_dir)
     package_dir = ctx.package_root(c.name) or folder
-    ours, plugin, foreign, changed, i = [], [], [], set(), 0
+    others = recorded_elsewhere(ctx, package_dir)
+    ours, plugin, foreign, elsewhere, changed, i = [], [], [], [], set(), 0
     while i < len(fields):
         entry = fields[i]
         i += 1
@@ -170,6 +223,10 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> CheckoutState:
         path = top / rel
         changed.add(rel)
         pkg_rel = _package_relative(path, package_dir, rel)
+        if pkg_rel in others:
+            code = path.read_bytes() if path.is_file() else None
+            elsewhere.append((_whose(rel, others[pkg_rel], code), others[pkg_rel]))
+            continue
         try:
             original = (head.tree / rel).data_stream.read()
             restored, patches = without_patches(ctx.profile, pkg_rel, path.read_bytes())
@@ -188,7 +245,7 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> CheckoutState:
         original = (head.tree / rel).data_stream.read()
         if rel not in changed and rl_plugin.installer_edit(pkg_rel, original) != original:
             missing.append(rel)
-    return CheckoutState(head.hexsha, ours, plugin, foreign, missing)
+    return CheckoutState(head.hexsha, ours, plugin, foreign, missing, elsewhere)
 
 
 def _package_relative(path: Path, package_dir: Path, rel: str) -> str:
@@ -221,7 +278,7 @@ def _reinstall_plugin(ctx: Context) -> str:
 
 def check_commits(ctx: Context) -> Finding:
     """The commit each commit-pinned component was installed from; its checkout clean but for our patches."""
-    good, bad, missing, cannot, fixes, lost = [], [], [], [], [], []
+    good, bad, missing, cannot, fixes, lost, details = [], [], [], [], [], [], []
     for c in ctx.components("git"):
         if not c.commit:
             continue
@@ -244,8 +301,15 @@ def check_commits(ctx: Context) -> Finding:
                 bad.append(f"{c.distribution}: {where}; the profile pins {c.commit[:12]}")
                 fixes.append(f"git -C {folder} checkout {c.commit}")
             if foreign:
-                bad.append(f"{c.distribution}: {folder} has changes ascendfix did not make: {', '.join(foreign)}")
-                fixes.append(f"git -C {folder} diff  # review, then: git -C {folder} checkout -- {' '.join(foreign)}")
+                message, listed = listing(f"{c.distribution}: {folder} has changes ascendfix did not make", foreign)
+                bad.append(message)
+                details += listed
+                undo = " ".join(foreign) if not listed else "FILE..."
+                fixes.append(f"git -C {folder} diff  # review, then: git -C {folder} checkout -- {undo}")
+            if state.elsewhere:  # never checked out: state.json would still record the patch
+                names = [text for text, _ in state.elsewhere]
+                lost.append(f"{c.distribution}: {folder} holds another profile's patches: {', '.join(names)}")
+                fixes += _elsewhere_fixes(ctx, [record for _, record in state.elsewhere])
             if state.plugin:  # never undone: without them the NPU rollout is off
                 good.append(
                     f"{c.distribution}: {where}, changed by the {rl_plugin.INSTALLER} exactly as it edits them "
@@ -259,7 +323,7 @@ def check_commits(ctx: Context) -> Finding:
                 fixes.append(_reinstall_plugin(ctx))
             if ours:
                 good.append(f"{c.distribution}: {where}, changed only by ascendfix's patches: {', '.join(ours)}")
-            elif not foreign and not state.plugin and _same_commit(head, c.commit):
+            elif not foreign and not state.plugin and not state.elsewhere and _same_commit(head, c.commit):
                 good.append(f"{c.distribution}: {where}, clean")
             continue
         commit, how = _commit_of(info)
@@ -273,7 +337,7 @@ def check_commits(ctx: Context) -> Finding:
             fixes.append(_install(ctx, c))
     fix = "\n".join(dict.fromkeys(fixes))
     if bad:
-        return fail(*bad, *lost, *cannot, *missing, *good, fix=fix)
+        return fail(*bad, *lost, *cannot, *missing, *good, fix=fix, details=details)
     if cannot or lost:
         return warn(*lost, *cannot, *missing, *good, fix=fix)
     if not good:
@@ -329,7 +393,7 @@ def _changed_files(metadata_dir: Path) -> tuple[int, list[tuple[str, str, bytes 
 
 def check_integrity(ctx: Context) -> Finding:
     """Installed ``.py`` files of the pinned distributions against their wheel's RECORD."""
-    good, bad, fixes, checked, files = [], [], [], 0, 0
+    good, bad, warned, fixes, later, details, checked, files = [], [], [], [], [], [], 0, 0
     for c in ctx.components():
         info = ctx.installed(c.distribution) if c.distribution else None
         if not info or not info.metadata_dir or editable_dir(info):
@@ -338,15 +402,18 @@ def check_integrity(ctx: Context) -> Finding:
         if not (metadata_dir / "RECORD").is_file():
             continue
         checked += 1
-        ours, plugin, foreign = [], [], []
+        ours, plugin, foreign, elsewhere = [], [], [], []
+        others = recorded_elsewhere(ctx, metadata_dir.parent)
         count, changed = _changed_files(metadata_dir)
         files += count
         for rel, digest, code in changed:
+            if rel in others:
+                elsewhere.append((_whose(rel, others[rel], code), others[rel]))
+                continue
             restored, patches = without_patches(ctx.profile, rel, code) if code is not None else (b"", [])
-            original = rl_plugin.original_of(rel, restored) if code is not None else None
             if patches and _digest(restored) == digest:
                 ours.append(f"{rel} ({', '.join(patches)})")
-            elif original is not None and _digest(original) == digest:
+            elif code is not None and rl_plugin.original_of(rel, restored, lambda b, d=digest: _digest(b) == d):
                 plugin.append(rel + (f" (and {', '.join(patches)})" if patches else ""))
             else:
                 foreign.append(rel + (" (missing)" if code is None else ""))
@@ -355,16 +422,24 @@ def check_integrity(ctx: Context) -> Finding:
             good.append(f"{name}: changed by ascendfix's patches, as expected: {', '.join(ours)}")
         if plugin:  # never reinstalled away: without them the NPU rollout is off
             good.append(f"{name}: changed by the {rl_plugin.INSTALLER} exactly as it edits them: {', '.join(plugin)}")
+        if elsewhere:
+            warned.append(f"{name}: another profile's patches: {', '.join(text for text, _ in elsewhere)}")
+            later += _elsewhere_fixes(ctx, [record for _, record in elsewhere])
         if foreign:
-            bad.append(f"{name}: {len(foreign)} file(s) differ from the wheel's RECORD: {', '.join(foreign)}")
+            message, listed = listing(f"{name}: {len(foreign)} file(s) differ from the wheel's RECORD", foreign)
+            bad.append(message)
+            details += listed
             fixes.append(_pip(ctx, "--force-reinstall", "--no-deps", f"{c.distribution}=={info.version}"))
+            if plugin:  # the reinstall drops them: the plugin's install step writes them again
+                fixes.append(_reinstall_plugin(ctx))
     leftovers = [f"{tmp}: left by a killed ascendfix write; the next apply or revert removes it" for tmp in _temps(ctx)]
     if bad:
         if ctx.profile.devices[ctx.device].patches:  # a reinstall drops them
             fixes.append(ctx.command("apply"))
-        return fail(*bad, *leftovers, *good, fix="\n".join(fixes))
-    if leftovers:
-        return warn(*leftovers, *good, fix=ctx.command("apply"))
+        return fail(*bad, *warned, *leftovers, *good, fix="\n".join(fixes + later), details=details)
+    if leftovers or warned:
+        fix = "\n".join(later + ([ctx.command("apply")] if leftovers else []))
+        return warn(*warned, *leftovers, *good, fix=fix)
     if not checked:
         return skip("no pinned distribution installed from a wheel (nothing to compare against a RECORD)")
     return ok(f"{checked} installed distribution(s) match their RECORD ({files} .py files)", *good)

@@ -36,7 +36,8 @@ def run(ctx: Context, only: Iterable[str] = ()) -> Report:
     """Every selected check's Result, in registry order.
 
     Checks run in daemon threads: one that is still running at the deadline (``ctx.timeout``
-    seconds after the start) is reported as failed, and cannot keep the process alive.
+    seconds after the start) is reported as failed, and cannot keep the process alive. A target
+    interpreter that cannot answer the probe (``--python`` names no Python) is a UsageError.
     """
     checks = select(only)
     findings: dict[str, Finding] = {}
@@ -55,5 +56,9 @@ def run(ctx: Context, only: Iterable[str] = ()) -> Report:
     results = []
     for check, _ in threads:
         finding = findings.get(check.id) or fail(f"the check did not finish within {ctx.timeout:g} s")
-        results.append(Result(check.id, check.title, finding.status, list(finding.messages), finding.fix))
+        results.append(
+            Result(check.id, check.title, finding.status, list(finding.messages), finding.fix, finding.details)
+        )
+    if isinstance(ctx.probe_error, UsageError):  # --python names no usable interpreter: one error, not one per check
+        raise ctx.probe_error
     return Report(ctx.profile.name, ctx.device, results, ctx.device_reason)

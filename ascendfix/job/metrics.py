@@ -31,7 +31,12 @@ SCORE = "critic/score/mean"
 RESPONSE_LENGTH = "response_length/mean"
 PROMPT_LENGTH = "prompt_length/mean"
 UNSTEADY_KEYS = ("timing_s/testing", "timing_s/save_checkpoint")
-BREAKDOWN = ("gen", "reshard", "old_log_prob", "ref", "update_actor")
+# verl's fit() times its phases one after another inside marked_timer("step"), so their shares of a step add
+# up to at most 100%; verl@796871d ray_trainer.py:1138-1145. "reshard" and "generate_sequences" are timed by
+# the worker inside generate_sequences (megatron_workers.py:637-645, the sharding manager's __enter__ at
+# sharding_manager/megatron_vllm.py:143-145), which runs inside marked_timer("gen"): they are parts of gen.
+BREAKDOWN = ("gen", "old_log_prob", "ref", "update_actor")
+WITHIN_GEN = ("generate_sequences", "reshard")
 
 _ANSI = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
 _STEP = re.compile(rb"(?:^|[\s)\]])step:(\d+)((?: - [^\n]*)?)$")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ascendfix.errors import UsageError
+from ascendfix.errors import AscendfixError, UsageError
 from ascendfix.job import metrics
 from ascendfix.job.metrics import Series, Step, StepParser
 
@@ -46,12 +46,19 @@ class Run:
 
 
 def load_run(path: Path) -> Run:
-    """Parse a log file, a Ray session logs directory (recursively) or a JSONL file."""
+    """Parse a log file, a Ray session logs directory (recursively) or a JSONL file; one without a verl
+    training step is an AscendfixError (exit 1) naming it."""
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
-    if not metrics.log_files(path):
+    files = metrics.log_files(path)
+    if not files:
         raise UsageError(f"{path}: no log files (*.log, *.out, *.err, *.jsonl, *.txt) in this directory")
     parser = metrics.parse_paths([path])
+    if not Series.of(parser.steps.values()).steps:
+        where = "" if path.is_file() else f" in its {len(files)} log file(s)"
+        raise AscendfixError(
+            f"{path}: no verl training step line (step:N - key:value …){where}; is it the log of a verl run?"
+        )
     if parser.conflict is not None:
         step, first, second = parser.conflict
         where = f"{first} and {second}" if first != second else first
@@ -72,13 +79,26 @@ def _first_last(steps: Sequence[Step], key: str) -> dict[str, float | None]:
     return {"first": values[0] if values else None, "last": values[-1] if values else None}
 
 
-def _share(steps: Sequence[Step], name: str) -> float | None:
-    ratios = []
-    for s in steps:
-        part, total = s.get(f"timing_s/{name}"), s.get(metrics.STEP_TIME)
-        if part is not None and total:
-            ratios.append(part / total)
-    return metrics.median(ratios)
+def timing_shares(steps: Sequence[Step], names: Sequence[str]) -> dict[str, float | None]:
+    """Each phase's share of the steps' total step time (None when no step timed it).
+
+    A ratio of sums, not a median of ratios: the shares of phases verl times one after another
+    then add up to at most 100%, as they do on each step.
+    """
+    timed = [s for s in steps if s.get(metrics.STEP_TIME)]
+    total = sum(s.values[metrics.STEP_TIME] for s in timed)
+    shares: dict[str, float | None] = {}
+    for name in names:
+        parts = [s.get(f"timing_s/{name}") for s in timed]
+        known = [p for p in parts if p is not None and math.isfinite(p)]
+        shares[name] = sum(known) / total if known and total and math.isfinite(total) else None
+    return shares
+
+
+def _with_other(shares: dict[str, float | None]) -> dict[str, float | None]:
+    """The shares and ``other``: the rest of the step (reward, adv, ...), when every share is known."""
+    known = None if any(v is None for v in shares.values()) else 1.0 - sum(shares.values())
+    return {**shares, "other": known}
 
 
 def report_data(run: Run, extra: Sequence[str] = ()) -> dict[str, Any]:
@@ -111,7 +131,8 @@ def report_data(run: Run, extra: Sequence[str] = ()) -> dict[str, Any]:
             "median": series.steady_median(metrics.PROMPT_LENGTH),
         },
         "timing_s/step": series.steady_median(metrics.STEP_TIME),
-        "timing_share": {name: _share(basis, name) for name in metrics.BREAKDOWN},
+        "timing_share": _with_other(timing_shares(basis, metrics.BREAKDOWN)),
+        "timing_share_within_gen": timing_shares(basis, metrics.WITHIN_GEN),
         "throughput": series.steady_throughput(),
         "metrics": {key: series.steady_median(key) for key in extra},
     }

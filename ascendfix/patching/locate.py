@@ -129,7 +129,7 @@ class Target(NamedTuple):
     is_checkout: bool = False
 
 
-def _is_checkout(root: Path) -> bool:
+def is_checkout(root: Path) -> bool:
     """A source checkout (git tree or project folder), not a site-packages directory."""
     return any((root / marker).exists() for marker in (".git", "pyproject.toml", "setup.py"))
 
@@ -161,6 +161,8 @@ def probe(python: str | None, packages: list[str], distributions: list[str] = ()
         raise UsageError(f"--python {python}: no such interpreter") from None
     except PermissionError:
         raise UsageError(f"--python {python}: not executable") from None
+    except OSError as e:  # e.g. ENOEXEC: an executable file that is no program (--python /etc/hostname)
+        raise UsageError(f"--python {python}: not a Python interpreter ({e.strerror or e})") from None
     except subprocess.TimeoutExpired:
         raise UsageError(f"--python {python}: the interpreter did not answer within 60 s") from None
     if result.returncode != 0:
@@ -206,7 +208,7 @@ def targets_from_probe(
 ) -> dict[str, Target]:
     """Each package's Target: ``--root`` first, else from an answer of :func:`probe` that looked for it."""
     roots = roots or {}
-    targets = {name: Target(name, path, "--root", _is_checkout(path)) for name, path in roots.items()}
+    targets = {name: Target(name, path, "--root", is_checkout(path)) for name, path in roots.items()}
     where = found.python if found else None
     for name in packages:
         if name in targets:
@@ -215,7 +217,7 @@ def targets_from_probe(
         locations = info.get("locations") or []
         if locations:
             root = Path(locations[0]).parent
-            kind = "checkout" if _is_checkout(root) else "site-packages"
+            kind = "checkout" if is_checkout(root) else "site-packages"
             targets[name] = Target(name, root, f"{kind} of {where}", kind == "checkout")
         else:
             targets[name] = Target(name, None, f"not installed in {where} (pass --root {name}=DIR)")
