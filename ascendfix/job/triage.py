@@ -55,10 +55,11 @@ SNIFF = 8192
 BURST_LINES = 30
 MAX_MESSAGE = 300
 
-# "E" then rror / RROR / xception / RR<digit> / a CANN code / a glog stamp; one regex with a literal
-# first byte is as fast as a substring search. Kernel logs (the Linux OOM killer's "Out of memory:
+# "E" then rror / RROR / xception / RR<digit> / a CANN code / a glog stamp / Ray's error level
+# ("[2025-04-08 18:07:20,444 E 1234 5678]"); one regex with a literal first byte is as fast as a
+# substring search. Kernel logs (the Linux OOM killer's "Out of memory:
 # Killed process") are also searched for KERNEL_NEEDLES.
-PREFILTER = re.compile(rb"E(?:rror|RROR|xception|RR\d|[A-Z0-9]\d{4}|\d{3,4} \d)")
+PREFILTER = re.compile(rb"E(?:rror|RROR|xception|RR\d|[A-Z0-9]\d{4}|\d{3,4} \d| \d+ \d+\])")
 KERNEL_LOG = re.compile(r"^(?:dmesg|kern|syslog|messages|journal)", re.I)
 KERNEL_NEEDLES = (b"of memory",)
 
