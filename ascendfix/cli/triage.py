@@ -31,7 +31,7 @@ def triage_command(logdir: Path | None, as_json: bool) -> None:
             console.print(f"no failure found: read {escape(read)}")
             return
         where = [first.time.isoformat(sep=" ") if first.time else "time unknown"]
-        where += [f"node {first.node or 'this node'}", f"pid {first.pid if first.pid is not None else '?'}"]
+        where += [f"node {first.node or '?'}", f"pid {first.pid if first.pid is not None else '?'}"]
         if first.rank is not None:
             where.append(f"rank {first.rank}")
         console.print(f"[bold red]first failure[/]  {escape(' · '.join(where))}")
