@@ -3,6 +3,8 @@
 The directory is report's benchmark folder (verl step lines among Ray, vllm and torch noise), with
 a multi-node HCCL failure appended to a few workers' files: one node's port goes down, the others
 time out on it. Target: triage's throughput close to report's (ratio printed), in constant memory.
+Also timed: a worst case, a log where every line mentions an error in passing (each one passes the
+pre-filter and is parsed, none is a failure).
 
     python benchmarks/triage.py [--size-mb 512] [--dir DIR] [--keep]
 """
@@ -94,6 +96,10 @@ def main() -> None:
         took, rss, later, files, code = run_triage(logs)
         wall = time.perf_counter() - start
         _, slice_rss, *_ = run_triage(slice_dir)
+        worst = base / "worst"
+        worst.mkdir()
+        (worst / "train.log").write_text(HARMLESS * (8 * PIECE // len(HARMLESS)))
+        worst_s, *_ = run_triage(worst)
         mb = size / PIECE
         slice_mb = sum(f.stat().st_size for f in slice_dir.iterdir()) / PIECE
         print(f"generated {mb:.0f} MB in {files} files, a port down on rank 7 and 15 ranks timing out after it")
@@ -103,6 +109,7 @@ def main() -> None:
         print(f"peak RSS {rss} MB (first: {code}, {later} later; {wall:.2f} s with start-up)")
         print(f"throughput ratio triage/report: {report_s / float(took):.2f} (target: close to 1)")
         print(f"triage peak RSS: {rss} MB on {mb:.0f} MB, {slice_rss} MB on a {slice_mb:.0f} MB slice")
+        print(f"worst case, every line a candidate: {8 / float(worst_s):.1f} MB/s")
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

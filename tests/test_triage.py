@@ -276,8 +276,17 @@ def test_a_folder_without_text_logs_exits_2(tmp_path):
     assert result.exit_code == 2 and "no readable text log files" in result.output
 
 
-def test_the_default_folder_is_the_ray_sessions_logs():
+def test_the_default_folder_is_the_ray_sessions_logs(tmp_path, monkeypatch):
     assert triage.DEFAULT_LOGDIR == Path("/tmp/ray/session_latest/logs")
+    monkeypatch.setattr(triage, "DEFAULT_LOGDIR", session(tmp_path))
+    result = invoke("triage", "--json")
+    assert result.exit_code == 1 and json.loads(result.stdout)["first"]["code"] == "EJ0002"
+
+
+def test_a_single_log_file_is_read_too(tmp_path):
+    log = write(tmp_path / "train.log", FORMATS["ray"](datetime(2025, 4, 8, 18, 30)))
+    first = triage.triage(log).first
+    assert (first.code, first.file, first.line) == ("RAY_WORKER_DIED", "train.log", 1)
 
 
 # --- untrusted input ------------------------------------------------------------------------------
@@ -423,3 +432,13 @@ def test_each_fingerprint_fires_on_its_example_through_the_prefilter(tmp_path, c
     first = triage.triage(tmp_path).first
     expected = {"CANN": "EH9999", "ERR": "ERR02005", "python": "ValueError"}.get(code, code)
     assert first.code == expected
+
+
+def test_needles_are_the_literals_each_alternative_starts_with():
+    assert triage.needles(r"EJ0002(?!\w)|The network port is down") == ("EJ0002", "The network port is down")
+    assert triage.needles(r"\[c10d\] The client") == ("[c10d] The client",)
+    assert triage.needles(r"(?P<code>ERR\d{5})") == ("ERR",)
+    assert triage.needles(r"Create (?:Dest|Src) error|LinkEstablish\]wait") == ("Create ", "LinkEstablish]wait")
+    assert triage.needles(r"Killed?|Out of") == ("Kille", "Out of")  # the "d" is optional
+    assert triage.needles(r"EJ0002|up") == ()  # one alternative too short to search for: always run
+    assert triage.needles(r"(?P<code>E[A-Z0-9]\d{4})") == () and triage.needles(r"^Error") == ()

@@ -99,6 +99,7 @@ class Fingerprint:
     cause: str
     fix: str
     source: str
+    needles: tuple[str, ...] = ()  # a line it matches holds one of these; () when the pattern has none
 
 
 @dataclass(frozen=True)
@@ -165,11 +166,61 @@ def fingerprints(path: Path = CODES) -> tuple[Fingerprint, ...]:
     try:
         table = tomllib.loads(path.read_text(encoding="utf-8"))
         return tuple(
-            Fingerprint(e["code"], re.compile(e["pattern"]), e["cause"], e["fix"], e["source"])
+            Fingerprint(e["code"], re.compile(e["pattern"]), e["cause"], e["fix"], e["source"], needles(e["pattern"]))
             for e in table["fingerprint"]
         )
     except (OSError, ValueError, KeyError, TypeError, re.error) as e:
         raise UsageError(f"{path}: not a valid fingerprint table: {e}") from None
+
+
+def needles(pattern: str) -> tuple[str, ...]:
+    """The literal text each top-level alternative of ``pattern`` starts with, when every one has 3 characters
+    or more (a line the pattern matches holds one of them); else ()."""
+    found = []
+    for alternative in _alternatives(pattern):
+        text, i = re.sub(r"^\(\?(?:P<\w+>|:)", "", alternative), 0
+        literal = []
+        while i < len(text):
+            if text[i] == "\\" and i + 1 < len(text) and not text[i + 1].isalnum():
+                literal.append(text[i + 1])
+                i += 2
+            elif text[i] in _SPECIAL:
+                break
+            else:
+                literal.append(text[i])
+                i += 1
+        if i < len(text) and text[i] in "*?{":
+            literal = literal[:-1]  # a quantifier makes the last character optional
+        if len(literal) < 3:
+            return ()
+        found.append("".join(literal))
+    return tuple(found)
+
+
+_SPECIAL = frozenset(".^$*+?{}[]()|\\")
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """``pattern`` split at its top-level ``|``."""
+    parts, depth, in_class, start, i = [], 0, False, 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    return [*parts, pattern[start:]]
 
 
 def log_files(root: Path) -> Iterator[Path]:
@@ -195,7 +246,7 @@ def triage(logdir: Path = DEFAULT_LOGDIR) -> Triage:
             f"{logdir}: no such folder; pass the job's logs (a Ray session's logs, an ascendfix-runs/<time> "
             "folder or a CANN plog folder)"
         )
-    table = fingerprints()
+    table = _Table(fingerprints())
     tally = _Tally()
     files = size = 0
     nodes: dict[Path, str | None] = {}
@@ -349,7 +400,7 @@ def _last_stamp(block: bytes, lo: int, hi: int, stamps: tuple = _STAMPS) -> re.M
 class _FileScan:
     """One file's findings, read in blocks without holding the file."""
 
-    def __init__(self, path: Path, rel: Path, node: str | None, table: tuple[Fingerprint, ...]):
+    def __init__(self, path: Path, rel: Path, node: str | None, table: _Table):
         self.path, self.rel, self.node, self.table = path, rel, node, table
         m = _FILE_PID.match(path.name)
         self.file_pid = int(m.group(1)) if m else None
@@ -421,42 +472,65 @@ class _FileScan:
 
     def _parse(self, raw: bytes) -> Finding | None:
         """The finding on one line (its line number and time not yet set), or None when no fingerprint fires."""
-        text = clean(_ANSI.sub(b"", raw).decode("utf-8", "replace"))
-        pid = rank = node = None
+        if b"\x1b" in raw:
+            raw = _ANSI.sub(b"", raw)
+        text = raw.decode("utf-8", "replace")
+        inner = None
         ray = _RAY_PREFIX.match(text)
         if ray and ("=" in ray["inner"] or ray["inner"].split(",")[0].strip().isidentifier()):
-            inner = ray["inner"]
-            pid = _int(_RAY_PID.search(inner))
-            node = _group(_RAY_IP.search(inner))
-            rank = _int(_RAY_RANK.search(inner))
-            text = text[ray.end() :]
+            inner, text = ray["inner"], text[ray.end() :]
         content = text
         for _ in range(4):
             head = _HEADER.match(content)
             if not head or not head.end():
                 break
             content = content[head.end() :].lstrip()
-        for priority, fp in enumerate(self.table):
-            m = fp.pattern.search(content)
-            if m is None:
-                continue
-            code = m.groupdict().get("code") or fp.code
-            rank = rank if rank is not None else _int(_RANK.search(text))
-            pid = pid if pid is not None else _int(_CANN_PID.search(text))
-            message = content if len(content) <= MAX_MESSAGE else content[: MAX_MESSAGE - 1] + "…"
-            return Finding(
-                None,
-                False,
-                clean(str(self.rel)),
-                0,
-                node or self.node,
-                pid if pid is not None else self.file_pid,
-                rank,
-                code,
-                message,
-                fp,
-                priority,
-            )
+        found = self.table.match(content)
+        if found is None:
+            return None
+        priority, m = found
+        fp = self.table.fingerprints[priority]
+        pid = rank = node = None
+        if inner is not None:
+            pid, node, rank = _int(_RAY_PID.search(inner)), _group(_RAY_IP.search(inner)), _int(_RAY_RANK.search(inner))
+        rank = rank if rank is not None else _int(_RANK.search(text))
+        pid = pid if pid is not None else _int(_CANN_PID.search(text))
+        content = clean(content)
+        message = content if len(content) <= MAX_MESSAGE else content[: MAX_MESSAGE - 1] + "…"
+        return Finding(
+            None,
+            False,
+            clean(str(self.rel)),
+            0,
+            node or self.node,
+            pid if pid is not None else self.file_pid,
+            rank,
+            m.groupdict().get("code") or fp.code,
+            message,
+            fp,
+            priority,
+        )
+
+
+class _Table:
+    """The fingerprints, and which of them a line can match, by the needles it holds."""
+
+    def __init__(self, fingerprints: tuple[Fingerprint, ...]):
+        self.fingerprints = fingerprints
+        self.needles = tuple((n, i) for i, fp in enumerate(fingerprints) for n in fp.needles)
+        self.always = frozenset(i for i, fp in enumerate(fingerprints) if not fp.needles)
+        literals = sorted({n for n, _ in self.needles}, key=len, reverse=True)
+        self.any_needle = re.compile("|".join(map(re.escape, literals)) or "(?!)")  # literals only: fast
+
+    def match(self, text: str) -> tuple[int, re.Match[str]] | None:
+        """The first fingerprint (by index) that matches ``text``, and its match."""
+        maybe = set(self.always)
+        if self.any_needle.search(text):
+            maybe.update(i for needle, i in self.needles if needle in text)
+        for i in sorted(maybe):
+            m = self.fingerprints[i].pattern.search(text)
+            if m is not None:
+                return i, m
         return None
 
 
