@@ -9,6 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
 from datetime import datetime
 from pathlib import Path
 
@@ -17,6 +22,7 @@ from ascendfix import cli
 from ascendfix.job import triage
 from click.testing import CliRunner
 
+ROOT = Path(__file__).resolve().parent.parent
 CYAN, RESET = "\x1b[36m", "\x1b[0m"
 
 
@@ -372,6 +378,18 @@ def test_an_ascendfix_run_folder(tmp_path):
     }
 
 
+def test_rays_worker_death_message_names_the_workers_pid_and_ip(tmp_path):
+    write(
+        tmp_path / "job-driver-raysubmit_1.log",
+        f"\x1b[33m(raylet){RESET} A worker died or was killed while executing a task by an unexpected system error. "
+        "To troubleshoot the problem, check the logs for the dead worker. Worker IP address: 10.0.0.7 "
+        "Worker port: 10003 Worker PID: 28435 Worker exit type: SYSTEM_ERROR Worker exit detail: Worker "
+        "unexpectedly exits with a connection error code 2. End of file.\n",
+    )
+    first = triage.triage(tmp_path).first
+    assert (first.code, first.node, first.pid) == ("RAY_WORKER_DIED", "10.0.0.7", 28435)
+
+
 def test_a_kernel_log_shows_the_oom_killer(tmp_path):
     write(tmp_path / "dmesg.txt", "[12345.678901] Out of memory: Killed process 4101 (python3) total-vm:1000kB\n")
     assert triage.triage(tmp_path).first.code == "LINUX_OOM"
@@ -442,3 +460,50 @@ def test_needles_are_the_literals_each_alternative_starts_with():
     assert triage.needles(r"Killed?|Out of") == ("Kille", "Out of")  # the "d" is optional
     assert triage.needles(r"EJ0002|up") == ()  # one alternative too short to search for: always run
     assert triage.needles(r"(?P<code>E[A-Z0-9]\d{4})") == () and triage.needles(r"^Error") == ()
+
+
+# --- a real Ray job -------------------------------------------------------------------------------
+
+RAY_DRIVER = textwrap.dedent(
+    """
+    import os, sys, time
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class WorkerDict:  # rank 7 loses its port and dies, as torch_npu reports it
+        def init_model(self):
+            stamp = time.strftime("%Y-%m-%d-%H:%M:%S") + ".123.456"
+            print("[rank7]: RuntimeError: EJ0002: [PID: %d] %s The network port is down." % (os.getpid(), stamp),
+                  file=sys.stderr, flush=True)
+            time.sleep(1)  # let the log monitor forward it
+            os._exit(1)
+
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])
+    ray.get(WorkerDict.remote().init_model.remote())  # raises ActorDiedError: the driver fails too
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_real_ray_job_that_fails_is_triaged_from_its_run_and_session_folders(tmp_path, request):
+    pytest.importorskip("ray")
+    (tmp_path / "driver.py").write_text(RAY_DRIVER)
+    ray_dir = Path(tempfile.mkdtemp(prefix="afray-", dir="/tmp"))  # Ray's socket paths must stay under 107 bytes
+    request.addfinalizer(lambda: shutil.rmtree(ray_dir, ignore_errors=True))
+    proc = subprocess.run(
+        [sys.executable, "-m", "ascendfix", "run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1"]
+        + [sys.executable, "driver.py", str(ray_dir)],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0 and "ActorDiedError" in proc.stdout + proc.stderr
+    for logs in (tmp_path / "runs", ray_dir / "session_latest" / "logs"):
+        result = triage.triage(logs)
+        assert result.first.code == "EJ0002" and result.first.rank == 7, (logs, result)
+        assert result.first.time.date() == datetime.now().date() and result.first.pid is not None
+        assert result.later >= 1  # the actor's death, as Ray reports it
+    run = triage.triage(tmp_path / "runs")
+    assert set(run.by_code) >= {"EJ0002", "RAY_ACTOR_DIED"}

@@ -41,7 +41,8 @@ def triage_command(logdir: Path | None, as_json: bool) -> None:
         console.print(f"  [bold]fix[/]     {escape(first.fingerprint.fix)}")
         console.print(f"  [dim]source  {escape(first.fingerprint.source)}[/]")
         counts = ", ".join(f"{code} ×{n}" for code, n in data.by_code.items())
-        console.print(f"then {data.later} more, its likely consequences; by code: {escape(counts)}")
+        then = f"then {data.later} more, its likely consequences" if data.later else "nothing failed after it"
+        console.print(f"{then}; lines by code: {escape(counts)}")
         console.print(f"[dim]read {escape(read)}[/]")
 
     render(result, as_json, human)

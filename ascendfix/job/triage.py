@@ -57,8 +57,8 @@ MAX_MESSAGE = 300
 
 # "E" then rror / RROR / xception / RR<digit> / a CANN code / a glog stamp / Ray's error level
 # ("[2025-04-08 18:07:20,444 E 1234 5678]"); one regex with a literal first byte is as fast as a
-# substring search. Kernel logs (the Linux OOM killer's "Out of memory:
-# Killed process") are also searched for KERNEL_NEEDLES.
+# substring search. Kernel logs are also searched for KERNEL_NEEDLES (the Linux OOM killer's
+# "Out of memory: Killed process").
 PREFILTER = re.compile(rb"E(?:rror|RROR|xception|RR\d|[A-Z0-9]\d{4}|\d{3,4} \d| \d+ \d+\])")
 KERNEL_LOG = re.compile(r"^(?:dmesg|kern|syslog|messages|journal)", re.I)
 KERNEL_NEEDLES = (b"of memory",)
@@ -75,7 +75,8 @@ _RAY_PID = re.compile(r"(?:^|[\s,])pid=(\d+)")
 _RAY_IP = re.compile(r"(?:^|[\s,])ip=([0-9A-Fa-f.:]+)")
 _RAY_RANK = re.compile(r"(?:^|[\s,])rank=(\d+)")
 _RANK = re.compile(r"\[[Rr]ank ?(\d+)\]|RankID:(\d+)")
-_CANN_PID = re.compile(r"\[PID: ?(\d+)\]|\(PID:(\d+)|^\[[A-Z]+\] [A-Z_]+\((\d+),")
+_LINE_PID = re.compile(r"\[PID: ?(\d+)\]|\(PID:(\d+)|^\[[A-Z]+\] [A-Z_]+\((\d+),|Worker PID: (\d+)")  # CANN, Ray
+_LINE_IP = re.compile(r"Worker IP address: ([0-9A-Fa-f.:]+)")  # Ray's worker-death message
 _FILE_PID = re.compile(r"^(?:worker-[0-9a-f]+-[0-9a-f]+-|python-core-worker-[0-9a-f]+_|plog-)(\d+)")
 _HEADER = re.compile(
     r"""^(?:
@@ -494,7 +495,8 @@ class _FileScan:
         if inner is not None:
             pid, node, rank = _int(_RAY_PID.search(inner)), _group(_RAY_IP.search(inner)), _int(_RAY_RANK.search(inner))
         rank = rank if rank is not None else _int(_RANK.search(text))
-        pid = pid if pid is not None else _int(_CANN_PID.search(text))
+        pid = pid if pid is not None else _int(_LINE_PID.search(text))
+        node = node or _group(_LINE_IP.search(text))
         content = clean(content)
         message = content if len(content) <= MAX_MESSAGE else content[: MAX_MESSAGE - 1] + "…"
         return Finding(
