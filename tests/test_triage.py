@@ -366,6 +366,8 @@ def test_an_ascendfix_run_folder(tmp_path):
         f"{CYAN}(WorkerDict pid=4101, ip=10.0.0.5){RESET} [rank12]: EI0009: [PID: 4101] 2025-04-08-18:10:02.500.000 "
         "Transport init error. Reason: [Create][DestLink]Create Dest error! createLink para:rank[12]-localUserrank[12]"
         "-localIpAddr[10.0.0.5], dst_rank[15]-remoteUserrank[15]-remote_ip_addr[10.0.0.6]\n"
+        + "Traceback (most recent call last):\n"
+        '  File "/opt/verl/verl/trainer/main_ppo.py", line 64, in run_ppo\n'
         + prefix
         + "ray.exceptions.RayTaskError(RuntimeError): ray::WorkerDict.actor_rollout_init_model()\n",
     )
@@ -388,6 +390,17 @@ def test_rays_worker_death_message_names_the_workers_pid_and_ip(tmp_path):
     )
     first = triage.triage(tmp_path).first
     assert (first.code, first.node, first.pid) == ("RAY_WORKER_DIED", "10.0.0.7", 28435)
+
+
+def test_an_exception_line_counts_only_below_a_traceback(tmp_path, monkeypatch):
+    warning = "WARNING 04-08 18:00:01 [importing.py:20] ModuleNotFoundError: No module named 'flash_attn'\n"
+    write(tmp_path / "a.log", warning, mtime=datetime(2025, 4, 9))
+    assert triage.triage(tmp_path).first is None
+    monkeypatch.setattr(triage, "BLOCK", 128)  # the traceback's first line and its last in different blocks
+    frames = '  File "/opt/verl/verl/trainer/main_ppo.py", line 64, in run_ppo\n    raise\n'
+    write(tmp_path / "a.log", warning + "Traceback (most recent call last):\n" + frames * 3 + "KeyError: 'actor'\n")
+    result = triage.triage(tmp_path)
+    assert result.first.code == "KeyError" and result.first.line == 9 and result.later == 0
 
 
 def test_a_kernel_log_shows_the_oom_killer(tmp_path):
@@ -446,7 +459,8 @@ def test_each_fingerprint_fires_on_its_example_through_the_prefilter(tmp_path, c
     else:
         assert triage.PREFILTER.search(line), "the pre-filter would never show it this line"
         name = "a.log"
-    write(tmp_path / name, EXAMPLES[code] + "\n")
+    above = "Traceback (most recent call last):\n" if code == "python" else ""
+    write(tmp_path / name, above + EXAMPLES[code] + "\n")
     first = triage.triage(tmp_path).first
     expected = {"CANN": "EH9999", "ERR": "ERR02005", "python": "ValueError"}.get(code, code)
     assert first.code == expected

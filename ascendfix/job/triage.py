@@ -101,6 +101,7 @@ class Fingerprint:
     fix: str
     source: str
     needles: tuple[str, ...] = ()  # a line it matches holds one of these; () when the pattern has none
+    after: bytes = b""  # fires only below a line that holds this (within LOOKBACK bytes)
 
 
 @dataclass(frozen=True)
@@ -167,10 +168,18 @@ def fingerprints(path: Path = CODES) -> tuple[Fingerprint, ...]:
     try:
         table = tomllib.loads(path.read_text(encoding="utf-8"))
         return tuple(
-            Fingerprint(e["code"], re.compile(e["pattern"]), e["cause"], e["fix"], e["source"], needles(e["pattern"]))
+            Fingerprint(
+                e["code"],
+                re.compile(e["pattern"]),
+                e["cause"],
+                e["fix"],
+                e["source"],
+                needles(e["pattern"]),
+                e.get("after", "").encode(),
+            )
             for e in table["fingerprint"]
         )
-    except (OSError, ValueError, KeyError, TypeError, re.error) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, re.error) as e:
         raise UsageError(f"{path}: not a valid fingerprint table: {e}") from None
 
 
@@ -406,6 +415,7 @@ class _FileScan:
         m = _FILE_PID.match(path.name)
         self.file_pid = int(m.group(1)) if m else None
         self.needles = KERNEL_NEEDLES if KERNEL_LOG.match(path.name) else ()
+        self.seen: dict[bytes, int] = {}  # each `after` literal: the file offset it was last seen at
         self.text = False
         self.size = 0
 
@@ -452,7 +462,7 @@ class _FileScan:
                 end = cut + MAX_LINE
             raw = block[cut:end]
             finding = self._parse(raw)
-            if finding is None:
+            if finding is None or not self._below(finding.fingerprint.after, block, base, start):
                 continue
             own = _first_stamp(raw)
             lo = max(searched, start - LOOKBACK)
@@ -469,7 +479,18 @@ class _FileScan:
         last = _last_stamp(block, max(searched, len(block) - LOOKBACK), len(block))
         if last is not None:
             known = clock.time(last) or known
+        for after in self.table.afters:
+            self._below(after, block, base, len(block))  # remember the block's last one for the next
         return known
+
+    def _below(self, after: bytes, block: bytes, base: int, start: int) -> bool:
+        """Whether ``after`` is on a line above ``start`` (within LOOKBACK bytes, this block or the last)."""
+        if not after:
+            return True
+        pos = block.rfind(after, max(0, start - LOOKBACK), start)
+        if pos != -1:
+            self.seen[after] = base + pos
+        return base + start - self.seen.get(after, -LOOKBACK - 1) <= LOOKBACK
 
     def _parse(self, raw: bytes) -> Finding | None:
         """The finding on one line (its line number and time not yet set), or None when no fingerprint fires."""
@@ -521,6 +542,7 @@ class _Table:
         self.fingerprints = fingerprints
         self.needles = tuple((n, i) for i, fp in enumerate(fingerprints) for n in fp.needles)
         self.always = frozenset(i for i, fp in enumerate(fingerprints) if not fp.needles)
+        self.afters = tuple({fp.after for fp in fingerprints if fp.after})
         literals = sorted({n for n, _ in self.needles}, key=len, reverse=True)
         self.any_needle = re.compile("|".join(map(re.escape, literals)) or "(?!)")  # literals only: fast
 
