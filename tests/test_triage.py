@@ -351,7 +351,7 @@ def test_a_cann_plog_folder(tmp_path):
     )
     write(plog.parent.parent / "run" / "plog" / "plog-2001_20250408180900000.log", "[INFO] HCCL(2001,python):up\n")
     result = triage.triage(tmp_path / "ascend" / "log")
-    assert result.first.code == "EI0006" and result.first.pid == 3007
+    assert (result.first.code, result.first.pid, result.first.rank) == ("EI0006", 3007, 7)
     assert result.first.time == datetime(2025, 4, 8, 18, 7, 19, 300200)
     assert result.first.file == "debug/plog/plog-3007_20250408180719000.log" and result.files == 2
 

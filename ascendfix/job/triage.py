@@ -74,7 +74,7 @@ _RAY_PREFIX = re.compile(r"^\((?P<inner>[^()]{0,200})\) ?")
 _RAY_PID = re.compile(r"(?:^|[\s,])pid=(\d+)")
 _RAY_IP = re.compile(r"(?:^|[\s,])ip=([0-9A-Fa-f.:]+)")
 _RAY_RANK = re.compile(r"(?:^|[\s,])rank=(\d+)")
-_RANK = re.compile(r"\[[Rr]ank ?(\d+)\]|RankID:(\d+)")
+_RANK = re.compile(r"\[[Rr]ank ?(\d+)\]|RankID:(\d+)|(?<!\w)rank\[(\d+)\]")  # torch, torch_npu, HCCL
 _LINE_PID = re.compile(r"\[PID: ?(\d+)\]|\(PID:(\d+)|^\[[A-Z]+\] [A-Z_]+\((\d+),|Worker PID: (\d+)")  # CANN, Ray
 _LINE_IP = re.compile(r"Worker IP address: ([0-9A-Fa-f.:]+)")  # Ray's worker-death message
 _FILE_PID = re.compile(r"^(?:worker-[0-9a-f]+-[0-9a-f]+-|python-core-worker-[0-9a-f]+_|plog-)(\d+)")
