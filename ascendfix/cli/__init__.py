@@ -32,6 +32,7 @@ COMMANDS = {
     "demo": "demo:demo",
     "upgrade-check": "upgrade:upgrade_check",
     "ray": "ray:ray_group",
+    "triage": "triage:triage_command",
 }
 
 

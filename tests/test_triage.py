@@ -1,0 +1,523 @@
+"""`ascendfix triage` on log folders written here in HCCL's, torch's and Ray's own formats.
+
+The lines follow the shapes CANN, torch_npu, torch and Ray print (as reported in vllm-ascend#486,
+#1815, #3162, #1955 and Ray's docs); their values are made up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from ascendfix import cli
+from ascendfix.job import triage
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parent.parent
+CYAN, RESET = "\x1b[36m", "\x1b[0m"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli.main, list(args))
+
+
+def write(path: Path, text: str | bytes, mtime: datetime | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, str):
+        path.write_text(text)
+    else:
+        path.write_bytes(text)
+    if mtime is not None:
+        os.utime(path, (mtime.timestamp(), mtime.timestamp()))
+    return path
+
+
+def port_down(rank: int, pid: int, stamp: str) -> str:
+    """torch_npu's exception for a port that is down, as a rank's stderr prints it."""
+    return (
+        f"[rank{rank}]: Traceback (most recent call last):\n"
+        f'[rank{rank}]:   File "/opt/verl/verl/workers/fsdp_workers.py", line 612, in init_model\n'
+        f"[rank{rank}]:     self.actor_module = self._build_model()\n"
+        f"[rank{rank}]: RuntimeError: EJ0002: [PID: {pid}] {stamp} The network port is down.\n"
+        f"[rank{rank}]:         Solution: Check the network port status of the NPU.\n"
+        f"[rank{rank}]: [ERROR] {stamp[:19]} (PID:{pid}, Device:{rank % 8}, RankID:{rank}) "
+        "ERR02200 DIST call hccl api failed.\n"
+    )
+
+
+def socket_timeout(rank: int, pid: int, stamp: str) -> str:
+    """A rank whose peer never connected: RuntimeError, ERR01100, then EI0006 (the shape of vllm-ascend#486)."""
+    return (
+        f"[rank{rank}]: Traceback (most recent call last):\n"
+        f'[rank{rank}]:   File "/usr/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", '
+        "line 2501, in all_reduce\n"
+        f"[rank{rank}]:     work = group.allreduce([tensor], opts)\n"
+        f"[rank{rank}]: RuntimeError: InnerRunOpApi:torch_npu/csrc/framework/OpParamMaker.cpp:281 OPS function "
+        "error: HcclAllreduce, error code is 6\n"
+        f"[rank{rank}]: [ERROR] {stamp[:19]} (PID:{pid}, Device:{rank % 8}, RankID:{rank}) "
+        "ERR01100 OPS call acl api failed.\n"
+        f"[rank{rank}]: EI0006: [PID: {pid}] {stamp} Getting socket times out. Reason: Remote Rank did not "
+        "send the data in time. Please check the reason for the rank being stuck\n"
+        f"[rank{rank}]:         Solution: 1. Check the rank service processes with other errors or no errors "
+        "in the cluster.\n"
+    )
+
+
+def ray_line(stamp: str, pid: int, text: str, level: str = "I") -> str:
+    return f"[{stamp} {level} {pid} {pid + 7}] core_worker.cc:902: {text}\n"
+
+
+def session(root: Path) -> Path:
+    """A Ray session's logs gathered from three nodes: rank 7's port goes down, ranks 1 and 9 time out on it."""
+    logs = root / "session_latest" / "logs"
+    head = "2025-04-08 18:05:00,100"
+    # the head node's own worker: rank 1 times out two minutes after rank 7's port went down
+    write(
+        logs / "worker-5a4e3f01-01000000-1001.err",
+        ray_line(head, 1001, "Event stats: Global stats: 812 total (11 active)")
+        + socket_timeout(1, 1001, "2025-04-08-18:09:20.444.436"),
+    )
+    write(logs / "worker-5a4e3f01-01000000-1001.out", "Training Progress:   3%|▎  | 9/300\n")
+    # node 10.0.0.4, gathered into its own folder: rank 7 is the first to fail
+    write(
+        logs / "10.0.0.4" / "worker-77aa01bc-01000000-3007.err",
+        ray_line("2025-04-08 18:06:59,001", 3007, "Constructing CoreWorkerProcess. pid: 3007")
+        + port_down(7, 3007, "2025-04-08-18:07:19.902.311"),
+    )
+    write(logs / "10.0.0.4" / "worker-77aa01bc-01000000-3007.out", "")
+    # the driver log: node 10.0.0.3's rank 9 times out too, streamed with Ray's coloured prefix
+    prefix = f"{CYAN}(WorkerDict pid=2009, ip=10.0.0.3){RESET} "
+    driver = "".join(
+        prefix + line + "\n" for line in socket_timeout(9, 2009, "2025-04-08-18:09:21.010.000").splitlines()
+    )
+    write(logs / "job-driver-raysubmit_9f2a.log", ray_line(head, 900, "driver up") + driver)
+    write(logs / "raylet.out", ray_line(head, 800, "NodeManager server started"))
+    return logs
+
+
+def run_json(logdir: Path) -> tuple[int, dict]:
+    result = invoke("triage", str(logdir), "--json")
+    return result.exit_code, json.loads(result.stdout)
+
+
+# --- the first failure, named ---------------------------------------------------------------------
+
+
+def test_a_multinode_session_names_the_port_that_went_down_first(tmp_path):
+    code, data = run_json(session(tmp_path))
+    assert code == 1
+    assert set(data) == {"logs", "first", "later", "by_code"}
+    first = data["first"]
+    assert set(first) == {"time", "file", "line", "node", "pid", "rank", "code", "message", "cause", "fix"}
+    assert first["code"] == "EJ0002" and first["node"] == "10.0.0.4" and first["pid"] == 3007 and first["rank"] == 7
+    assert first["time"] == "2025-04-08T18:07:19.902311"
+    assert first["file"] == "10.0.0.4/worker-77aa01bc-01000000-3007.err" and first["line"] == 5
+    assert "The network port is down" in first["message"]
+    ej0002 = next(fp for fp in triage.fingerprints() if fp.code == "EJ0002")
+    assert (first["cause"], first["fix"]) == (ej0002.cause, ej0002.fix)
+    # rank 7: RuntimeError+EJ0002 on one line, ERR02200; ranks 1 and 9: RuntimeError, ERR01100, EI0006 each
+    assert data["by_code"] == {"EI0006": 2, "ERR01100": 2, "RuntimeError": 2, "EJ0002": 1, "ERR02200": 1}
+    assert data["later"] == 6
+
+
+def test_the_ray_prefix_gives_pid_and_ip_through_its_colour_codes(tmp_path):
+    logs = session(tmp_path)
+    (logs / "10.0.0.4").rename(tmp_path / "elsewhere")  # without rank 7, rank 1 (18:09:20) is first
+    first = triage.triage(logs).first
+    assert (first.code, first.pid, first.rank, first.node) == ("EI0006", 1001, 1, None)
+    (logs / "worker-5a4e3f01-01000000-1001.err").unlink()  # then rank 9, via the driver log
+    first = triage.triage(logs).first
+    assert (first.code, first.pid, first.rank, first.node) == ("EI0006", 2009, 9, "10.0.0.3")
+    assert first.file == "job-driver-raysubmit_9f2a.log" and "\x1b" not in first.message
+
+
+def test_a_burst_is_named_by_its_cann_code_and_timed_by_that_line(tmp_path):
+    write(tmp_path / "train.log", socket_timeout(1, 1292363, "2025-04-08-18:07:20.444.436"))
+    result = triage.triage(tmp_path)
+    assert result.first.code == "EI0006" and result.first.line == 6
+    assert result.first.time == datetime(2025, 4, 8, 18, 7, 20, 444436)
+    assert result.later == 0  # one burst: its lines are the failure, not its consequences
+    assert result.by_code == {"RuntimeError": 1, "ERR01100": 1, "EI0006": 1}
+
+
+def test_human_output_names_node_code_cause_fix_and_source(tmp_path):
+    result = invoke("triage", str(session(tmp_path)))
+    assert result.exit_code == 1
+    assert "first failure" in result.output and "node 10.0.0.4" in result.output and "rank 7" in result.output
+    assert "EJ0002" in result.output and "hccn_tool" in result.output
+    assert "vllm-project/vllm-ascend/issues/1815" in result.output
+    assert "6 more" in result.output
+
+
+# --- ordering by the lines' own stamps -----------------------------------------------------------
+
+FORMATS = {
+    "cann": lambda t: (
+        f"EI0009: [PID: 11] {t:%Y-%m-%d-%H:%M:%S}.{t.microsecond // 1000:03d}.000 Transport init "
+        "error. Reason: [Create][DestLink]Create Dest error! createLink para:rank[7]-localUserrank[7], dst_rank[15]\n"
+    ),
+    "plog": lambda t: (
+        f"[ERROR] HCCL(12,python):{t:%Y-%m-%d-%H:%M:%S}.{t.microsecond // 1000:03d}.000 "
+        "[hccl_socket_manager.cc:778] [12][Wait][LinkEstablish]wait socket establish timeout, role[1] rank[3]\n"
+    ),
+    "glog": lambda t: (
+        f"[rank3]:[E{t:%m%d %H:%M:%S}.{t.microsecond:06d}000 ProcessGroupNCCL.cpp:632] [Rank 3] "
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600031 ms\n"
+    ),
+    "ray": lambda t: (
+        f"[{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d} E 14 15] core_worker.cc:411: "
+        "A worker died or was killed while executing a task by an unexpected system error.\n"
+    ),
+    "logging": lambda t: (
+        f"{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d}\tERROR worker.py:77 -- "
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+    ),
+}
+CODES = {"cann": "EI0009", "plog": "EI0006", "glog": "NCCL_WATCHDOG", "ray": "RAY_WORKER_DIED", "logging": "RAY_OOM"}
+
+
+@pytest.mark.parametrize("earliest", sorted(FORMATS))
+def test_findings_are_ordered_by_their_own_stamps_across_formats(tmp_path, earliest):
+    base = datetime(2025, 4, 8, 18, 7, 20, 500000)
+    later = [k for k in sorted(FORMATS) if k != earliest]
+    # every file is named so that name order is the reverse of time order
+    times = {earliest: base} | {k: base.replace(second=21 + i) for i, k in enumerate(later)}
+    for i, (kind, t) in enumerate(sorted(times.items(), key=lambda kv: kv[1], reverse=True)):
+        write(tmp_path / f"{i}-{kind}.log", FORMATS[kind](t), mtime=datetime(2025, 4, 9))
+    result = triage.triage(tmp_path)
+    assert result.first.code == CODES[earliest] and result.first.time == base
+    assert result.later == 4
+
+
+def test_a_glog_stamp_takes_its_year_from_the_dated_stamp_above_it(tmp_path):
+    text = "[2023-11-20 10:30:00,000 I 5 6] core_worker.cc:1: up\n" + FORMATS["glog"](datetime(2025, 11, 20, 10, 35))
+    write(tmp_path / "a.log", text, mtime=datetime(2025, 11, 20))
+    assert triage.triage(tmp_path).first.time == datetime(2023, 11, 20, 10, 35)
+
+
+def test_a_glog_stamp_without_a_dated_one_takes_the_files_year_or_the_one_before(tmp_path):
+    write(tmp_path / "a.log", FORMATS["glog"](datetime(2000, 11, 20, 10, 35, 12, 61000)), mtime=datetime(2025, 11, 21))
+    assert triage.triage(tmp_path).first.time == datetime(2025, 11, 20, 10, 35, 12, 61000)
+    write(tmp_path / "a.log", FORMATS["glog"](datetime(2000, 12, 31, 23, 59)), mtime=datetime(2026, 1, 1, 0, 5))
+    assert triage.triage(tmp_path).first.time == datetime(2025, 12, 31, 23, 59)
+
+
+def test_c10s_unpadded_month_and_vllms_stamp_are_read(tmp_path):
+    c10d = (
+        "(WorkerDict pid=904548) [E331 20:50:12.688969421 socket.cpp:1011] [c10d] The client socket has timed out "
+        "after 1800000ms while trying to connect to (10.0.0.9, 38321).\n"
+    )
+    write(tmp_path / "a.log", c10d, mtime=datetime(2025, 4, 1))
+    first = triage.triage(tmp_path).first
+    assert (first.code, first.time, first.pid) == (
+        "C10D_STORE_TIMEOUT",
+        datetime(2025, 3, 31, 20, 50, 12, 688969),
+        904548,
+    )
+    vllm = (
+        "(EngineCore_DP0 pid=77) ERROR 03-30 20:59:57 [core.py:790] RuntimeError: NPU out of memory. "
+        "Tried to allocate 2.00 GiB\n"
+    )
+    write(tmp_path / "b.log", vllm, mtime=datetime(2025, 4, 1))
+    first = triage.triage(tmp_path).first
+    assert (first.code, first.time, first.file) == ("NPU_OOM", datetime(2025, 3, 30, 20, 59, 57), "b.log")
+
+
+def test_lines_without_a_stamp_inherit_the_last_one_above_even_across_blocks(tmp_path, monkeypatch):
+    monkeypatch.setattr(triage, "BLOCK", 256)  # the stamp and the error sit in different read blocks
+    text = (
+        ray_line("2025-04-08 18:00:00,000", 5, "early")
+        + ray_line("2025-04-08 18:07:00,250", 5, "last stamp before the error")
+        + "Training Progress:   3%|▎  | 9/300 [6:58:42<225:45:17, 2792.84s/it]\n" * 20
+        + "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+    )
+    write(tmp_path / "worker-aa-01000000-42.err", text)
+    first = triage.triage(tmp_path).first
+    assert first.code == "RAY_ACTOR_DIED" and first.time == datetime(2025, 4, 8, 18, 7, 0, 250000)
+    assert first.line == 23 and first.pid == 42
+
+
+def test_line_numbers_are_right_when_read_in_many_blocks(tmp_path, monkeypatch):
+    monkeypatch.setattr(triage, "BLOCK", 4096)
+    noise = "".join(f"(TaskRunner pid=11069) step noise line {i}\n" for i in range(5000))
+    write(tmp_path / "train.log", noise + FORMATS["ray"](datetime(2025, 4, 8, 18, 7, 20)) + noise)
+    assert triage.triage(tmp_path).first.line == 5001
+
+
+# --- nothing failed, bad input -------------------------------------------------------------------
+
+
+def test_healthy_logs_that_mention_errors_in_passing_exit_0(tmp_path):
+    write(
+        tmp_path / "train.log",
+        "(TaskRunner pid=11069) step:3 - actor/pg_loss:0.1 - critic/rewards/mean:0.5\n"
+        "(WorkerDict pid=48213) WARNING 08-05 14:02:20 [utils.py:88] retrying after ConnectionError\n"
+        "[2025-08-05 14:02:21,102 I 48213 48301] core_worker.cc:1022: 0 ERROR events in the last interval\n",
+    )
+    code, data = run_json(tmp_path)
+    assert code == 0 and data == {"logs": str(tmp_path), "first": None, "later": 0, "by_code": {}}
+    assert "no failure found" in invoke("triage", str(tmp_path)).output
+
+
+def test_a_missing_folder_is_one_line_and_exit_2(tmp_path):
+    result = invoke("triage", str(tmp_path / "nope"))
+    assert result.exit_code == 2 and "no such folder" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    code, data = run_json(tmp_path / "nope")
+    assert code == 2 and data["exit_code"] == 2 and "no such folder" in data["error"]
+
+
+def test_a_folder_without_text_logs_exits_2(tmp_path):
+    write(tmp_path / "core.bin", b"\0\x01\x02EJ0002: The network port is down.\n")
+    result = invoke("triage", str(tmp_path))
+    assert result.exit_code == 2 and "no readable text log files" in result.output
+
+
+def test_the_default_folder_is_the_ray_sessions_logs(tmp_path, monkeypatch):
+    assert triage.DEFAULT_LOGDIR == Path("/tmp/ray/session_latest/logs")
+    monkeypatch.setattr(triage, "DEFAULT_LOGDIR", session(tmp_path))
+    result = invoke("triage", "--json")
+    assert result.exit_code == 1 and json.loads(result.stdout)["first"]["code"] == "EJ0002"
+
+
+def test_a_single_log_file_is_read_too(tmp_path):
+    log = write(tmp_path / "train.log", FORMATS["ray"](datetime(2025, 4, 8, 18, 30)))
+    first = triage.triage(log).first
+    assert (first.code, first.file, first.line) == ("RAY_WORKER_DIED", "train.log", 1)
+
+
+# --- untrusted input ------------------------------------------------------------------------------
+
+
+def test_control_characters_from_the_logs_are_not_printed(tmp_path):
+    evil = "RuntimeError: NPU out of memory.\x1b]0;owned\x07 \x1b[2J\rTried\x08 to allocate \x9b31m2 GiB\u2028x\n"
+    write(tmp_path / "bad\x1bname.log", evil)
+    result = invoke("triage", str(tmp_path))
+    assert result.exit_code == 1
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028]", result.output)
+    first = json.loads(invoke("triage", str(tmp_path), "--json").stdout)["first"]
+    assert first["code"] == "NPU_OOM" and not re.search(r"[\x00-\x1f\x7f-\x9f]", first["message"] + first["file"])
+
+
+def test_symlinks_out_of_the_folder_are_not_followed(tmp_path):
+    outside = write(tmp_path / "outside" / "worker-aa-01000000-9.err", port_down(0, 9, "2025-04-08-18:00:00.000.000"))
+    logs = tmp_path / "logs"
+    write(logs / "train.log", FORMATS["ray"](datetime(2025, 4, 8, 18, 30)))
+    (logs / "linked-dir").symlink_to(outside.parent, target_is_directory=True)
+    (logs / "linked.err").symlink_to(outside)
+    result = triage.triage(logs)
+    assert result.first.code == "RAY_WORKER_DIED" and result.files == 1 and result.later == 0
+
+
+def test_a_huge_line_is_read_in_bounded_pieces(tmp_path, monkeypatch):
+    monkeypatch.setattr(triage, "BLOCK", 1 << 16)
+    huge = (
+        "x" * (3 << 20) + " EJ0002: [PID: 5] 2025-04-08-18:07:19.000.000 The network port is down. " + "y" * (1 << 20)
+    )
+    write(tmp_path / "a.log", "first line\n" + huge + "\n" + FORMATS["ray"](datetime(2025, 4, 8, 18, 30)))
+    result = triage.triage(tmp_path)
+    assert result.first.code == "EJ0002" and result.first.line == 2
+    assert len(result.first.message) <= triage.MAX_MESSAGE
+    assert result.by_code == {"EJ0002": 1, "RAY_WORKER_DIED": 1}
+
+
+def test_binary_files_are_skipped(tmp_path):
+    write(tmp_path / "core.12345", b"\x7fELF\0\0" + b"EJ0002: [PID: 5] 2025-04-08-18:00:00.000.000 down\n" * 10)
+    write(tmp_path / "train.log", FORMATS["ray"](datetime(2025, 4, 8, 18, 30)))
+    result = triage.triage(tmp_path)
+    assert result.first.code == "RAY_WORKER_DIED" and result.files == 1
+
+
+# --- the folders it reads -------------------------------------------------------------------------
+
+
+def test_a_cann_plog_folder(tmp_path):
+    plog = tmp_path / "ascend" / "log" / "debug" / "plog"
+    write(
+        plog / "plog-3007_20250408180719000.log",
+        "[INFO] HCCL(3007,python):2025-04-08-18:07:10.000.001 [hccl_comm.cc:12] [3007]init start\n"
+        "[ERROR] HCCP(3007,python):2025-04-08-18:07:19.300.100 [ra_host.c:580]tid:3007, ra rdev init failed, ret(-67)\n"
+        "[ERROR] HCCL(3007,python):2025-04-08-18:07:19.300.200 [hccl_socket_manager.cc:778] [3007][Wait][LinkEstablish]"
+        "wait socket establish timeout, role[1] rank[7] timeout[120]\n",
+    )
+    write(plog.parent.parent / "run" / "plog" / "plog-2001_20250408180900000.log", "[INFO] HCCL(2001,python):up\n")
+    result = triage.triage(tmp_path / "ascend" / "log")
+    assert (result.first.code, result.first.pid, result.first.rank) == ("EI0006", 3007, 7)
+    assert result.first.time == datetime(2025, 4, 8, 18, 7, 19, 300200)
+    assert result.first.file == "debug/plog/plog-3007_20250408180719000.log" and result.files == 2
+
+
+def test_an_ascendfix_run_folder(tmp_path):
+    run = tmp_path / "ascendfix-runs" / "20250408-180000"
+    prefix = f"{CYAN}(TaskRunner pid=11069){RESET} "
+    write(run / "run.json", '{"command": ["bash", "train.sh"]}\n')
+    write(
+        run / "train.log",
+        prefix + "step:1 - timing_s/step:2814.45\n"
+        f"{CYAN}(WorkerDict pid=4101, ip=10.0.0.5){RESET} [rank12]: EI0009: [PID: 4101] 2025-04-08-18:10:02.500.000 "
+        "Transport init error. Reason: [Create][DestLink]Create Dest error! createLink para:rank[12]-localUserrank[12]"
+        "-localIpAddr[10.0.0.5], dst_rank[15]-remoteUserrank[15]-remote_ip_addr[10.0.0.6]\n"
+        + "Traceback (most recent call last):\n"
+        '  File "/opt/verl/verl/trainer/main_ppo.py", line 64, in run_ppo\n'
+        + prefix
+        + "ray.exceptions.RayTaskError(RuntimeError): ray::WorkerDict.actor_rollout_init_model()\n",
+    )
+    result = triage.triage(tmp_path / "ascendfix-runs")
+    first = result.first
+    assert (first.code, first.node, first.pid, first.rank) == ("EI0009", "10.0.0.5", 4101, 12)
+    assert first.file == "20250408-180000/train.log" and result.by_code == {
+        "EI0009": 1,
+        "ray.exceptions.RayTaskError": 1,
+    }
+
+
+def test_rays_worker_death_message_names_the_workers_pid_and_ip(tmp_path):
+    write(
+        tmp_path / "job-driver-raysubmit_1.log",
+        f"\x1b[33m(raylet){RESET} A worker died or was killed while executing a task by an unexpected system error. "
+        "To troubleshoot the problem, check the logs for the dead worker. Worker IP address: 10.0.0.7 "
+        "Worker port: 10003 Worker PID: 28435 Worker exit type: SYSTEM_ERROR Worker exit detail: Worker "
+        "unexpectedly exits with a connection error code 2. End of file.\n",
+    )
+    first = triage.triage(tmp_path).first
+    assert (first.code, first.node, first.pid) == ("RAY_WORKER_DIED", "10.0.0.7", 28435)
+
+
+def test_an_exception_line_counts_only_below_a_traceback(tmp_path, monkeypatch):
+    warning = "WARNING 04-08 18:00:01 [importing.py:20] ModuleNotFoundError: No module named 'flash_attn'\n"
+    write(tmp_path / "a.log", warning, mtime=datetime(2025, 4, 9))
+    assert triage.triage(tmp_path).first is None
+    monkeypatch.setattr(triage, "BLOCK", 128)  # the traceback's first line and its last in different blocks
+    frames = '  File "/opt/verl/verl/trainer/main_ppo.py", line 64, in run_ppo\n    raise\n'
+    write(tmp_path / "a.log", warning + "Traceback (most recent call last):\n" + frames * 3 + "KeyError: 'actor'\n")
+    result = triage.triage(tmp_path)
+    assert result.first.code == "KeyError" and result.first.line == 9 and result.later == 0
+
+
+def test_a_kernel_log_shows_the_oom_killer(tmp_path):
+    write(tmp_path / "dmesg.txt", "[12345.678901] Out of memory: Killed process 4101 (python3) total-vm:1000kB\n")
+    assert triage.triage(tmp_path).first.code == "LINUX_OOM"
+
+
+# --- the table ------------------------------------------------------------------------------------
+
+EXAMPLES = {
+    "EJ0002": "RuntimeError: EJ0002: [PID: 38079] 2025-07-15-12:45:31.202.787 The network port is down.",
+    "EJ0003": "[PID: 159] 2025-03-26-17:01:02.816.428 Communication_Error_Bind_IP_Port(EJ0003): "
+    "Failed to bind the IP port.",
+    "EI0009": "EI0009: [PID: 2] 2025-09-24-20:59:48.119.066 Transport init error. Reason: createLink para:rank[1]",
+    "EI0006": "[PID: 749] 2025-12-29-03:16:15.787.356 Get_Socket_Timeout(EI0006): Getting socket times out.",
+    "EI0002": "EI0002: [PID: 1] 2025-06-25-10:45:23.586.187 The wait execution of the Notify register times out.",
+    "507046": "RuntimeError: AclrtSynchronizeStreamWithTimeout, error code is 507046",
+    "507048": "RuntimeError: npuSynchronizeDevice: AclrtSynchronizeDeviceWithTimeout, error code is 507048",
+    "507014": "RuntimeError: acl::AclQueryEventRecordedStatus(event_, &currStatus), error code is 507014",
+    "HCCL_WATCHDOG": "[rank7]:[E1212 12:10:10.131512730 compiler_depend.ts:1675] [Rank 7] "
+    "HCCL watchdog thread terminated with exception:",
+    "NCCL_WATCHDOG": "[rank3]:[E1120 10:35:12.061505813 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600010 milliseconds before timing out.",
+    "C10D_STORE_TIMEOUT": "[E331 20:50:12.688969421 socket.cpp:1011] [c10d] The client socket has timed out "
+    "after 1800000ms",
+    "NPU_OOM": "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.96 GiB total capacity)",
+    "CUDA_OOM": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "RAY_OOM": "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+    "LINUX_OOM": "[12345.678901] Out of memory: Killed process 4101 (python3) total-vm:1000kB, anon-rss:900kB",
+    "RAY_ACTOR_DIED": "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+    "RAY_WORKER_DIED": "(raylet) A worker died or was killed while executing a task by an unexpected system error. "
+    "To troubleshoot the problem, check the logs for the dead worker. Worker exit type: SYSTEM_ERROR",
+    "RAY_SYSTEM_ERROR": "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR",
+    "CANN": "EH9999[PID: 285] 2025-12-12-12:10:10.639.672 (EH9999):  [Query][Status]query event recorded status failed",
+    "ERR02200": "[ERROR] 2025-03-26-11:49:12 (PID:3674, Device:0, RankID:0) ERR02200 DIST call hccl api failed.",
+    "ERR01100": "[ERROR] 2025-04-08-18:07:20 (PID:1292363, Device:1, RankID:1) ERR01100 OPS call acl api failed.",
+    "ERR00100": "[ERROR] 2025-06-25-10:45:23 (PID:13075, Device:0, RankID:8) ERR00100 PTA call acl api failed",
+    "ERR": "[ERROR] 2025-12-12-12:10:10 (PID:402, Device:7, RankID:-1) ERR02005 DIST internal error",
+    "python": "ValueError: the batch size 7 is not divisible by 2",
+}
+
+
+def test_every_fingerprint_has_a_cause_a_fix_and_a_source():
+    table = triage.fingerprints()
+    assert [fp.code for fp in table] == list(EXAMPLES)  # the table's order: most specific first
+    for fp in table:
+        assert fp.cause and fp.fix and fp.source, fp.code
+
+
+@pytest.mark.parametrize("code", sorted(EXAMPLES))
+def test_each_fingerprint_fires_on_its_example_through_the_prefilter(tmp_path, code):
+    line = EXAMPLES[code].encode()
+    if code == "LINUX_OOM":  # the kernel's words are looked for in kernel logs only
+        assert not triage.PREFILTER.search(line) and any(n in line for n in triage.KERNEL_NEEDLES)
+        name = "kern.log"
+    else:
+        assert triage.PREFILTER.search(line), "the pre-filter would never show it this line"
+        name = "a.log"
+    above = "Traceback (most recent call last):\n" if code == "python" else ""
+    write(tmp_path / name, above + EXAMPLES[code] + "\n")
+    first = triage.triage(tmp_path).first
+    expected = {"CANN": "EH9999", "ERR": "ERR02005", "python": "ValueError"}.get(code, code)
+    assert first.code == expected
+
+
+def test_needles_are_the_literals_each_alternative_starts_with():
+    assert triage.needles(r"EJ0002(?!\w)|The network port is down") == ("EJ0002", "The network port is down")
+    assert triage.needles(r"\[c10d\] The client") == ("[c10d] The client",)
+    assert triage.needles(r"(?P<code>ERR\d{5})") == ("ERR",)
+    assert triage.needles(r"Create (?:Dest|Src) error|LinkEstablish\]wait") == ("Create ", "LinkEstablish]wait")
+    assert triage.needles(r"Killed?|Out of") == ("Kille", "Out of")  # the "d" is optional
+    assert triage.needles(r"EJ0002|up") == ()  # one alternative too short to search for: always run
+    assert triage.needles(r"(?P<code>E[A-Z0-9]\d{4})") == () and triage.needles(r"^Error") == ()
+
+
+# --- a real Ray job -------------------------------------------------------------------------------
+
+RAY_DRIVER = textwrap.dedent(
+    """
+    import os, sys, time
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class WorkerDict:  # rank 7 loses its port and dies, as torch_npu reports it
+        def init_model(self):
+            stamp = time.strftime("%Y-%m-%d-%H:%M:%S") + ".123.456"
+            print("[rank7]: RuntimeError: EJ0002: [PID: %d] %s The network port is down." % (os.getpid(), stamp),
+                  file=sys.stderr, flush=True)
+            time.sleep(1)  # let the log monitor forward it
+            os._exit(1)
+
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])
+    ray.get(WorkerDict.remote().init_model.remote())  # raises ActorDiedError: the driver fails too
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_real_ray_job_that_fails_is_triaged_from_its_run_and_session_folders(tmp_path, request):
+    pytest.importorskip("ray")
+    (tmp_path / "driver.py").write_text(RAY_DRIVER)
+    ray_dir = Path(tempfile.mkdtemp(prefix="afray-", dir="/tmp"))  # Ray's socket paths must stay under 107 bytes
+    request.addfinalizer(lambda: shutil.rmtree(ray_dir, ignore_errors=True))
+    proc = subprocess.run(
+        [sys.executable, "-m", "ascendfix", "run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1"]
+        + [sys.executable, "driver.py", str(ray_dir)],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0 and "ActorDiedError" in proc.stdout + proc.stderr
+    for logs in (tmp_path / "runs", ray_dir / "session_latest" / "logs"):
+        result = triage.triage(logs)
+        assert result.first.code == "EJ0002" and result.first.rank == 7, (logs, result)
+        assert result.first.time.date() == datetime.now().date() and result.first.pid is not None
+        assert result.later >= 1  # the actor's death, as Ray reports it
+    run = triage.triage(tmp_path / "runs")
+    assert set(run.by_code) >= {"EJ0002", "RAY_ACTOR_DIED"}
