@@ -134,7 +134,7 @@ def test_hazards_verl_platform_and_mindspeed_ckpt_acceleration(profile, wrong):
     assert result.messages[0].startswith("verl 0.9.0 selects the device through verl.plugin.platform")
     assert "has ckpt_acceleration" in result.messages[1]
     assert "torch-shard-overlap-check, torch-global-plan-check are redundant" in result.messages[1]
-    assert result.fix == "export VERL_PLATFORM=npu"
+    assert result.fix == "export VERL_PLATFORM=huawei"
     on_cuda = run_checks(profile, wrong, "hazards", device="cuda")["hazards"]
     assert on_cuda.status == "ok" and "has ckpt_acceleration" in on_cuda.messages[0]  # no cuda-probe patch there
 

@@ -60,8 +60,9 @@ def _typing_list(text: str) -> str:
 
 
 # Without these the plugin is off (verl never imports verl_npu) or verl imports its Triton kernels on an
-# NPU; a node that lost them is caught. vllm's two edits only respell type hints (``List`` for ``list``),
-# which Python 3.10 reads either way, and the installer finds an editable vllm only through sys.path.
+# NPU; a node that lost them is caught. vllm's two edits are never expected: the installer makes them
+# only when vllm is a plain folder on a search path (setup.py:143-181), never with an editable vllm (the
+# profile's), and they only respell type hints (``List`` for ``list``), which Python 3.10 reads either way.
 REQUIRED = (VERL_INIT, LINEAR_CROSS_ENTROPY)
 
 EDITS = {
