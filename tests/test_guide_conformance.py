@@ -86,6 +86,12 @@ def check_plugin_overrides(item: dict) -> None:
             if item["device"] in r.devices and r.action == "refuse"
             for c in r.when
         ), f"no rule refuses {key} without verl_npu"
+        assert any(
+            key in c.overrides and any(d.marker == "rl-plugin-import" and d.present is False for d in r.when)
+            for r in PROFILE.rules
+            if item["device"] in r.devices and r.action == "refuse"
+            for c in r.when
+        ), f"no rule refuses {key} with verl_npu installed but inactive (no import block in verl)"
 
 
 CHECKS = {

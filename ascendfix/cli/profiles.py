@@ -112,6 +112,7 @@ def show_device_lines(prof: manifest.Profile, name: str) -> list[str]:
     for hint in prof.hints:
         if name in hint.devices:
             lines.append(f"  hint: {escape(hint.override)}  [dim]({_guide_mark(hint.guide, None, None)})[/]")
+            lines.append(f"      [dim]{escape(' '.join(hint.why.split()))}[/]")
     lines.append(f"  patches: {', '.join(device.patches) or '-'}")
     if name == "cuda":
         npu_only = sorted(set(prof.patches) - set(device.patches))

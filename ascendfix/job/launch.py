@@ -73,10 +73,11 @@ def run_record(
     }
 
 
-def command_for(argv: Sequence[str]) -> list[str]:
+def command_for(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
     """The argv to execute. ``train.sh`` names the script in this folder when no command on PATH has
     that name (``ascendfix run train.sh`` as the README says it); a non-executable ``*.sh`` runs
-    under bash; another file that is not executable is a UsageError saying how to run it."""
+    under bash; another file that is not executable, or a command that is neither a file nor on
+    ``PATH``, is a UsageError saying so (before any log folder exists)."""
     if not argv:
         raise UsageError("run: give the command or script to run")
     name = argv[0]
@@ -85,8 +86,11 @@ def command_for(argv: Sequence[str]) -> list[str]:
         if first.suffix == ".sh":
             return ["bash", *argv]
         raise UsageError(f"{argv[0]}: not executable (chmod +x {argv[0]}, or run: ascendfix run bash {argv[0]})")
-    if "/" not in name and first.is_file() and shutil.which(name) is None:
+    path = (environ if environ is not None else os.environ).get("PATH", os.defpath)
+    if "/" not in name and first.is_file() and shutil.which(name, path=path) is None:
         name = f"./{name}"
+    elif "/" in name and not first.exists() or "/" not in name and shutil.which(name, path=path) is None:
+        raise UsageError(f"{argv[0]}: command not found")
     return [name, *argv[1:]]
 
 
@@ -274,6 +278,7 @@ class Prepared:
     settings: list[EnvSetting]
     overrides: dict[str, str]
     preflight: Any  # a preflight.Preflight
+    variants: dict[str, str] | None = None  # --variant choices
 
 
 def prepare(
@@ -283,6 +288,7 @@ def prepare(
     environ: Mapping[str, str],
     seams: Any,
     full: bool = True,
+    variants: Mapping[str, str] | None = None,
 ) -> Prepared:
     """The job's argv, environment decisions, overrides and preflight findings.
 
@@ -291,9 +297,23 @@ def prepare(
     """
     from ascendfix.job import preflight as checks
 
-    argv = command_for(command)
+    argv = command_for(command, environ)
     found = checks.run_preflight(profile, device, argv, environ, seams, full=full)  # reads the script once
-    return Prepared(profile, device, argv, resolve_env(profile, device, environ), found.overrides, found)
+    settings = resolve_env(profile, device, environ)
+    return Prepared(profile, device, argv, settings, found.overrides, found, dict(variants or {}))
+
+
+def patches_ran(prepared: Prepared) -> list[dict[str, Any]]:
+    """run.json's record of the device's patches: id, the chosen variant, the state preflight saw (None: unknown)."""
+    states = prepared.preflight.patch_states
+    return [
+        {
+            "id": pid,
+            "variant": prepared.profile.variant(pid, prepared.variants).name,
+            "state": None if states is None else states.get(pid),
+        }
+        for pid in prepared.profile.device(prepared.device).patches
+    ]
 
 
 @dataclass
@@ -321,7 +341,7 @@ def begin(prepared: Prepared, log_dir: Path | None, environ: Mapping[str, str]) 
     env = job_environment(prepared.settings, environ)
     ulimit = raise_nofile(prepared.profile.device(prepared.device).ulimit_nofile)
     record = run_record(prepared.profile.name, prepared.device, prepared.argv, prepared.settings, env, log_dir)
-    record.update(ulimit_nofile=ulimit, overrides=prepared.overrides)
+    record.update(ulimit_nofile=ulimit, overrides=prepared.overrides, patches=patches_ran(prepared))
     record["preflight"] = "full" if pre.full else "correctness only (--no-preflight)"
     record["preflight_hints"] = [to_json(h) for h in pre.hints]
     write_run_json(log_dir, record)

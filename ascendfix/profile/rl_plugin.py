@@ -19,6 +19,8 @@ them, and undoing them switches the NPU rollout off.
 
 from __future__ import annotations
 
+import ast
+
 INSTALLER = "MindSpeed-RL rl-plugin installer (branch 2.2.0, rl-plugin/setup.py)"
 VERL_INIT = "verl/__init__.py"
 LINEAR_CROSS_ENTROPY = "verl/utils/kernel/linear_cross_entropy.py"
@@ -127,3 +129,27 @@ def original_of(path: str, current: bytes) -> bytes | None:
         return None
     original = candidate.encode("utf-8")
     return original if is_installer_edit(path, original, current) else None
+
+
+def _npu_guarded(test: ast.expr) -> bool:
+    name = test.attr if isinstance(test, ast.Attribute) else test.id if isinstance(test, ast.Name) else None
+    return name == "is_npu_available"
+
+
+def imports_plugin(source: bytes) -> bool:
+    """Whether ``verl/__init__.py`` (``source``) imports ``verl_npu`` under ``if is_npu_available``:
+    with it, ``import verl`` activates the plugin on an NPU. Read as Python, so any spelling counts;
+    a file that does not parse counts when it holds the installer's block verbatim."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return IMPORT_BLOCK.encode() in source
+    for node in tree.body:
+        if isinstance(node, ast.If) and _npu_guarded(node.test):
+            for inner in ast.walk(ast.Module(body=node.body, type_ignores=[])):
+                names = [a.name for a in inner.names] if isinstance(inner, ast.Import) else []
+                if isinstance(inner, ast.ImportFrom) and inner.level == 0:
+                    names = [inner.module or ""]
+                if any(n == "verl_npu" or n.startswith("verl_npu.") for n in names):
+                    return True
+    return False
