@@ -149,7 +149,8 @@ def test_cli_run_refuses_with_the_reasons_and_exit_1(tmp_path, monkeypatch):
     monkeypatch.setattr(preflight, "default_seams", lambda *args: ALL_APPLIED)
     script = write_script(
         tmp_path,
-        "echo should-not-run\npython3 -m recipe.dapo.main_dapo trainer.device=npu algorithm.filter_groups.enable=True\n",
+        "echo should-not-run\n"
+        "python3 -m recipe.dapo.main_dapo trainer.device=npu algorithm.filter_groups.enable=True\n",
     )
     result = CliRunner().invoke(cli.main, ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)])
     assert result.exit_code == 1
@@ -194,7 +195,8 @@ def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypat
     engine.apply(engine.select(DEMO_PROFILE, "npu"))
     script = write_script(
         tmp_path,
-        "echo launched\necho python3 -m recipe.dapo.main_dapo trainer.device=npu algorithm.filter_groups.enable=${FILTER}\n",
+        "echo launched\n"
+        "echo python3 -m recipe.dapo.main_dapo trainer.device=npu algorithm.filter_groups.enable=${FILTER}\n",
     )
     args = ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)]
     refused = CliRunner().invoke(cli.main, args, env={"FILTER": "True"})
