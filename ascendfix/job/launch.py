@@ -115,6 +115,47 @@ def write_run_json(log_dir: Path, record: Mapping[str, Any]) -> Path:
     return path
 
 
+_MAX_RUN_JSON = 1 << 20
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def what_ran(log: Path) -> dict[str, Any] | None:
+    """What the ``run.json`` beside ``log`` (a train.log, or its folder) says the run ran: profile,
+    device, command and the patches applied (``id`` or ``id (variant)``; None when it did not record
+    them). None when there is no readable run.json there (a log ascendfix did not write)."""
+    path = (log if log.is_dir() else log.parent) / "run.json"
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        with open(path, "rb") as f:
+            data = json.loads(f.read(_MAX_RUN_JSON))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    patches = data.get("patches")
+    applied = None
+    if isinstance(patches, list) and all(isinstance(p, dict) for p in patches):
+        states = [p.get("state") for p in patches]
+        if None not in states or not patches:
+            applied = [
+                f"{p.get('id')}" + (f" ({p.get('variant')})" if p.get("variant") not in (None, "default") else "")
+                for p in patches
+                if p.get("state") == "applied"
+            ]
+    command = data.get("command")
+    return {
+        "run_json": str(path),
+        "profile": _text(data.get("profile")),
+        "device": _text(data.get("device")),
+        "command": " ".join(c for c in command if isinstance(c, str)) if isinstance(command, list) else None,
+        "patches": applied,
+    }
+
+
 def now() -> str:
     """The current UTC time, ISO 8601."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
