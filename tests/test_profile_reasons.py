@@ -5,7 +5,7 @@ from __future__ import annotations
 import zipfile
 
 import pytest
-from ascendfix import manifest, rl_plugin
+from ascendfix.profile import manifest, rl_plugin
 
 from tests import upstream
 

@@ -273,9 +273,7 @@ def test_doctor_hazards_enforces_the_rules_over_the_effective_environment():
 def test_a_team_profile_that_drops_a_patch_drops_the_inherited_rule_about_it(tmp_path):
     path = tmp_path / "team.toml"
     path.write_text(
-        'extends = "verl-796871d"\nname = "team"\n'
-        '[devices.npu]\ndrop_patches = ["verl-dapo-no-interleave"]\n'
-        '[devices.cuda]\ndrop_patches = ["verl-dapo-no-interleave"]\n'
+        'extends = "verl-796871d"\nname = "team"\n[devices.npu]\ndrop_patches = ["verl-dapo-no-interleave"]\n'
     )
     team = manifest.load_profile(str(path))
     assert [r.id for r in team.rules] == [ALLOC, DEVICE_NPU, DEVICE_CUDA, PLUGIN, INACTIVE, CONVERTER]

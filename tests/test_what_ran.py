@@ -7,7 +7,9 @@ import os
 import re
 from pathlib import Path
 
-from ascendfix import cli, launch, manifest, preflight
+from ascendfix import cli
+from ascendfix.job import launch, preflight
+from ascendfix.profile import manifest
 from click.testing import CliRunner
 
 from tests.verl_lines import RAY_PREFIX, run_steps, step_line

@@ -174,7 +174,7 @@ def compare_data(baseline: Run, candidate: Run) -> dict[str, Any]:
                 "guide": key in GUIDE_ROWS,
             }
         )
-    from ascendfix.launch import what_ran
+    from ascendfix.job.launch import what_ran
 
     ran = {"baseline": what_ran(Path(a.label)), "candidate": what_ran(Path(b.label))}
     reward_a, reward_b = dict(curve(a, "reward")), dict(curve(b, "reward"))
