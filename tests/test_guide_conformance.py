@@ -158,6 +158,10 @@ def test_show_marks_what_is_beyond_the_guide_and_what_cuda_patches():
         "NCCL_SOCKET_IFNAME=<set per site>  (beyond the guide, source: NCCL documentation" in line for line in cuda
     )
     assert any("actor_rollout_ref.nccl_timeout=1200  (guide 3.4)" in line for line in cuda)
+    hint = next(
+        i for i, line in enumerate(lines) if "hint: +actor_rollout_ref.rollout.dp_model_parallel_size=8" in line
+    )
+    assert "2 DP groups of 8 engines each" in lines[hint + 1]  # show has the why the run hint leaves to -v
     assert "  patches: -" in cuda
     assert "  as the guide's H100 run (3.4), which patches nothing: stock verl and torch" in cuda
     assert not any("differs from the guide's stock H100 run" in line for line in cuda)

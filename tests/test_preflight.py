@@ -227,3 +227,16 @@ def test_default_preflight_asks_the_real_doctor(tmp_path):
     doctor = [p.message for p in result.problems if p.source == "doctor"]
     assert any(m.startswith("CANN toolkit: no Ascend stack found") for m in doctor)
     assert not any(m.startswith(("Runtime environment", "Patches")) for m in doctor)  # run handles those itself
+
+
+def test_cli_run_hints_are_one_line_and_minus_v_adds_the_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "default_seams", lambda *args: ALL_APPLIED)
+    script = write_script(tmp_path, "echo python3 -m verl.trainer.main_ppo trainer.device=npu\n")
+    args = ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)]
+    plain = CliRunner().invoke(cli.main, args, terminal_width=200)
+    lines = plain.output.splitlines()
+    at = lines.index("hint (overrides): consider trainer.val_before_train=False (guide 6.3)")
+    assert lines[at + 1].startswith("hint")
+    verbose = CliRunner().invoke(cli.main, ["run", "-v", *args[1:]], terminal_width=200).output.splitlines()
+    at = verbose.index("hint (overrides): consider trainer.val_before_train=False (guide 6.3)")
+    assert verbose[at + 1].strip().startswith("Validating Qwen3-235B-A22B before step 1 is a full rollout")
