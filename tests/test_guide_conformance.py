@@ -94,6 +94,25 @@ def check_plugin_overrides(item: dict) -> None:
         ), f"no rule refuses {key} with verl_npu installed but inactive (no import block in verl)"
 
 
+def _refusals(device: str):
+    return [r for r in PROFILE.rules if device in r.devices and r.action == "refuse"]
+
+
+def check_device_override(item: dict) -> None:
+    key, _, value = item["override"].partition("=")
+    assert any(c.overrides == (key,) and c.not_equals == value for r in _refusals(item["device"]) for c in r.when), (
+        f"no rule refuses a job whose {key} is not {value}"
+    )
+
+
+def check_command_patch(item: dict) -> None:
+    assert any(
+        any(item["command"] in c.command for c in r.when)
+        and any(c.patch == item["id"] and c.applied is False for c in r.when)
+        for r in _refusals(item["device"])
+    ), f"no rule refuses {item['command']} while {item['id']} is not applied"
+
+
 CHECKS = {
     "component": check_component,
     "env": check_env,
@@ -102,6 +121,8 @@ CHECKS = {
     "hint": check_hint,
     "patch": check_patch,
     "plugin_overrides": check_plugin_overrides,
+    "device_override": check_device_override,
+    "command_patch": check_command_patch,
 }
 
 
