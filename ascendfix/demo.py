@@ -3,13 +3,19 @@
 The files are written by ascendfix itself (not upstream code): small modules shaped like
 the upstream files the bundled patches edit, so every patch finds its sites, laid out as
 a verl source checkout and a torch site-packages folder.
+
+The demo depends on nothing of the machine's: its job starts no Ray, so it runs with
+``RAY_ADDRESS`` unset and ``RAY_TMPDIR`` in its own workspace, which is where Ray (and
+``run``'s cluster gate) look for a cluster started on this machine: a Ray cluster the
+machine runs is neither asked about nor reached.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -196,6 +202,21 @@ class DemoStep:
     statuses: list = field(default_factory=list)  # engine.PatchStatus, for status/apply/revert steps
     diff: str = ""
     figures: dict | None = None  # the guide's throughput of step 1, for the report step
+    output: str = ""  # what `ascendfix run` said (its stderr: hints, summary), shown after the job's own output
+    failed: str | None = None  # why the step failed; the demo stops there (after reverting)
+
+
+def isolated_env(environ: Mapping[str, str], workspace: Path) -> dict[str, str]:
+    """``environ`` without the machine's Ray cluster: no ``RAY_ADDRESS``, ``RAY_TMPDIR`` in the workspace."""
+    env = {k: v for k, v in environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_TMPDIR"] = str(workspace / "ray-tmp")
+    return env
+
+
+def failure(said: str, status: int) -> str:
+    """Why ``ascendfix run`` failed, from what it said: its problems and errors, else its exit status."""
+    lines = [line.strip() for line in said.splitlines() if line.startswith(("problem", "error:"))]
+    return "; ".join(lines) or f"ascendfix run exited {status}"
 
 
 def steps(workspace: Workspace) -> Iterator[DemoStep]:
@@ -231,9 +252,20 @@ def steps(workspace: Workspace) -> Iterator[DemoStep]:
         ("preflight is skipped: this machine has no Ascend stack for doctor to pass",),
     )
     job = [sys.executable, "-m", "ascendfix", "run", "--no-preflight", "--device", "npu"]
-    subprocess.run([*job, "--log-dir", str(log_dir), str(workspace.train_sh)], cwd=workspace.folder, check=False)
-    run_data = report.load_run(log_dir / "train.log")
-    yield DemoStep("report", f"ascendfix report {log_dir}", figures=metrics.throughput(run_data.series.steps[0]))
+    done = subprocess.run(
+        [*job, "--log-dir", str(log_dir), str(workspace.train_sh)],
+        cwd=workspace.folder,
+        env=isolated_env(os.environ, workspace.folder),
+        stderr=subprocess.PIPE,
+        check=False,
+    )
+    said = done.stderr.decode("utf-8", "replace")
+    if done.returncode != 0:
+        yield DemoStep("", output=said, failed=failure(said, done.returncode))
+    else:
+        yield DemoStep("", output=said)
+        run_data = report.load_run(log_dir / "train.log")
+        yield DemoStep("report", f"ascendfix report {log_dir}", figures=metrics.throughput(run_data.series.steps[0]))
     yield DemoStep(
         "revert", "byte for byte", statuses=engine.revert(engine.select(prof, None, roots=workspace.roots()))
     )

@@ -18,10 +18,19 @@ from tests.stack import DEMO_PROFILE, PATCHED, make_stack
 
 PROFILE = DEMO_PROFILE
 IDS = list(PROFILE.patches)
+# the README's same-code team profile: the H100 side takes every patch of the A2 side but the NPU-only one
+SAME_CODE = PROFILE._replace(
+    devices={
+        **PROFILE.devices,
+        "cuda": PROFILE.devices["cuda"]._replace(
+            patches=tuple(p for p in PROFILE.devices["npu"].patches if p != "verl-cuda-probe-off")
+        ),
+    }
+)
 
 
-def select(stack, device="npu", only=()):
-    return engine.select(PROFILE, device, tuple(only), roots=stack.roots())
+def select(stack, device="npu", only=(), profile=PROFILE):
+    return engine.select(profile, device, tuple(only), roots=stack.roots())
 
 
 def states(statuses):
@@ -101,7 +110,7 @@ def test_dapo_is_not_applicable_without_a_checkout(tmp_path):
 
 
 def test_cuda_probe_patch_is_not_applicable_on_cuda(stack):
-    result = {s.id: s for s in engine.apply(select(stack, device="cuda"))}
+    result = {s.id: s for s in engine.apply(select(stack, device="cuda", profile=SAME_CODE))}
     assert result["verl-cuda-probe-off"].state == "not-applicable"
     assert "not used on cuda" in result["verl-cuda-probe-off"].reason
     assert stack.file("verl", "verl/utils/device.py").read_bytes().count(b"ascendfix") == 0
@@ -110,14 +119,14 @@ def test_cuda_probe_patch_is_not_applicable_on_cuda(stack):
 
 def test_an_npu_only_patch_left_in_place_on_cuda_is_drifted(stack):
     engine.apply(select(stack, device="npu"))
-    on_cuda = {s.id: s for s in engine.status(select(stack, device="cuda"))}
+    on_cuda = {s.id: s for s in engine.status(select(stack, device="cuda", profile=SAME_CODE))}
     assert on_cuda["verl-cuda-probe-off"].state == "drifted"
     assert "ascendfix revert --only verl-cuda-probe-off" in on_cuda["verl-cuda-probe-off"].reason
     assert on_cuda["verl-grpo-no-interleave"].state == "applied"
     with pytest.raises(RefusedError, match="verl-cuda-probe-off: drifted"):
-        engine.apply(select(stack, device="cuda"))
+        engine.apply(select(stack, device="cuda", profile=SAME_CODE))
     engine.revert(select(stack, device=None, only=["verl-cuda-probe-off"]))
-    assert engine.status(select(stack, device="cuda"))[0].state == "not-applicable"
+    assert engine.status(select(stack, device="cuda", profile=SAME_CODE))[0].state == "not-applicable"
 
 
 def test_foreign_edit_after_apply_is_drifted_and_revert_leaves_it(stack):
@@ -271,10 +280,10 @@ def _two_variant_profile(tmp_path):
         f"{body_none}\n"
     )
     (tmp_path / "patches" / "team-probe.toml").write_text(head.replace("verl-cuda-probe-off", "team-probe") + variants)
-    cuda = ", ".join(f'"{p}"' for p in manifest.load_profile("verl-796871d").devices["cuda"].patches)
+    npu = ", ".join(f'"{p}"' for p in manifest.load_profile("verl-796871d").devices["npu"].patches)
     (tmp_path / "team.toml").write_text(
         'extends = "verl-796871d"\nname = "team"\n[devices.npu]\nadd_patches = ["team-probe"]\n'
-        f'drop_patches = ["verl-cuda-probe-off", {cuda}]\n[devices.cuda]\ndrop_patches = [{cuda}]\n'
+        f"drop_patches = [{npu}]\n"
         '[variants]\nteam-probe = "off"\n'
     )
     return manifest.load_profile(str(tmp_path / "team.toml"))

@@ -86,6 +86,31 @@ def check_plugin_overrides(item: dict) -> None:
             if item["device"] in r.devices and r.action == "refuse"
             for c in r.when
         ), f"no rule refuses {key} without verl_npu"
+        assert any(
+            key in c.overrides and any(d.marker == "rl-plugin-import" and d.present is False for d in r.when)
+            for r in PROFILE.rules
+            if item["device"] in r.devices and r.action == "refuse"
+            for c in r.when
+        ), f"no rule refuses {key} with verl_npu installed but inactive (no import block in verl)"
+
+
+def _refusals(device: str):
+    return [r for r in PROFILE.rules if device in r.devices and r.action == "refuse"]
+
+
+def check_device_override(item: dict) -> None:
+    key, _, value = item["override"].partition("=")
+    assert any(c.overrides == (key,) and c.not_equals == value for r in _refusals(item["device"]) for c in r.when), (
+        f"no rule refuses a job whose {key} is not {value}"
+    )
+
+
+def check_command_patch(item: dict) -> None:
+    assert any(
+        any(item["command"] in c.command for c in r.when)
+        and any(c.patch == item["id"] and c.applied is False for c in r.when)
+        for r in _refusals(item["device"])
+    ), f"no rule refuses {item['command']} while {item['id']} is not applied"
 
 
 CHECKS = {
@@ -96,6 +121,8 @@ CHECKS = {
     "hint": check_hint,
     "patch": check_patch,
     "plugin_overrides": check_plugin_overrides,
+    "device_override": check_device_override,
+    "command_patch": check_command_patch,
 }
 
 
@@ -129,8 +156,8 @@ def test_every_rule_cites_a_source():
         assert rule.source.strip() and rule.why.strip() and rule.action in ("refuse", "warn")
 
 
-def test_the_guides_h100_run_patches_nothing_and_cuda_says_which_it_does():
-    assert "verl-cuda-probe-off" not in PROFILE.devices["cuda"].patches  # 5.1 is the NPU's fix
+def test_the_guides_h100_run_patches_nothing_and_neither_does_cuda():
+    assert PROFILE.devices["cuda"].patches == ()  # 3.4 is stock verl and torch; 4.2 compares against it
     assert not any(v.guide for v in PROFILE.devices["cuda"].env)  # 3.4 exports nothing
     assert PROFILE.devices["cuda"].ulimit_nofile is None
 
@@ -152,11 +179,13 @@ def test_show_marks_what_is_beyond_the_guide_and_what_cuda_patches():
         "NCCL_SOCKET_IFNAME=<set per site>  (beyond the guide, source: NCCL documentation" in line for line in cuda
     )
     assert any("actor_rollout_ref.nccl_timeout=1200  (guide 3.4)" in line for line in cuda)
-    [differs] = [line for line in cuda if "differs from the guide's stock H100 run (3.4)" in line]
-    assert "which patches nothing: torch-shard-overlap-check, torch-global-plan-check, verl-grpo-no-interleave" in (
-        differs
+    hint = next(
+        i for i, line in enumerate(lines) if "hint: +actor_rollout_ref.rollout.dp_model_parallel_size=8" in line
     )
-    assert "not verl-cuda-probe-off (NPU only)" in differs
+    assert "2 DP groups of 8 engines each" in lines[hint + 1]  # show has the why the run hint leaves to -v
+    assert "  patches: -" in cuda
+    assert "  as the guide's H100 run (3.4), which patches nothing: stock verl and torch" in cuda
+    assert not any("differs from the guide's stock H100 run" in line for line in cuda)
     assert "ray head:   ray start --head --port 6166 --dashboard-host=0.0.0.0 --dashboard-port=8260 --block" in (
         result.output
     )

@@ -65,14 +65,36 @@ def test_a_command_without_a_script_is_scanned_from_its_arguments():
 
 
 def test_hints_name_missing_or_different_overrides_and_never_refuse(tmp_path):
-    script = write_script(tmp_path, "python3 x.py trainer.val_before_train=True data.train_batch_size=100\n")
+    script = write_script(
+        tmp_path,
+        "python3 -m verl.trainer.main_ppo trainer.device=npu trainer.val_before_train=True data.train_batch_size=100\n",
+    )
     result = run_preflight(PROFILE, "npu", ["bash", str(script)], {}, ALL_APPLIED)
     assert result.problems == []
     messages = [h.message for h in result.hints]
-    assert any(m.startswith("consider trainer.val_before_train=False") for m in messages)
-    assert any(m.startswith("consider actor_rollout_ref.rollout.n=16:") for m in messages)
-    assert any(m.startswith("consider data.train_batch_size=128:") for m in messages)  # set, but not to 128
+    assert "consider trainer.val_before_train=False (guide 6.3)" in messages
+    assert "consider actor_rollout_ref.rollout.n=16 (guide 3.3.2)" in messages
+    assert "consider data.train_batch_size=128 (guide 3.3.2)" in messages  # set, but not to 128
     assert not any("nccl_timeout" in m for m in messages)  # an H100 (3.4) hint is not the NPU's
+    why = next(h.detail for h in result.hints if h.message.startswith("consider trainer.val_before_train"))
+    assert why.startswith("Validating Qwen3-235B-A22B before step 1 is a full rollout")
+
+
+def test_hints_are_the_guides_pasteable_overrides_with_its_plus(tmp_path):
+    script = write_script(tmp_path, "python3 -m verl.trainer.main_ppo trainer.device=npu\n")
+    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {}, ALL_APPLIED)
+    hints = {h.message: h.detail for h in result.hints if h.source == "overrides"}
+    assert "consider +actor_rollout_ref.rollout.enable_expert_parallel=True (guide 3.3.2)" in hints
+    dp = hints["consider +actor_rollout_ref.rollout.dp_model_parallel_size=8 (guide 3.3.2)"]
+    assert "2 DP groups of 8" in dp and "vllm_rollout_spmd.py" in dp
+    tp = hints["consider actor_rollout_ref.rollout.tensor_model_parallel_size=8 (guide 3.3.2)"]
+    assert "2 DP groups of 8 engines" in tp
+    assert all("\n" not in m and len(m) < 100 for m in hints)  # one short line each; the why is -v's
+    given = write_script(
+        tmp_path, "python3 -m verl.trainer.main_ppo +actor_rollout_ref.rollout.enable_expert_parallel=True\n"
+    )
+    again = run_preflight(PROFILE, "npu", ["bash", str(given)], {}, ALL_APPLIED)
+    assert not any("enable_expert_parallel" in h.message for h in again.hints)  # the + form counts as set
 
 
 def test_batch_size_hints():
@@ -92,7 +114,7 @@ def test_batch_size_hints():
 
 @pytest.mark.parametrize("value", ["True", "true", "'True'", "1"])
 def test_dapo_patch_with_filter_groups_is_refused_naming_both(value):
-    argv = ["python3", "-m", "recipe.dapo.main_dapo", f"algorithm.filter_groups.enable={value}"]
+    argv = ["python3", "-m", "recipe.dapo.main_dapo", "trainer.device=npu", f"algorithm.filter_groups.enable={value}"]
     [problem] = run_preflight(PROFILE, "npu", argv, {}, ALL_APPLIED).problems
     assert problem.source == "rules" and problem.message.startswith("dapo-no-interleave-filter-groups: ")
     assert "verl-dapo-no-interleave is applied" in problem.message and "PR #3770" in problem.message
@@ -103,7 +125,7 @@ def test_filter_groups_without_the_dapo_patch_is_fine():
     states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
     states["verl-dapo-no-interleave"] = ("not-applicable", "recipe/ ships only in a checkout")
     seams = Seams(lambda p, d: [], lambda p, d: states)
-    argv = ["python3", "x.py", "algorithm.filter_groups.enable=True"]
+    argv = ["python3", "-m", "recipe.dapo.main_dapo", "trainer.device=npu", "algorithm.filter_groups.enable=True"]
     assert run_preflight(PROFILE, "npu", argv, {}, seams).problems == []
 
 
@@ -125,7 +147,11 @@ def test_unknown_seams_are_hints_not_problems():
 
 def test_cli_run_refuses_with_the_reasons_and_exit_1(tmp_path, monkeypatch):
     monkeypatch.setattr(preflight, "default_seams", lambda *args: ALL_APPLIED)
-    script = write_script(tmp_path, "echo should-not-run\npython3 x.py algorithm.filter_groups.enable=True\n")
+    script = write_script(
+        tmp_path,
+        "echo should-not-run\n"
+        "python3 -m recipe.dapo.main_dapo trainer.device=npu algorithm.filter_groups.enable=True\n",
+    )
     result = CliRunner().invoke(cli.main, ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)])
     assert result.exit_code == 1
     assert "verl-dapo-no-interleave" in result.output and "algorithm.filter_groups.enable=True" in result.output
@@ -167,7 +193,11 @@ def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypat
     select = engine.select
     monkeypatch.setattr(engine, "select", lambda profile, device, **_: select(profile, device, roots=stack.roots()))
     engine.apply(engine.select(DEMO_PROFILE, "npu"))
-    script = write_script(tmp_path, "echo launched\necho python3 x.py algorithm.filter_groups.enable=${FILTER}\n")
+    script = write_script(
+        tmp_path,
+        "echo launched\n"
+        "echo python3 -m recipe.dapo.main_dapo trainer.device=npu algorithm.filter_groups.enable=${FILTER}\n",
+    )
     args = ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)]
     refused = CliRunner().invoke(cli.main, args, env={"FILTER": "True"})
     assert refused.exit_code == 1 and "verl-dapo-no-interleave is applied" in refused.output
@@ -197,3 +227,16 @@ def test_default_preflight_asks_the_real_doctor(tmp_path):
     doctor = [p.message for p in result.problems if p.source == "doctor"]
     assert any(m.startswith("CANN toolkit: no Ascend stack found") for m in doctor)
     assert not any(m.startswith(("Runtime environment", "Patches")) for m in doctor)  # run handles those itself
+
+
+def test_cli_run_hints_are_one_line_and_minus_v_adds_the_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "default_seams", lambda *args: ALL_APPLIED)
+    script = write_script(tmp_path, "echo python3 -m verl.trainer.main_ppo trainer.device=npu\n")
+    args = ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)]
+    plain = CliRunner().invoke(cli.main, args, terminal_width=200)
+    lines = plain.output.splitlines()
+    at = lines.index("hint (overrides): consider trainer.val_before_train=False (guide 6.3)")
+    assert lines[at + 1].startswith("hint")
+    verbose = CliRunner().invoke(cli.main, ["run", "-v", *args[1:]], terminal_width=200).output.splitlines()
+    at = verbose.index("hint (overrides): consider trainer.val_before_train=False (guide 6.3)")
+    assert verbose[at + 1].strip().startswith("Validating Qwen3-235B-A22B before step 1 is a full rollout")

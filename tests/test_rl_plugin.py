@@ -163,3 +163,44 @@ def test_integrity_names_the_plugins_edit_of_a_wheel_install(tmp_path, monkeypat
     text = "\n".join(result.messages)
     assert f"verl 0.5.0: 1 file(s) differ from the wheel's RECORD: {rl_plugin.LINEAR_CROSS_ENTROPY}" in text
     assert f"verl 0.5.0: changed by the {rl_plugin.INSTALLER} exactly as it edits them: verl/__init__.py" in text
+
+
+GUARDED_TRY = (
+    "\nif is_npu_available:\n    try:\n        import verl_npu as plugin\n    except ImportError:\n        pass\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("tail", "active"),
+    [
+        (rl_plugin.IMPORT_BLOCK, True),  # the installer's own block
+        ("\nfrom verl.utils import device\nif device.is_npu_available:\n    from verl_npu import plugin\n", True),
+        (GUARDED_TRY, True),
+        ("\nimport verl_npu\n", False),  # not under is_npu_available: not the plugin's block
+        ("\nif is_cuda_available:\n    import verl_npu\n", False),
+        ("", False),
+    ],
+)
+def test_the_plugin_is_active_when_verl_imports_it_under_is_npu_available(tail, active):
+    assert rl_plugin.imports_plugin((VERL_INIT + tail).encode()) is active
+
+
+def test_an_unparsable_init_counts_only_with_the_installers_block_verbatim():
+    broken = "def (:\n"
+    assert rl_plugin.imports_plugin((broken + rl_plugin.IMPORT_BLOCK).encode())
+    assert not rl_plugin.imports_plugin(broken.encode())
+
+
+def test_the_default_seam_reads_the_block_in_the_verl_that_runs(tmp_path):
+    from ascendfix.job import preflight
+
+    (tmp_path / "verl").mkdir()
+    init = tmp_path / "verl" / "__init__.py"
+    pair = ("verl", "rl-plugin-import")
+    init.write_text(VERL_INIT)
+    assert preflight.default_seams(roots={"verl": tmp_path}).markers([pair]) == {pair: False}
+    init.write_text(VERL_INIT + rl_plugin.IMPORT_BLOCK)
+    assert preflight.default_seams(roots={"verl": tmp_path}).markers([pair]) == {pair: True}
+    init.unlink()
+    init.symlink_to(tmp_path / "elsewhere.py")
+    assert preflight.default_seams(roots={"verl": tmp_path}).markers([pair]) == {pair: None}  # unknown, never read

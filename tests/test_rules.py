@@ -23,12 +23,23 @@ RULES = {r.id: r for r in PROFILE.rules}
 ALLOC = "expandable-segments-sleep-mode"
 PLUGIN = "rl-plugin-overrides-need-verl-npu"
 DAPO = "dapo-no-interleave-filter-groups"
+DEVICE_NPU, DEVICE_CUDA = "trainer-device-npu", "trainer-device-cuda"
+INACTIVE = "rl-plugin-inactive"
+CONVERTER = "converter-needs-cuda-probe-off"
+MAIN_PPO = ["python3", "-m", "verl.trainer.main_ppo", "trainer.device=npu"]
+MAIN_DAPO = ["python3", "-m", "recipe.dapo.main_dapo", "trainer.device=npu"]
 
 
-def seams(verl_npu: bool = True, dapo: str = "applied") -> Seams:
+def seams(verl_npu: bool = True, dapo: str = "applied", block: bool | None = True, probe: str = "applied") -> Seams:
     states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
     states["verl-dapo-no-interleave"] = (dapo, "")
-    return Seams(lambda p, d: [], lambda p, d: states, lambda names: {n: verl_npu for n in names})
+    states["verl-cuda-probe-off"] = (probe, "")
+    return Seams(
+        lambda p, d: [],
+        lambda p, d: states,
+        lambda names: {n: verl_npu for n in names},
+        markers=lambda pairs: {pair: block for pair in pairs},
+    )
 
 
 def refusals(argv, environ, **kw) -> list[str]:
@@ -60,7 +71,7 @@ def test_the_sleep_mode_rule_takes_verls_own_default(rollout_defaults):
 
 @pytest.mark.upstream
 def test_expandable_segments_with_sleep_mode_is_refused(rollout_defaults):
-    argv = ["python3", "-m", "verl.trainer.main_ppo", "trainer.device=npu"]  # free_cache_engine left to verl
+    argv = MAIN_PPO  # free_cache_engine left to verl
     env = {"PYTORCH_NPU_ALLOC_CONF": "max_split_size_mb:128,expandable_segments:True"}  # the user's export
     [problem] = refusals(argv, env)
     assert problem.startswith(f"{ALLOC}: PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:128,expandable_segments:True; ")
@@ -71,7 +82,7 @@ def test_expandable_segments_with_sleep_mode_is_refused(rollout_defaults):
 
 
 def test_expandable_segments_is_accepted_without_sleep_mode_or_without_the_setting():
-    argv = ["python3", "-m", "verl.trainer.main_ppo"]
+    argv = MAIN_PPO
     env = {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}
     assert refusals([*argv, "actor_rollout_ref.rollout.free_cache_engine=False"], env) == []
     assert refusals(argv, {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:False"}) == []
@@ -87,19 +98,80 @@ def test_the_profile_no_longer_exports_expandable_segments():
     ["+actor_rollout_ref.rollout.dp_model_parallel_size=8", "+actor_rollout_ref.rollout.enable_expert_parallel=True"],
 )
 def test_rl_plugin_overrides_without_verl_npu_are_refused_naming_the_install(override):
-    [problem] = refusals(["python3", "-m", "verl.trainer.main_ppo", override], {}, verl_npu=False)
+    [problem] = refusals([*MAIN_PPO, override], {}, verl_npu=False)
     assert problem.startswith(f"{PLUGIN}: ") and "verl_npu not importable" in problem
-    assert "MindSpeed-RL.git -b 2.2.0 && cd MindSpeed-RL/rl-plugin && pip install -v ." in problem
+    assert "MindSpeed-RL.git -b 2.2.0 && cd MindSpeed-RL/rl-plugin && VERL_PATH=$(python -c" in problem
+    assert "os.path.dirname(os.path.dirname(verl.__file__)))') pip install -v ." in problem
 
 
 def test_rl_plugin_overrides_with_verl_npu_or_without_the_overrides_are_accepted():
-    argv = ["python3", "-m", "verl.trainer.main_ppo", "+actor_rollout_ref.rollout.dp_model_parallel_size=8"]
+    argv = [*MAIN_PPO, "+actor_rollout_ref.rollout.dp_model_parallel_size=8"]
     assert refusals(argv, {}, verl_npu=True) == []
-    assert refusals(["python3", "-m", "verl.trainer.main_ppo"], {}, verl_npu=False) == []
+    assert refusals(MAIN_PPO, {}, verl_npu=False) == []
+    assert refusals(MAIN_PPO, {}, verl_npu=True, block=False) == []  # no plugin override: nothing needs it
+
+
+def test_an_installed_but_inactive_rl_plugin_is_refused_naming_verl_path():
+    argv = [*MAIN_PPO, "+actor_rollout_ref.rollout.enable_expert_parallel=True"]
+    [problem] = refusals(argv, {}, verl_npu=True, block=False)
+    assert problem.startswith(
+        f"{INACTIVE}: actor_rollout_ref.rollout.enable_expert_parallel=True; verl_npu importable; "
+    )
+    assert "verl's __init__.py lacks the rl-plugin's import verl_npu block" in problem
+    assert "fix: cd MindSpeed-RL/rl-plugin && VERL_PATH=$(python -c" in problem
+    assert "setup.py:16-17" in problem  # VERL_PATH is the folder that holds verl/
+    [unknown] = [
+        h.message for h in run_preflight(PROFILE, "npu", argv, {}, seams(block=None)).hints if INACTIVE in h.message
+    ]
+    assert unknown.startswith(f"rule {INACTIVE} not checked")
+
+
+def test_the_trainer_device_must_be_the_devices_own():
+    bare = ["python3", "-m", "verl.trainer.main_ppo"]
+    [problem] = refusals(bare, {})
+    assert problem.startswith(
+        f"{DEVICE_NPU}: trainer.device unset (default cuda): verl's default trainer.device is cuda"
+    )
+    assert "ppo_megatron_trainer.yaml:119" in problem and "fix: pass trainer.device=npu" in problem
+    assert refusals([*bare, "trainer.device=cuda"], {})[0].startswith(f"{DEVICE_NPU}: trainer.device=cuda")
+    assert refusals([*bare, "trainer.device=npu"], {}) == []
+    on_cuda = run_preflight(PROFILE, "cuda", bare, {}, seams()).problems
+    assert on_cuda == []  # the guide's H100 script leaves it to verl's default
+    [wrong] = run_preflight(PROFILE, "cuda", [*bare, "trainer.device=npu"], {}, seams()).problems
+    assert wrong.message.startswith(f"{DEVICE_CUDA}: trainer.device=npu")
+
+
+def test_verls_override_rules_do_not_apply_to_a_command_that_runs_no_verl_trainer(tmp_path):
+    other = ["python3", "tools/eval.py", "algorithm.filter_groups.enable=True"]  # no trainer.device either
+    result = run_preflight(PROFILE, "npu", other, {}, seams())
+    assert result.problems == [] and result.trainer is False
+    assert [h.message for h in result.hints if h.source == "overrides"] == [
+        "the command runs none of verl.trainer.main_ppo, recipe.dapo.main_dapo: "
+        "the rules and hints about its overrides are skipped"
+    ]
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "cd /src/verl\npython3 /src/verl/recipe/dapo/main_dapo.py \\\n  algorithm.filter_groups.enable=True\n"
+    )
+    dapo = run_preflight(PROFILE, "npu", ["bash", str(script)], {}, seams())
+    assert dapo.trainer is True
+    assert sorted(p.message.split(":")[0] for p in dapo.problems) == [DAPO, DEVICE_NPU]
+
+
+def test_the_converter_needs_the_cuda_probe_patch_as_the_guides_5_1_says():
+    argv = ["python", "scripts/converter_hf_to_mcore.py", "--hf_model_path", "/w/Qwen3-235B-A22B"]
+    [problem] = refusals(argv, {}, probe="not-applied")
+    assert problem.startswith(
+        f"{CONVERTER}: the command runs scripts/converter_hf_to_mcore.py; verl-cuda-probe-off is not-applied: "
+    )
+    assert "5.1" in problem and "fix: ascendfix apply --only verl-cuda-probe-off" in problem
+    assert refusals(argv, {}) == []  # applied: nothing else is asked of the converter (no trainer.device)
+    assert refusals(["python", "/src/verl/scripts/converter_hf_to_mcore.py"], {}, probe="drifted")
+    assert run_preflight(PROFILE, "cuda", argv, {}, seams(probe="not-applied")).problems == []  # the NPU's fix
 
 
 def test_dapo_rule_accepts_filter_groups_off_and_the_patch_reverted():
-    argv = ["python3", "-m", "recipe.dapo.main_dapo"]
+    argv = MAIN_DAPO
     assert refusals([*argv, "algorithm.filter_groups.enable=False"], {}) == []
     assert refusals(argv, {}) == []  # dapo_trainer.yaml:23 enable: False
     assert refusals([*argv, "algorithm.filter_groups.enable=True"], {}, dapo="not-applied") == []
@@ -109,11 +181,14 @@ def test_dapo_rule_accepts_filter_groups_off_and_the_patch_reverted():
 def test_evaluator_is_plain_data_and_leaves_unknown_facts_undecided():
     facts = rules.Facts(env={}, overrides={"algorithm.filter_groups.enable": "True"}, importable=None)
     outcome = rules.evaluate(PROFILE.rules, facts, "npu")
-    assert outcome.hits == [] and outcome.undecided == [DAPO]  # patch states unknown
+    # patch states, the command and modules unknown: doctor's view
+    assert outcome.hits == [] and outcome.undecided == [DEVICE_NPU, CONVERTER, DAPO]
     facts = rules.Facts(env={}, overrides={"actor_rollout_ref.rollout.enable_expert_parallel": "True"})
-    assert rules.evaluate(PROFILE.rules, facts, "npu").undecided == [PLUGIN]
-    assert rules.evaluate(PROFILE.rules, facts, "cuda").undecided == []  # an NPU-only rule
-    assert rules.modules(PROFILE.rules) == ["verl_npu"]
+    assert rules.evaluate(PROFILE.rules, facts, "npu").undecided == [DEVICE_NPU, PLUGIN, INACTIVE, CONVERTER]
+    assert rules.evaluate(PROFILE.rules, facts, "cuda").undecided == [DEVICE_CUDA]  # the others are NPU-only
+    assert rules.modules(PROFILE.rules) == ["verl", "verl_npu"]
+    assert rules.markers(PROFILE.rules) == [("verl", "rl-plugin-import")]
+    assert rules.commands(PROFILE.rules) == ["scripts/converter_hf_to_mcore.py"]
 
 
 def test_a_warn_rule_is_a_hint_not_a_problem(tmp_path):
@@ -123,7 +198,7 @@ def test_a_warn_rule_is_a_hint_not_a_problem(tmp_path):
     path = tmp_path / "warn.toml"
     path.write_text(text)
     prof = manifest.load_profile(str(path))
-    result = run_preflight(prof, "npu", ["x"], {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}, seams())
+    result = run_preflight(prof, "npu", MAIN_PPO, {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}, seams())
     assert result.problems == []
     assert any(h.source == "rules" and h.message.startswith(ALLOC) for h in result.hints)
 
@@ -144,20 +219,30 @@ def test_a_warn_rule_is_a_hint_not_a_problem(tmp_path):
         (
             'module = "verl_npu"\nimportable = false',
             'module = "verl_npu"\nstate = "applied"',
-            r"rules\[1\]\.when\[1\]\.state: unknown key for a module condition",
+            r"rules\[3\]\.when\[1\]\.state: unknown key for a module condition",
         ),
         (
             'patch = "verl-dapo-no-interleave"',
             'patch = "verl-no-such-patch"',
-            r"rules\[2\]\.when\[0\]\.patch: 'verl-no-such-patch' is not a patch of this profile",
+            r"rules\[6\]\.when\[0\]\.patch: 'verl-no-such-patch' is not a patch of this profile",
+        ),
+        (
+            'marker = "rl-plugin-import"',
+            'marker = "rl-plugin-imports"',
+            r"rules\[4\]\.when\[2\]\.marker: unknown marker 'rl-plugin-imports' \(known: rl-plugin-import\)",
+        ),
+        (
+            'command = "scripts/converter_hf_to_mcore.py"',
+            'command = "scripts/converter_hf_to_mcore.py"\ndefault = "x"',
+            r"rules\[5\]\.when\[0\]\.default: unknown key for a command condition \(allowed: none\)",
         ),
         (
             'id = "dapo-no-interleave-filter-groups"',
             'id = "expandable-segments-sleep-mode"',
             r"rules: two rules have the same id",
         ),
-        ('source = "verl PR #3760', 'sauce = "verl PR #3760', r"rules\[2\]\.source: missing required field"),
-        ('state = "applied"', 'state = "aplied"', r"rules\[2\]\.when\[0\]\.state: unknown state 'aplied'"),
+        ('source = "verl PR #3760', 'sauce = "verl PR #3760', r"rules\[6\]\.source: missing required field"),
+        ('state = "applied"', 'state = "aplied"', r"rules\[6\]\.when\[0\]\.state: unknown state 'aplied'"),
     ],
 )
 def test_bad_rules_name_file_and_field_and_exit_2(tmp_path, old, new, message):
@@ -180,18 +265,18 @@ def test_doctor_hazards_enforces_the_rules_over_the_effective_environment():
     assert result.status == "fail" and result.messages[0].startswith(f"{ALLOC}: PYTORCH_NPU_ALLOC_CONF=")
     assert "camem.py:148" in result.details[1] and result.fix.startswith("drop expandable_segments:True")
     fine = host.check_hazards(Context(PROFILE, "npu", "test", environ={}))
-    assert fine.status == "ok" and "3 rule(s) of the profile hold" in fine.messages[-1]
+    assert fine.status == "ok" and "7 rule(s) of the profile hold" in fine.messages[-1]
+    # doctor sees no command: trainer.device, which only the job's command sets, is not judged on verl's default
+    assert not any(DEVICE_NPU in m for m in fine.messages)
 
 
 def test_a_team_profile_that_drops_a_patch_drops_the_inherited_rule_about_it(tmp_path):
     path = tmp_path / "team.toml"
     path.write_text(
-        'extends = "verl-796871d"\nname = "team"\n'
-        '[devices.npu]\ndrop_patches = ["verl-dapo-no-interleave"]\n'
-        '[devices.cuda]\ndrop_patches = ["verl-dapo-no-interleave"]\n'
+        'extends = "verl-796871d"\nname = "team"\n[devices.npu]\ndrop_patches = ["verl-dapo-no-interleave"]\n'
     )
     team = manifest.load_profile(str(path))
-    assert [r.id for r in team.rules] == [ALLOC, PLUGIN]
+    assert [r.id for r in team.rules] == [ALLOC, DEVICE_NPU, DEVICE_CUDA, PLUGIN, INACTIVE, CONVERTER]
 
 
 def test_the_default_seam_locates_modules_without_importing_them():

@@ -61,8 +61,13 @@ FAKE_JOB = textwrap.dedent(
 
 @pytest.fixture
 def job(tmp_path):
-    """Write the fake job and its train.sh; return a function building the run command."""
+    """Write the fake job and its train.sh; return a function building the run command.
+
+    train.sh runs the fake job as the DAPO recipe's main (recipe/dapo/main_dapo.py), so run holds it to
+    the rules about verl's overrides."""
     (tmp_path / "fake_job.py").write_text(FAKE_JOB)
+    (tmp_path / "recipe" / "dapo").mkdir(parents=True)
+    (tmp_path / "recipe" / "dapo" / "main_dapo.py").write_text(FAKE_JOB)
     steps = [step_line(n, v) for n, v in enumerate(run_steps(6, validate_every=5), 1)]
     (tmp_path / "steps.json").write_text(json.dumps(steps))
     script = tmp_path / "train.sh"
@@ -73,7 +78,8 @@ def job(tmp_path):
             set -e
             MODE=${{MODE:-exit}}
             BATCH=128
-            {sys.executable} {tmp_path}/fake_job.py $MODE ${{STATUS:-0}} {tmp_path}/steps.json \\
+            {sys.executable} {tmp_path}/recipe/dapo/main_dapo.py $MODE ${{STATUS:-0}} {tmp_path}/steps.json \\
+                trainer.device=${{DEVICE:-npu}} \\
                 data.train_batch_size=$BATCH \\
                 actor_rollout_ref.rollout.n=16 \\
                 algorithm.filter_groups.enable=${{FILTER:-False}} \\
@@ -122,6 +128,7 @@ def test_run_streams_output_writes_logs_and_returns_the_exit_status(job):
         "API_TOKEN": "s3cret",
     }
     assert state["argv"] == [
+        "trainer.device=npu",
         "data.train_batch_size=128",
         "actor_rollout_ref.rollout.n=16",
         "algorithm.filter_groups.enable=False",
@@ -184,7 +191,7 @@ def test_signals_are_forwarded_and_the_job_status_returned(job, signum, status):
             "logs",
             "train.sh",
         ],
-        env=cli_env(job, MODE="obey"),
+        env=cli_env(job, MODE="obey", DEVICE="cuda"),
         cwd=job,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -451,3 +458,11 @@ def test_the_first_ctrl_c_says_what_run_is_doing(job, tmp_path, monkeypatch):
     timer.join()
     assert result.killed and said[0].startswith("ascendfix: SIGINT forwarded to the job's process group")
     assert "waiting up to 0.5 s" in said[0] and "Ctrl-C again to kill it now" in said[0]
+
+
+def test_a_missing_script_is_refused_before_any_log_folder_exists(tmp_path):
+    proc = run_cli(tmp_path, "run", "--device", "npu", "nosuch.sh")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == "error: nosuch.sh: command not found"
+    assert not (tmp_path / "ascendfix-runs").exists()
+    proc = run_cli(tmp_path, "run", "--device", "npu", "--log-dir", "logs", "./scripts/nosuch.sh")
+    assert proc.returncode == 2 and not (tmp_path / "logs").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import tempfile
@@ -11,6 +12,9 @@ import click
 
 from ascendfix.cli.base import escape, out, path_type
 from ascendfix.cli.patches import render_statuses
+from ascendfix.errors import RefusedError
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 @click.command()
@@ -20,15 +24,22 @@ def demo(folder: Path | None) -> None:
     from ascendfix import demo as workspaces
 
     base = folder.resolve() if folder else Path(tempfile.mkdtemp(prefix="ascendfix-demo-"))
+    failed = None
     try:
         workspace = workspaces.build(base)
         out().print(f"[bold]ascendfix demo[/] — profile verl-796871d-demo, device npu, workspace {escape(str(base))}")
-        for number, step in enumerate(workspaces.steps(workspace), 1):
+        number = 0
+        for step in workspaces.steps(workspace):
+            number += bool(step.title)
             _show(number, step)
             sys.stdout.flush()
+            if step.failed and failed is None:
+                failed = f"demo: step {number} failed: {step.failed}"
     finally:
         if folder is None:
             shutil.rmtree(base, ignore_errors=True)
+    if failed:
+        raise RefusedError(CONTROL.sub("", failed))
     if folder is None:
         out().print("\nDone; the temporary workspace is removed. To keep one and try the commands yourself:")
         out().print("  ascendfix demo --dir ascendfix-demo")
@@ -40,6 +51,12 @@ def demo(folder: Path | None) -> None:
 
 def _show(number: int, step) -> None:
     console = out()
+    for line in step.output.splitlines():  # a step's continuation: what `ascendfix run` said
+        console.print(f"[dim]   {escape(CONTROL.sub('', line))}[/]", soft_wrap=True)
+    if step.failed:
+        console.print(f"   [red]failed[/]: {escape(CONTROL.sub('', step.failed))}", soft_wrap=True)
+    if not step.title:
+        return
     console.print(f"\n[bold]{number}. {step.title}[/]" + (f"  ({escape(step.command)})" if step.command else ""))
     for note in step.notes:
         console.print(f"[dim]   {escape(note)}[/]")

@@ -144,12 +144,15 @@ def show_device_lines(prof: manifest.Profile, name: str) -> list[str]:
     for hint in prof.hints:
         if name in hint.devices:
             lines.append(f"  hint: {escape(hint.override)}  [dim]({_guide_mark(hint.guide, None, None)})[/]")
+            lines.append(f"      [dim]{escape(' '.join(hint.why.split()))}[/]")
     lines.append(f"  patches: {', '.join(device.patches) or '-'}")
-    if name == "cuda":
+    if name == "cuda" and not device.patches:
+        lines.append("  [dim]as the guide's H100 run (3.4), which patches nothing: stock verl and torch[/]")
+    elif name == "cuda":
         npu_only = sorted(set(prof.patches) - set(device.patches))
         lines.append(
             "      [yellow]differs from the guide's stock H100 run (3.4)[/], which patches nothing: "
-            + escape(", ".join(device.patches) or "-")
+            + escape(", ".join(device.patches))
             + " change the H100 side too, so both runs execute the same verl and torch code"
             + (f"; not {escape(', '.join(npu_only))} (NPU only)" if npu_only else "")
         )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
 
 from ascendfix.cli.base import escape, json_option, out, path_type, render
 from ascendfix.cli.progress import num, report_table, sparks
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @click.command("report")
@@ -66,5 +69,19 @@ def compare_command(baseline: Path, candidate: Path, as_json: bool) -> None:
         gap = data["reward_difference"]
         out().print(f"reward candidate − baseline over {gap['common_steps']} common steps: ", end="")
         out().print(f"mean {num(gap['mean'])}, max |Δ| {num(gap['max_abs'])}")
+        for side in ("baseline", "candidate"):
+            out().print(escape(_ran_line(side, data["ran"][side])), soft_wrap=True)
 
     render(report.compare_data(report.load_run(baseline), report.load_run(candidate)), as_json, human)
+
+
+def _ran_line(side: str, ran: dict | None) -> str:
+    """``baseline ran: profile P on cuda, no patches`` from its run.json, or that it has none."""
+    if ran is None:
+        return f"{side}: no run.json beside its log, so what it ran is not recorded"
+    if ran["patches"] is None:
+        patches = "patches not recorded"
+    else:
+        patches = f"patches {', '.join(ran['patches'])}" if ran["patches"] else "no patches"
+    where = f"profile {ran['profile'] or '?'} on {ran['device'] or '?'}"
+    return CONTROL.sub("", f"{side} ran: {where}, {patches} (its run.json)")

@@ -36,6 +36,7 @@ from ascendfix.profile.device import require_device
 )
 @click.option("--log-dir", type=path_type(file_okay=False), help="Where train.log and run.json go.")
 @click.option("--json-metrics", type=path_type(dir_okay=False), help="Write each step as JSONL.")
+@click.option("-v", "--verbose", is_flag=True, help="Show the why behind each hint.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def run(
     profile: str,
@@ -46,11 +47,13 @@ def run(
     no_preflight: bool,
     log_dir: Path | None,
     json_metrics: Path | None,
+    verbose: bool,
     command: tuple[str, ...],
 ) -> None:
     """Run SCRIPT [ARGS...] (or any command) with the profile's environment, live progress and a summary.
 
     A non-executable *.sh script runs under bash. Exits with the command's exit status.
+    Hints are one line each; -v adds the why behind each.
     """
     from ascendfix.job import launch, metrics, preflight, report
     from ascendfix.patching.locate import parse_roots
@@ -59,11 +62,16 @@ def run(
     if json_metrics is not None:
         launch.require_folder("--json-metrics", json_metrics)  # bad input: said before anything runs
     prof = manifest.load_profile(profile)
-    seams = preflight.default_seams(python, parse_roots(roots), manifest.parse_variants(prof, variants))
-    prepared = launch.prepare(prof, require_device(device), command, os.environ, seams, full=not no_preflight)
+    chosen = manifest.parse_variants(prof, variants)
+    seams = preflight.default_seams(python, parse_roots(roots), chosen)
+    prepared = launch.prepare(
+        prof, require_device(device), command, os.environ, seams, full=not no_preflight, variants=chosen
+    )
     pre = prepared.preflight
     for finding in pre.hints:
         err().print(f"[yellow]hint[/] ({finding.source}): {escape(finding.message)}")
+        if verbose and finding.detail:
+            err().print(f"      [dim]{escape(finding.detail)}[/]")
     render_env_notes(jobenv.env_notes(prepared.settings))
     for finding in pre.problems:
         err().print(f"[red]problem[/] ({finding.source}): {escape(finding.message)}")

@@ -62,10 +62,11 @@ def run_record(
     }
 
 
-def command_for(argv: Sequence[str]) -> list[str]:
+def command_for(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
     """The argv to execute. ``train.sh`` names the script in this folder when no command on PATH has
     that name (``ascendfix run train.sh`` as the README says it); a non-executable ``*.sh`` runs
-    under bash; another file that is not executable is a UsageError saying how to run it."""
+    under bash; another file that is not executable, or a command that is neither a file nor on
+    ``PATH``, is a UsageError saying so (before any log folder exists)."""
     if not argv:
         raise UsageError("run: give the command or script to run")
     name = argv[0]
@@ -74,8 +75,11 @@ def command_for(argv: Sequence[str]) -> list[str]:
         if first.suffix == ".sh":
             return ["bash", *argv]
         raise UsageError(f"{argv[0]}: not executable (chmod +x {argv[0]}, or run: ascendfix run bash {argv[0]})")
-    if "/" not in name and first.is_file() and shutil.which(name) is None:
+    path = (environ if environ is not None else os.environ).get("PATH", os.defpath)
+    if "/" not in name and first.is_file() and shutil.which(name, path=path) is None:
         name = f"./{name}"
+    elif "/" in name and not first.exists() or "/" not in name and shutil.which(name, path=path) is None:
+        raise UsageError(f"{argv[0]}: command not found")
     return [name, *argv[1:]]
 
 
@@ -104,6 +108,47 @@ def write_run_json(log_dir: Path, record: Mapping[str, Any]) -> Path:
         f.write(json.dumps(record, indent=2, default=str) + "\n")
     os.replace(tmp, path)
     return path
+
+
+_MAX_RUN_JSON = 1 << 20
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def what_ran(log: Path) -> dict[str, Any] | None:
+    """What the ``run.json`` beside ``log`` (a train.log, or its folder) says the run ran: profile,
+    device, command and the patches applied (``id`` or ``id (variant)``; None when it did not record
+    them). None when there is no readable run.json there (a log ascendfix did not write)."""
+    path = (log if log.is_dir() else log.parent) / "run.json"
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        with open(path, "rb") as f:
+            data = json.loads(f.read(_MAX_RUN_JSON))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    patches = data.get("patches")
+    applied = None
+    if isinstance(patches, list) and all(isinstance(p, dict) for p in patches):
+        states = [p.get("state") for p in patches]
+        if None not in states or not patches:
+            applied = [
+                f"{p.get('id')}" + (f" ({p.get('variant')})" if p.get("variant") not in (None, "default") else "")
+                for p in patches
+                if p.get("state") == "applied"
+            ]
+    command = data.get("command")
+    return {
+        "run_json": str(path),
+        "profile": _text(data.get("profile")),
+        "device": _text(data.get("device")),
+        "command": " ".join(c for c in command if isinstance(c, str)) if isinstance(command, list) else None,
+        "patches": applied,
+    }
 
 
 def now() -> str:
@@ -290,6 +335,7 @@ class Prepared:
     settings: list[EnvSetting]
     overrides: dict[str, str]
     preflight: Any  # a preflight.Preflight
+    variants: dict[str, str] | None = None  # --variant choices
 
 
 def prepare(
@@ -299,6 +345,7 @@ def prepare(
     environ: Mapping[str, str],
     seams: Any,
     full: bool = True,
+    variants: Mapping[str, str] | None = None,
 ) -> Prepared:
     """The job's argv, environment decisions, overrides and preflight findings.
 
@@ -307,9 +354,23 @@ def prepare(
     """
     from ascendfix.job import preflight as checks
 
-    argv = command_for(command)
+    argv = command_for(command, environ)
     found = checks.run_preflight(profile, device, argv, environ, seams, full=full)  # reads the script once
-    return Prepared(profile, device, argv, resolve_env(profile, device, environ), found.overrides, found)
+    settings = resolve_env(profile, device, environ)
+    return Prepared(profile, device, argv, settings, found.overrides, found, dict(variants or {}))
+
+
+def patches_ran(prepared: Prepared) -> list[dict[str, Any]]:
+    """run.json's record of the device's patches: id, the chosen variant, the state preflight saw (None: unknown)."""
+    states = prepared.preflight.patch_states
+    return [
+        {
+            "id": pid,
+            "variant": prepared.profile.variant(pid, prepared.variants).name,
+            "state": None if states is None else states.get(pid),
+        }
+        for pid in prepared.profile.device(prepared.device).patches
+    ]
 
 
 @dataclass
@@ -337,7 +398,7 @@ def begin(prepared: Prepared, log_dir: Path | None, environ: Mapping[str, str]) 
     env = job_environment(prepared.settings, environ)
     ulimit = raise_nofile(prepared.profile.device(prepared.device).ulimit_nofile)
     record = run_record(prepared.profile.name, prepared.device, prepared.argv, prepared.settings, env, log_dir)
-    record.update(ulimit_nofile=ulimit, overrides=redact_overrides(prepared.overrides))
+    record.update(ulimit_nofile=ulimit, overrides=redact_overrides(prepared.overrides), patches=patches_ran(prepared))
     record["preflight"] = "full" if pre.full else "correctness only (--no-preflight)"
     record["preflight_hints"] = [to_json(h) for h in pre.hints]
     open_log(log_dir).close()  # a log that cannot be written stops the run here, before run.json

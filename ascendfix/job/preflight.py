@@ -5,10 +5,13 @@ sees them once the job has started, which is too late to refuse it): logical lin
 their backslash continuations, tokenized like the shell, ``key.sub=value`` tokens kept,
 ``$VAR``/``${VAR}``/``${VAR:-default}`` expanded from the script's own assignments and the
 environment. Overrides given on the ``ascendfix run`` command line count too (a script may
-pass ``"$@"`` on). What doctor and the patch engine know comes in through :class:`Seams`.
-The profile's ``[[rules]]`` (:mod:`ascendfix.profile.rules`) are checked over the job's effective
-environment (the user's exports win), these overrides, what the interpreter can import and
-the patch states: a ``refuse`` rule is a problem, a ``warn`` rule a hint.
+pass ``"$@"`` on). A Python file is not read as a script. The same tokens tell which of the
+profile's modules and scripts the command runs (``-m verl.trainer.main_ppo``, or its file):
+the rules about overrides and the hints apply only to a command that runs verl's trainer.
+What doctor and the patch engine know comes in through :class:`Seams`. The profile's
+``[[rules]]`` (:mod:`ascendfix.profile.rules`) are checked over the job's effective environment (the
+user's exports win), these overrides, the command, what the interpreter can import and the
+patch states: a ``refuse`` rule is a problem, a ``warn`` rule a hint.
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ _MAX_SCRIPT_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class Finding:
-    """One preflight result: ``source`` is doctor, patches, overrides or env."""
+    """One preflight result: ``source`` is doctor, patches, overrides or env; ``detail`` the long why (``-v``)."""
 
     source: str
     message: str
+    detail: str = ""
 
 
 @dataclass
@@ -46,6 +50,8 @@ class Preflight:
     full: bool = True  # False: --no-preflight, only the refusals that protect correctness ran
     problems: list[Finding] = field(default_factory=list)
     hints: list[Finding] = field(default_factory=list)
+    trainer: bool | None = None  # whether the command runs verl's trainer (None: the profile names none)
+    patch_states: dict[str, str] | None = None  # {patch id: state} of the device's patches, when known
 
 
 @dataclass(frozen=True)
@@ -58,13 +64,15 @@ class Seams:
     states (applied, not-applied, not-applicable, drifted, partial), or None when it cannot tell;
     ``importable(names)`` returns ``{module: whether the interpreter finds it}``, or None;
     ``cluster_problems(profile, device, overrides, environ)`` returns why the reachable Ray
-    cluster cannot take the job (None when no cluster is reachable or ray is not installed).
+    cluster cannot take the job (None when no cluster is reachable or ray is not installed);
+    ``markers(pairs)`` returns ``{(module, marker): whether the module's file has it}`` (None: unknown).
     """
 
     doctor_failures: Callable[[Profile, str], list[str] | None]
     patch_states: Callable[[Profile, str], dict[str, tuple[str, str]] | None]
     importable: Callable[[list[str]], dict[str, bool] | None] = lambda names: None
     cluster_problems: Callable[[Profile, str, Mapping[str, str], Mapping[str, str]], list[str] | None] | None = None
+    markers: Callable[[list[tuple[str, str]]], dict[tuple[str, str], bool | None] | None] = lambda pairs: None
 
 
 def _expand(value: str, variables: Mapping[str, str]) -> str:
@@ -97,12 +105,14 @@ def _tokens(line: str) -> list[str]:
         return line.split()
 
 
-def scan_overrides(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
-    """Hydra overrides (``key.sub=value``) in the script ``argv[0]`` (if it is one) and in ``argv``; later wins."""
+def scan(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The Hydra overrides (``key.sub=value``; later wins) and the words of the command: of the
+    script ``argv[0]`` or ``argv[1]`` (a shell script, not a Python file), then of ``argv``."""
     variables = dict(environ)
     overrides: dict[str, str] = {}
+    words: list[str] = []
     script = next((Path(a) for a in argv[:2] if Path(a).is_file()), None)
-    if script is not None:
+    if script is not None and script.suffix != ".py":
         try:
             text = script.read_bytes()[:_MAX_SCRIPT_BYTES].decode("utf-8", "replace")
         except OSError:
@@ -117,15 +127,42 @@ def scan_overrides(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str,
                     m = _OVERRIDE.match(token)
                     if m:
                         overrides[m.group(1)] = _expand(m.group(2), variables)
+                    else:
+                        words.append(_expand(token, variables))
     for arg in argv[1:]:
         m = _OVERRIDE.match(arg)
         if m:
             overrides[m.group(1)] = m.group(2)
-    return overrides
+    words.extend(argv)
+    return overrides, words
+
+
+def scan_overrides(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """Hydra overrides (``key.sub=value``) in the script ``argv[0]`` (if it is one) and in ``argv``; later wins."""
+    return scan(argv, environ)[0]
+
+
+def _dotted(name: str) -> str:
+    """``verl/trainer/main_ppo.py`` and ``./scripts/x.py`` as modules (``verl.trainer.main_ppo``, ``scripts.x``)."""
+    if name.endswith(".py"):
+        name = name[: -len(".py")].lstrip("./").replace("/", ".")
+    return name
+
+
+def commands_run(words: Sequence[str], names: Sequence[str]) -> frozenset[str]:
+    """Which of ``names`` (modules, or script paths) the command's words run: the module itself, or
+    a path ending in its file (``/src/verl/verl/trainer/main_ppo.py`` runs ``verl.trainer.main_ppo``)."""
+    dotted = {_dotted(w) for w in words if w and "=" not in w}
+    found = set()
+    for name in names:
+        want = _dotted(name)
+        if any(d == want or d.endswith("." + want) for d in dotted):
+            found.add(name)
+    return frozenset(found)
 
 
 def _hint_missing(override: str, overrides: Mapping[str, str]) -> bool:
-    key, sep, value = override.partition("=")
+    key, sep, value = override.lstrip("+~").partition("=")
     if key not in overrides:
         return True
     return bool(sep) and overrides[key].strip("'\"").lower() != value.lower()
@@ -146,8 +183,10 @@ def run_preflight(
     """
     from ascendfix.profile.jobenv import job_environment, resolve_env
 
-    overrides = scan_overrides(argv, environ)
-    result = Preflight(overrides, full)
+    overrides, words = scan(argv, environ)
+    runs = commands_run(words, [*profile.trainer, *rules.commands(profile.rules)])
+    trainer = bool(runs & set(profile.trainer)) if profile.trainer else None
+    result = Preflight(overrides, full, trainer=trainer)
     failures = seams.doctor_failures(profile, device) if full else []
     if failures is None:
         result.hints.append(Finding("doctor", "doctor not run: run `ascendfix doctor` before a long job"))
@@ -156,17 +195,25 @@ def run_preflight(
     states = seams.patch_states(profile, device)
     wanted = profile.device(device).patches
     env = job_environment(resolve_env(profile, device, environ), environ)
-    names = rules.modules(profile.rules)
+    names, pairs = rules.modules(profile.rules), rules.markers(profile.rules)
     facts = rules.Facts(
         env=env,
         overrides=overrides,
         importable=seams.importable(names) if names else {},
         patch_states=None if states is None else {pid: state for pid, (state, _) in states.items()},
+        runs=runs,
+        trainer=trainer,
+        markers=seams.markers(pairs) if pairs else {},
     )
+    result.patch_states = facts.patch_states
+    outcome = rules.evaluate(profile.rules, facts, device)
+    refused = {h.rule for h in outcome.refusals}
+    # a patch a refusal already names (the converter's) is not reported a second time
+    named = {c.patch for r in profile.rules if r.id in refused for c in r.when if c.patch is not None}
     if states is None:
         result.hints.append(Finding("patches", "patch status unknown: run `ascendfix status` before a long job"))
     else:
-        for pid in wanted if full else ():
+        for pid in [p for p in wanted if p not in named] if full else ():
             state, reason = states.get(pid, ("", ""))
             because = f" ({reason})" if reason else ""
             if state in (State.DRIFTED, State.PARTIAL):
@@ -179,20 +226,26 @@ def run_preflight(
                     result.hints.append(Finding("patches", f"{pid} is not applied, as rule {blocking[0]} requires"))
                 else:
                     result.problems.append(Finding("patches", f"patch {pid} is not applied: run `ascendfix apply`"))
-    outcome = rules.evaluate(profile.rules, facts, device)
     for hit in outcome.hits:
         fix = f"; fix: {hit.fix}" if hit.fix else ""
         finding = Finding("rules", f"{hit.message} (source: {hit.source}){fix}")
         (result.problems if hit.action == rules.REFUSE else result.hints).append(finding)
     for rid in outcome.undecided:
-        unknown = f"rule {rid} not checked: the patch states or modules it needs are unknown"
+        unknown = f"rule {rid} not checked: the patch states, modules or files it needs are unknown"
         result.hints.append(Finding("rules", unknown))
     if seams.cluster_problems is not None:  # a job the cluster cannot take hangs: checked with --no-preflight too
         objections = seams.cluster_problems(profile, device, overrides, environ)
         result.problems.extend(Finding("ray", m) for m in objections or ())
+    if trainer is False:
+        if overrides:  # overrides, but no trainer: perhaps a script that calls another
+            ran = ", ".join(profile.trainer)
+            skipped = f"the command runs none of {ran}: the rules and hints about its overrides are skipped"
+            result.hints.append(Finding("overrides", skipped))
+        return result
     for hint in profile.hints:
         if device in hint.devices and _hint_missing(hint.override, overrides):
-            result.hints.append(Finding("overrides", f"consider {hint.override}: {hint.why}"))
+            where = f" (guide {hint.guide})" if hint.guide else ""
+            result.hints.append(Finding("overrides", f"consider {hint.override}{where}", " ".join(hint.why.split())))
     result.hints.extend(Finding("overrides", m) for m in batch_size_hints(overrides))
     return result
 
@@ -251,7 +304,13 @@ def default_seams(
     def importable(names: list[str]) -> dict[str, bool]:
         from ascendfix.patching.locate import locate
 
-        return {name: target.root is not None for name, target in locate(names, python).items()}
+        return {name: target.root is not None for name, target in locate(names, python, dict(roots or {})).items()}
+
+    def markers(pairs: list[tuple[str, str]]) -> dict[tuple[str, str], bool | None]:
+        from ascendfix.patching.locate import locate
+
+        found = locate(sorted({module for module, _ in pairs}), python, dict(roots or {}))
+        return {(module, name): _has_marker(found[module].root, module, name) for module, name in pairs}
 
     def cluster_problems(
         profile: Profile, device: str, overrides: Mapping[str, str], environ: Mapping[str, str]
@@ -260,7 +319,22 @@ def default_seams(
 
         return raywait.job_problems(profile, device, overrides, environ)
 
-    return Seams(doctor_failures, patch_states, importable, cluster_problems)
+    return Seams(doctor_failures, patch_states, importable, cluster_problems, markers)
+
+
+def _has_marker(root: Path | None, module: str, name: str) -> bool | None:
+    """Whether the module's file (under the folder holding the package) has the marker; None when unreadable."""
+    if root is None:
+        return None
+    marker = rules.MARKERS[name]
+    path = root / module / marker.file
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        with open(path, "rb") as f:
+            return marker.test(f.read(_MAX_SCRIPT_BYTES))
+    except OSError:
+        return None
 
 
 def total_steps(overrides: Mapping[str, str]) -> int | None:

@@ -195,6 +195,9 @@ def compare_data(baseline: Run, candidate: Run) -> dict[str, Any]:
                 "guide": key in GUIDE_ROWS,
             }
         )
+    from ascendfix.job.launch import what_ran
+
+    ran = {"baseline": what_ran(Path(a.label)), "candidate": what_ran(Path(b.label))}
     reward_a, reward_b = dict(curve(a, "reward")), dict(curve(b, "reward"))
     common = sorted(set(reward_a) & set(reward_b))
     gaps = [reward_b[s] - reward_a[s] for s in common]
@@ -204,6 +207,7 @@ def compare_data(baseline: Run, candidate: Run) -> dict[str, Any]:
         "candidate": rb["run"],
         "orientation": "candidate relative to baseline, higher is better for the candidate (the guide's 4.2)",
         "rows": rows,
+        "ran": ran,  # what each side's run.json says it ran (None: no run.json beside its log)
         "reward_difference": {
             "common_steps": len(common),
             "mean": sum(finite) / len(finite) if finite else None,

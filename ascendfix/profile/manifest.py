@@ -19,7 +19,7 @@ from ascendfix import resources
 from ascendfix.errors import UsageError
 from ascendfix.profile import parsecache
 from ascendfix.profile.device import DEVICES
-from ascendfix.profile.rules import Condition, Rule, RuleAction
+from ascendfix.profile.rules import MARKERS, Condition, Rule, RuleAction
 from ascendfix.states import State
 
 COMPONENT_KINDS = ("python", "pypi", "git", "system")
@@ -27,7 +27,8 @@ ENV_CHECKS = ("interface",)
 PATCH_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
-HINT_OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)+(=\S.*)?$")
+HINT_OVERRIDE = re.compile(r"^\+{0,2}[A-Za-z_][\w-]*(\.[\w-]+)+(=\S.*)?$")
+COMMAND = re.compile(r"^[A-Za-z_][\w-]*([./][\w-]+)*(\.py)?$")
 # Checks of a patch's drop_when that upgrade-check runs on a candidate release (``drop_probe``).
 DROP_PROBES = {
     "no-site": "the patch's transform finds no site left in its files",
@@ -184,6 +185,7 @@ class Profile(NamedTuple):
     variants: dict[str, str]  # patch id -> the variant the profile chooses
     hints: tuple[Hint, ...] = ()
     rules: tuple[Rule, ...] = ()
+    trainer: tuple[str, ...] = ()  # the modules that run verl's trainer: its overrides' rules and hints apply there
 
     def variant(self, pid: str, override: dict[str, str] | None = None) -> Variant:
         """The variant of patch ``pid`` to apply: ``override``, else the profile's choice, else the first."""
@@ -651,6 +653,14 @@ def load_profile(ref: str) -> Profile:
         conflicts.append(AcceptedConflict(ct.text("requirer"), ct.text("requirement"), ct.text("why")))
         ct.done()
     hints = tuple(_hint(ht) for ht in top.tables("hints", required=False))
+    trainer_table = top.table("trainer", required=False)
+    trainer: tuple[str, ...] = ()
+    if trainer_table is not None:
+        trainer = trainer_table.strings("commands")
+        if not trainer:
+            trainer_table.fail(trainer_table.field("commands"), "name at least one module or script")
+        trainer_table.text("source")
+        trainer_table.done()
     rules = tuple(_rule(rt) for rt in top.tables("rules", required=False))
     if len({r.id for r in rules}) != len(rules):
         top.fail("rules", "two rules have the same id")
@@ -697,7 +707,9 @@ def load_profile(ref: str) -> Profile:
                 top.fail(f"rules[{i}].when[{j}].patch", f"{cond.patch!r} is not a patch of this profile")
     # an inherited rule about a patch this profile dropped can never hold
     rules = tuple(r for r in rules if all(c.patch is None or c.patch in patches for c in r.when))
-    return Profile(name, description, path, components, devices, tuple(conflicts), patches, variants, hints, rules)
+    return Profile(
+        name, description, path, components, devices, tuple(conflicts), patches, variants, hints, rules, trainer
+    )
 
 
 def _hint(t: _Table) -> Hint:
@@ -713,7 +725,7 @@ def _devices(t: _Table) -> tuple[str, ...]:
     return t.strings("devices", required=False, choices=DEVICES) or DEVICES
 
 
-CONDITION_SUBJECTS = ("env", "override", "module", "patch")
+CONDITION_SUBJECTS = ("env", "override", "command", "module", "patch")
 
 
 def _rule(t: _Table) -> Rule:
@@ -737,40 +749,57 @@ def _condition(t: _Table) -> Condition:
     if len(subjects) != 1:
         t.fail(t.where, f"name exactly one of {', '.join(CONDITION_SUBJECTS)}")
     subject = subjects[0]
-    if subject == "override":
-        keys = t.get("override", (str, list))
-        keys = (keys,) if isinstance(keys, str) else t.strings("override")
+    if subject in ("override", "command"):
+        keys = t.get(subject, (str, list))
+        keys = (keys,) if isinstance(keys, str) else t.strings(subject)
         for i, key in enumerate(keys):
-            if not HINT_OVERRIDE.match(key) or "=" in key:
+            if subject == "override" and (not HINT_OVERRIDE.match(key) or "=" in key or key[0] in "+~"):
                 t.fail(f"{t.field('override')}[{i}]", f"{key!r} is not a Hydra key (key.sub)")
+            if subject == "command" and not COMMAND.match(key):
+                t.fail(f"{t.field('command')}[{i}]", f"{key!r} is not a module (a.b) or a script path (dir/x.py)")
     else:
         keys = (t.text(subject),)
     allowed = {
-        "env": ("contains", "equals", "is_set", "default"),
-        "override": ("contains", "equals", "truthy", "is_set", "default"),
-        "module": ("importable",),
-        "patch": ("state",),
+        "env": ("contains", "equals", "not_equals", "is_set", "default"),
+        "override": ("contains", "equals", "not_equals", "truthy", "is_set", "default"),
+        "command": (),
+        "module": ("importable", "marker", "present"),
+        "patch": ("state", "applied"),
     }[subject]
     tests = [k for k in t.data if k not in CONDITION_SUBJECTS]
     for key in tests:
         if key not in allowed:
-            t.fail(t.field(key), f"unknown key for a {subject} condition (allowed: {', '.join(allowed)})")
-    if not [k for k in tests if k != "default"]:
+            t.fail(t.field(key), f"unknown key for a {subject} condition (allowed: {', '.join(allowed) or 'none'})")
+    if allowed and not [k for k in tests if k != "default"]:
         t.fail(t.where, f"a {subject} condition needs one of {', '.join(k for k in allowed if k != 'default')}")
+    marker = t.text("marker", required=False)
+    if marker is not None and marker not in MARKERS:
+        t.fail(t.field("marker"), f"unknown marker {marker!r} (known: {', '.join(MARKERS)})")
+    if subject == "module" and ("marker" in t.data) != ("present" in t.data):
+        t.fail(t.where, "a marker condition needs both marker and present")
+    if subject == "module" and "marker" in t.data and "importable" in t.data:
+        t.fail(t.field("importable"), "a module condition tests importable or a marker, not both")
+    if subject == "patch" and "state" in t.data and "applied" in t.data:
+        t.fail(t.field("applied"), "a patch condition tests state or applied, not both")
     state = t.text("state", required=False)
     if state is not None and state not in tuple(State):
         t.fail(t.field("state"), f"unknown state {state!r} (expected one of {', '.join(State)})")
     cond = Condition(
         env=keys[0] if subject == "env" else None,
         overrides=keys if subject == "override" else (),
+        command=keys if subject == "command" else (),
         module=keys[0] if subject == "module" else None,
         patch=keys[0] if subject == "patch" else None,
         contains=t.text("contains", required=False),
         equals=t.get("equals", str, required=False),
+        not_equals=t.get("not_equals", str, required=False),
         truthy=t.get("truthy", bool, required=False),
         is_set=t.get("is_set", bool, required=False),
         importable=t.get("importable", bool, required=False),
+        marker=marker,
+        present=t.get("present", bool, required=False),
         state=State(state) if state is not None else None,
+        applied=t.get("applied", bool, required=False),
         default=t.get("default", str, required=False),
     )
     t.done()

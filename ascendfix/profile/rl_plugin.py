@@ -67,8 +67,9 @@ def _typing_list(text: str) -> str:
 
 
 # Without these the plugin is off (verl never imports verl_npu) or verl imports its Triton kernels on an
-# NPU; a node that lost them is caught. vllm's two edits only respell type hints (``List`` for ``list``),
-# which Python 3.10 reads either way, and the installer finds an editable vllm only through sys.path.
+# NPU; a node that lost them is caught. vllm's two edits are never expected: the installer makes them
+# only when vllm is a plain folder on a search path (setup.py:143-181), never with an editable vllm (the
+# profile's), and they only respell type hints (``List`` for ``list``), which Python 3.10 reads either way.
 REQUIRED = (VERL_INIT, LINEAR_CROSS_ENTROPY)
 
 EDITS = {
@@ -255,3 +256,28 @@ def original_of(path: str, current: bytes, is_original: Callable[[bytes], bool] 
         if is_installer_edit(path, original, current) and is_original(original):
             return original
     return None
+
+
+def _npu_guarded(test: ast.expr) -> bool:
+    name = test.attr if isinstance(test, ast.Attribute) else test.id if isinstance(test, ast.Name) else None
+    return name == "is_npu_available"
+
+
+def imports_plugin(source: bytes) -> bool:
+    """Whether ``verl/__init__.py`` (``source``) imports ``verl_npu`` anywhere under ``if is_npu_available``
+    (wrapped in a ``try``, say): with it, ``import verl`` activates the plugin on an NPU. Broader than
+    :func:`has_import_block`, which recognises the installer's own block and nothing more. A file that does
+    not parse counts when it holds the installer's block verbatim."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return IMPORT_BLOCK.encode() in source
+    for node in tree.body:
+        if isinstance(node, ast.If) and _npu_guarded(node.test):
+            for inner in ast.walk(ast.Module(body=node.body, type_ignores=[])):
+                names = [a.name for a in inner.names] if isinstance(inner, ast.Import) else []
+                if isinstance(inner, ast.ImportFrom) and inner.level == 0:
+                    names = [inner.module or ""]
+                if any(n == "verl_npu" or n.startswith("verl_npu.") for n in names):
+                    return True
+    return False

@@ -1,19 +1,24 @@
 """Rules for settings that break each other: plain data in, plain data out.
 
 A profile's ``[[rules]]`` each name conditions over the job's effective environment, its
-Hydra overrides, what the target interpreter can import and the patches' states. A rule
-whose conditions all hold is a :class:`Hit`: ``refuse`` stops ``ascendfix run``, ``warn``
-only says so. A condition the facts cannot decide (no overrides known, no patch states)
-leaves its rule undecided, never fired. Nothing here prints, imports a package or reads a file.
+Hydra overrides, the command it runs, what the target interpreter can import (and what a
+module's file holds: a :data:`MARKERS` entry) and the patches' states. A rule whose
+conditions all hold is a :class:`Hit`: ``refuse`` stops ``ascendfix run``, ``warn`` only
+says so. A condition the facts cannot decide (no overrides known, no patch states) leaves
+its rule undecided, never fired. Overrides are verl's trainer's: a rule about them does not
+apply to a command that runs none of verl's trainers, and one only about them needs the
+command (doctor, which sees none, leaves it undecided). Nothing here prints, imports a
+package or reads a file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
+from ascendfix.profile import rl_plugin
 from ascendfix.profile.device import DEVICES
-from ascendfix.states import Name
+from ascendfix.states import Name, State
 
 
 class RuleAction(Name):
@@ -27,8 +32,22 @@ REFUSE, WARN = RuleAction
 TRUE_WORDS = ("true", "1", "yes")
 
 
+class Marker(NamedTuple):
+    """Something a module's file holds, that a rule can ask about (``marker = NAME`` in a module condition)."""
+
+    file: str  # relative to the module's package folder
+    what: str  # in words, for messages
+    test: Callable[[bytes], bool]
+
+
+MARKERS = {
+    "rl-plugin-import": Marker("__init__.py", "the rl-plugin's import verl_npu block", rl_plugin.imports_plugin),
+}
+
+
 class Condition(NamedTuple):
-    """One test over one subject: an env variable, Hydra override keys (any of them), a module, a patch.
+    """One test over one subject: an env variable, Hydra override keys (any of them), the command
+    (any of the modules or scripts it names), a module, a patch.
 
     ``default`` stands for the value when the variable or override is unset (for an override:
     verl's own config default, which the job gets when it does not set the key).
@@ -36,22 +55,34 @@ class Condition(NamedTuple):
 
     env: str | None = None
     overrides: tuple[str, ...] = ()
+    command: tuple[str, ...] = ()
     module: str | None = None
     patch: str | None = None
     contains: str | None = None
     equals: str | None = None
+    not_equals: str | None = None
     truthy: bool | None = None
     is_set: bool | None = None
     importable: bool | None = None
+    marker: str | None = None
+    present: bool | None = None
     state: str | None = None
+    applied: bool | None = None
     default: str | None = None
 
     def describe(self) -> str:
         """The condition in words, e.g. ``PYTORCH_NPU_ALLOC_CONF contains 'expandable_segments:True'``."""
         subject = self.env or " or ".join(self.overrides) or self.module or self.patch or "?"
+        if self.command:
+            return f"the command runs {' or '.join(self.command)}"
+        if self.marker is not None:
+            marker = MARKERS[self.marker]
+            return f"{subject}'s {marker.file} {'has' if self.present else 'lacks'} {marker.what}"
         if self.module is not None:
             return f"{subject} is {'' if self.importable else 'not '}importable"
         if self.patch is not None:
+            if self.applied is not None:
+                return f"patch {subject} is {'' if self.applied else 'not '}applied"
             return f"patch {subject} is {self.state}"
         if self.is_set is not None:
             test = "is set" if self.is_set else "is unset"
@@ -59,6 +90,8 @@ class Condition(NamedTuple):
             test = "is true" if self.truthy else "is not true"
         elif self.equals is not None:
             test = f"= {self.equals!r}"
+        elif self.not_equals is not None:
+            test = f"is not {self.not_equals!r}"
         else:
             test = f"contains {self.contains!r}"
         unset = f" (unset counts as {self.default!r})" if self.default is not None else ""
@@ -78,12 +111,20 @@ class Rule(NamedTuple):
 
 
 class Facts(NamedTuple):
-    """What is known about the job. ``None`` means unknown (the rules that need it stay undecided)."""
+    """What is known about the job. ``None`` means unknown (the rules that need it stay undecided).
+
+    ``runs``: the modules and scripts of the profile's that the command runs; ``trainer``:
+    whether one of them is verl's trainer (False: the rules about overrides do not apply);
+    ``markers``: ``{(module, marker): whether its file has it}``.
+    """
 
     env: Mapping[str, str]
     overrides: Mapping[str, str] | None = None
     importable: Mapping[str, bool] | None = None
     patch_states: Mapping[str, str] | None = None
+    runs: frozenset[str] | None = None
+    trainer: bool | None = None
+    markers: Mapping[tuple[str, str], bool | None] | None = None
 
 
 class Hit(NamedTuple):
@@ -124,6 +165,8 @@ def _value_test(cond: Condition, value: str | None) -> bool:
         return _truthy(value) == cond.truthy
     if cond.equals is not None:
         return value.strip().strip("'\"") == cond.equals
+    if cond.not_equals is not None:
+        return value.strip().strip("'\"") != cond.not_equals
     return cond.contains in value
 
 
@@ -143,6 +186,17 @@ def check(cond: Condition, facts: Facts) -> tuple[bool | None, str]:
         value = facts.overrides.get(key)
         seen = f"{key}={value}" if value is not None else f"{key} unset (default {cond.default})"
         return _value_test(cond, value), seen
+    if cond.command:
+        if facts.runs is None:
+            return None, ""
+        ran = [name for name in cond.command if name in facts.runs]
+        return bool(ran), f"the command runs {ran[0]}" if ran else ""
+    if cond.marker is not None:
+        found = (facts.markers or {}).get((cond.module, cond.marker))
+        if found is None:
+            return None, ""
+        marker = MARKERS[cond.marker]
+        return found == cond.present, f"{cond.module}'s {marker.file} {'has' if found else 'lacks'} {marker.what}"
     if cond.module is not None:
         if facts.importable is None or cond.module not in facts.importable:
             return None, ""
@@ -151,6 +205,8 @@ def check(cond: Condition, facts: Facts) -> tuple[bool | None, str]:
     if facts.patch_states is None or cond.patch not in facts.patch_states:
         return None, ""
     state = facts.patch_states[cond.patch]
+    if cond.applied is not None:
+        return (state == State.APPLIED) == cond.applied, f"{cond.patch} is {state}"
     return state == cond.state, f"{cond.patch} is {state}"
 
 
@@ -159,6 +215,11 @@ def evaluate(rules: tuple[Rule, ...] | list[Rule], facts: Facts, device: str | N
     outcome = Outcome([], [])
     for rule in rules:
         if device is not None and device not in rule.devices:
+            continue
+        if facts.trainer is False and any(c.overrides for c in rule.when):
+            continue  # the command runs none of verl's trainers: its overrides are not verl's
+        if facts.trainer is None and all(c.overrides for c in rule.when):
+            outcome.undecided.append(rule.id)  # only about the job's command, which is not known
             continue
         seen, unknown, holds = [], False, True
         for cond in rule.when:
@@ -183,3 +244,13 @@ def evaluate(rules: tuple[Rule, ...] | list[Rule], facts: Facts, device: str | N
 def modules(rules: tuple[Rule, ...] | list[Rule]) -> list[str]:
     """The modules the rules ask about (to locate in the target interpreter)."""
     return sorted({c.module for r in rules for c in r.when if c.module is not None})
+
+
+def markers(rules: tuple[Rule, ...] | list[Rule]) -> list[tuple[str, str]]:
+    """The ``(module, marker)`` pairs the rules ask about (to read in the module's file)."""
+    return sorted({(c.module, c.marker) for r in rules for c in r.when if c.marker is not None})
+
+
+def commands(rules: tuple[Rule, ...] | list[Rule]) -> list[str]:
+    """The modules and scripts the rules' command conditions name (to look for in the job's command)."""
+    return sorted({name for r in rules for c in r.when for name in c.command})
