@@ -1,4 +1,5 @@
-"""``ray start`` / ``ray wait``: bring the cluster up the guide's way and check every node sees the same."""
+"""``ray start`` / ``ray wait`` / ``ray smoke``: bring the cluster up the guide's way, check every node sees
+the same, and run one real collective across every node before the job."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from ascendfix.profile.device import require_device
 
 @click.group("ray")
 def ray_group() -> None:
-    """Start this node's Ray with the profile's environment; wait until every node is there and agrees."""
+    """Start this node's Ray with the profile's environment; wait until every node agrees; smoke-test the links."""
 
 
 @ray_group.command("start", context_settings={"ignore_unknown_options": True})
@@ -164,3 +165,105 @@ def _render_ray_wait(report) -> None:
         console.print(f"[bold red]not ready:[/] {report.arrival.line()}, {len(report.differences)} difference(s)")
     else:
         console.print(f"[green]ready:[/] {report.arrival.line()}, every node sees the same")
+
+
+@ray_group.command("smoke")
+@profile_option
+@device_option()
+@click.option("--address", metavar="HOST:PORT", help="The cluster's head (default: RAY_ADDRESS, else the local one).")
+@click.option("--nodes", type=click.IntRange(min=1), metavar="N", help="The cluster must have N alive nodes.")
+@click.option("--for", "script", type=path_type(), help="N and the NPUs (GPUs) per node from the script's trainer.*.")
+@click.option(
+    "--backend",
+    type=click.Choice(["gloo", "device", "all"]),
+    default="all",
+    show_default=True,
+    help="gloo: the node checks and the CPU channel; device: the hccl (nccl) channel; all: both.",
+)
+@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True, metavar="SECONDS")
+@click.option("--size", "size_mb", type=click.FloatRange(min=0.001), default=64.0, show_default=True, metavar="MB")
+@json_option
+def ray_smoke(
+    profile: str,
+    device: str | None,
+    address: str | None,
+    nodes: int | None,
+    script: Path | None,
+    backend: str,
+    timeout: float,
+    size_mb: float,
+    as_json: bool,
+) -> None:
+    """Check every node's NICs, then run real collectives across every node: a rank that fails is named.
+
+    Per node: each *_SOCKET_IFNAME is up with an address and the route to the head leaves by it;
+    on npu, hccn_tool's port and IP of every NPU. Then gloo all_reduce, one rank per node, and
+    hccl (nccl) all_reduce and all_gather, one rank per NPU (GPU), checked and timed (bus
+    bandwidth as nccl-tests computes it). Each phase gives up after --timeout seconds.
+    Exit 0 when every node and collective passed, 1 naming each node that did not.
+    """
+    from ascendfix.cluster import smoke as raysmoke
+    from ascendfix.cluster import start as raystart
+
+    raystart.require_ray()
+    prof = manifest.load_profile(profile)
+    device = require_device(device)
+    nodes, per_node = _job_size(prof, device, nodes, script)
+    report = raysmoke.smoke(prof, device, address, nodes, per_node, backend, timeout, size_mb)
+    render(report, as_json, _render_ray_smoke)
+    sys.exit(0 if report.ok else 1)
+
+
+def _job_size(prof, device: str, nodes: int | None, script: Path | None) -> tuple[int, int | None]:
+    """--nodes N (the profile's accelerators per node), or both from --for SCRIPT."""
+    from ascendfix.cluster import wait as raywait
+    from ascendfix.job import preflight
+
+    if (nodes is None) == (script is None):
+        raise UsageError("ray smoke: give --nodes N, or --for SCRIPT")
+    prof.device(device)
+    if script is None:
+        return nodes, prof.device(device).accelerators_per_node
+    if not script.is_file():
+        raise UsageError(f"--for {script}: no such file")
+    return raywait.job_size(preflight.scan_overrides([str(script)], os.environ), f"--for {script}")
+
+
+def _render_ray_smoke(report) -> None:
+    from rich.table import Table
+
+    console = out() if out().is_terminal else wide()
+    marks = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[red]fail[/]"}
+    table = Table("node", "host", "item", "value", "", "detail", box=None, title="Ray nodes", title_justify="left")
+    for node in report.nodes:
+        for i, c in enumerate(node.checks):
+            first = i == 0
+            table.add_row(
+                escape(node.label) if first else "",
+                escape(node.hostname) if first else "",
+                escape(c.item),
+                escape(c.value),
+                marks.get(c.status, escape(c.status)),
+                escape(c.message),
+            )
+    console.print(table)
+    if report.collectives:
+        done = Table("backend", "op", "bytes", "", "busbw GB/s", "slowest node", box=None, title_justify="left")
+        done.title = "Collectives"
+        for c in report.collectives:
+            bw = "-" if c.busbw_gbps is None else f"{c.busbw_gbps:.2f}"
+            mark = marks["ok" if c.ok else "fail"]
+            done.add_row(c.backend, c.op, str(c.bytes), mark, bw, escape(c.slowest or "-"))
+        console.print(done)
+    problems = report.problems
+    for p in problems:
+        if p.node_id:
+            where = f"{p.ip} {p.node_id[:8]} ({p.hostname}) {p.item}"
+            console.print(f"[red]problem[/] {escape(where)}: {escape(p.message)}")
+        else:
+            console.print(f"[red]problem:[/] {escape(p.message)}")
+    if report.ok:
+        console.print(f"[green]smoke passed:[/] {len(report.nodes)} node(s), {len(report.collectives)} collective(s)")
+    else:
+        failed = sum(not n.ok for n in report.nodes)
+        console.print(f"[bold red]smoke failed:[/] {failed} of {len(report.nodes)} node(s), {len(problems)} problem(s)")

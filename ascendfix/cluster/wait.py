@@ -141,7 +141,8 @@ def job_size(overrides: Mapping[str, str], origin: str) -> tuple[int, int]:
     return sizes[0], sizes[1]
 
 
-def _connect(ray, address: str | None) -> None:
+def connect(ray, address: str | None) -> None:
+    """``ray.init`` to ``address`` (else RAY_ADDRESS, else the local cluster); a UsageError saying why not."""
     named = ("--address", address) if address else ("RAY_ADDRESS", os.environ.get("RAY_ADDRESS", ""))
     if named[1] and named[1] not in ("auto", "local") and not _answers(named[1], 5.0):
         raise UsageError(f"{named[0]} {named[1]}: no Ray head answers there (expected HEAD_IP:PORT of a started head)")
@@ -175,7 +176,7 @@ def wait(
 ) -> Arrival:
     """Poll the cluster until it is ready or ``timeout`` seconds pass; the last count either way."""
     ray = fanout.import_ray()
-    _connect(ray, address)
+    connect(ray, address)
     try:
         deadline = time.monotonic() + timeout
         while True:

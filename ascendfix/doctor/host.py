@@ -98,17 +98,22 @@ def _suggested_interface(interfaces: set[str]) -> str:
     return ranked[0] if ranked else "IFACE"
 
 
-def _names_interface(value: str, interfaces: set[str]) -> bool:
-    """Whether an ``*_SOCKET_IFNAME`` value selects an interface here (``eth0``, ``eth``, ``=eth0``, ``a,b``)."""
+def selected_interfaces(value: str, interfaces: set[str] | list[str]) -> list[str]:
+    """The interfaces an ``*_SOCKET_IFNAME`` value selects (``eth0``, ``eth`` as a prefix, ``=eth0``, ``a,b``)."""
+    selected: dict[str, None] = {}
     for item in filter(None, (v.strip() for v in value.split(","))):
         if item.startswith("^"):
             continue  # an exclusion selects nothing by itself
         if item.startswith("="):
-            if item[1:] in interfaces:
-                return True
-        elif any(name == item or name.startswith(item) for name in interfaces):
-            return True
-    return False
+            selected.update(dict.fromkeys(name for name in interfaces if name == item[1:]))
+        else:
+            selected.update(dict.fromkeys(sorted(n for n in interfaces if n == item or n.startswith(item))))
+    return list(selected)
+
+
+def _names_interface(value: str, interfaces: set[str]) -> bool:
+    """Whether an ``*_SOCKET_IFNAME`` value selects an interface here."""
+    return bool(selected_interfaces(value, interfaces))
 
 
 def check_env(ctx: Context) -> Finding:

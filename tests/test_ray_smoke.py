@@ -1,0 +1,318 @@
+"""ascendfix ray smoke: the node checks on fixtures, one rank's collectives on CPU, and a real local cluster.
+
+The cluster is the one tests/test_ray_start.py starts (`ascendfix ray start --block` per node, in a network
+namespace of the test's own with only loopback): head, w0 and w1 with GLOO_SOCKET_IFNAME=lo. The second
+cluster test adds w2, whose GLOO_SOCKET_IFNAME names veth0: one end of a veth pair made inside that
+namespace, down and without an address, so it exists (doctor's check passes) but nothing can bind to it.
+w2 also finds a hccn_tool on its PATH that reports NPU 3's port down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from ascendfix.cluster import smoke as raysmoke
+from ascendfix.cluster.smoke import Check, Collective, Node, SmokeReport
+
+from tests import test_ray_start
+from tests.machine import write_executable
+from tests.test_ray_start import NETNS, LocalCluster, _fake_npu_smi, _free_ports, _team_profile, ascendfix
+
+REPO = Path(__file__).resolve().parent.parent
+loopback_netns = test_ray_start.loopback_netns  # the fixture: a network namespace with only lo
+
+# --- bus bandwidth, hccn_tool, interfaces ----------------------------------------------------
+
+
+def test_busbw_is_nccl_tests_formula():
+    # nccl-tests: algbw = bytes / time; all_reduce busbw = algbw * 2(n-1)/n, all_gather busbw = algbw * (n-1)/n
+    assert raysmoke.busbw_gbps("all_reduce", 8 * 10**9, 2.0, 8) == pytest.approx(4.0 * 2 * 7 / 8)
+    assert raysmoke.busbw_gbps("all_gather", 8 * 10**9, 2.0, 8) == pytest.approx(4.0 * 7 / 8)
+    assert raysmoke.busbw_gbps("all_reduce", 10**9, 1.0, 1) == 0.0  # one rank moves nothing over the bus
+    assert raysmoke.busbw_gbps("all_reduce", 10**9, 0.0, 4) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("text", "state"),
+    [
+        ("link status: UP\n", "UP"),
+        ("link status: DOWN\n", "DOWN"),
+        ("Link Status:up", "UP"),
+        ("dev_id[0] is invalid.\nhccn_tool failed\n", ""),
+        ("", ""),
+    ],
+)
+def test_hccn_link_output(text, state):
+    assert raysmoke.parse_hccn_link(text) == state
+
+
+def test_hccn_ip_output():
+    assert raysmoke.parse_hccn_ip("ipaddr:192.168.100.101\nnetmask:255.255.255.0\n") == {
+        "ipaddr": "192.168.100.101",
+        "netmask": "255.255.255.0",
+    }
+    assert raysmoke.parse_hccn_ip("ipaddr:\nnetmask:\n") == {}
+    assert raysmoke.parse_hccn_ip("get ip failed, ret:-2\n") == {}
+
+
+def _fake_hccn_tool(folder: Path, down: int | None = None, no_ip: int | None = None) -> Path:
+    """A hccn_tool answering `-i N -link -g` and `-i N -ip -g` in the real tool's format."""
+    script = f"""\
+        #!/bin/sh
+        # hccn_tool -i N -link -g | hccn_tool -i N -ip -g
+        case "$3" in
+          -link) if [ "$2" = "{down}" ]; then echo "link status: DOWN"; else echo "link status: UP"; fi ;;
+          -ip) if [ "$2" != "{no_ip}" ]; then echo "ipaddr:192.168.100.10$2"; echo "netmask:255.255.255.0"; fi ;;
+        esac
+        """
+    return write_executable(folder / "hccn_tool", textwrap.dedent(script))
+
+
+def test_hccn_checks_name_the_port_that_is_down_and_the_one_without_ip(tmp_path):
+    tool = str(_fake_hccn_tool(tmp_path, down=1, no_ip=2))
+    checks = raysmoke.hccn_checks(3, tool)
+    assert [(c.item, c.value, c.status) for c in checks] == [
+        ("npu 0 port", "UP 192.168.100.100", "ok"),
+        ("npu 1 port", "DOWN", "fail"),
+        ("npu 2 port", "no ip", "fail"),
+    ]
+    assert checks[1].message == "hccn_tool -i 1 -link -g: DOWN (the port must be UP)"
+    missing = raysmoke.hccn_checks(8, str(tmp_path / "absent"))
+    assert [c.status for c in missing] == ["fail"] * 8 and "absent" in missing[0].message
+
+
+def _sysfs(root: Path, name: str, operstate: str, flags: str) -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "operstate").write_text(operstate + "\n")
+    (root / name / "flags").write_text(flags + "\n")
+
+
+IF_INET6 = """\
+00000000000000000000000000000001 01 80 10 80       lo
+fe800000000000000000000000000001 02 40 20 80     eth0
+20010db8000000000000000000000005 02 40 00 80     eth0
+"""
+
+
+def test_interface_state_and_addresses_from_sysfs_and_proc(tmp_path):
+    net, inet6 = tmp_path / "net", tmp_path / "if_inet6"
+    inet6.write_text(IF_INET6)
+    _sysfs(net, "lo", "unknown", "0x9")
+    _sysfs(net, "veth0", "down", "0x1002")  # IFF_UP cleared
+    _sysfs(net, "veth1", "lowerlayerdown", "0x1003")  # set up, but its peer is down
+    assert raysmoke.ipv6_addresses(IF_INET6, "eth0") == ["2001:db8::5"]  # link-local left out
+    lo = raysmoke.interface("lo", net, inet6)
+    assert lo.up and lo.operstate == "unknown" and lo.addresses == ("127.0.0.1", "::1")
+    veth0, veth1 = raysmoke.interface("veth0", net, inet6), raysmoke.interface("veth1", net, inet6)
+    assert veth0.exists and not veth0.up and veth0.operstate == "down"
+    assert veth1.exists and not veth1.up and veth1.operstate == "lowerlayerdown"
+    assert not raysmoke.interface("eth9", net, inet6).exists
+
+
+def test_interface_checks_fail_down_addressless_and_missing_nics_and_warn_on_the_route(tmp_path):
+    net = tmp_path / "net"
+    _sysfs(net, "lo", "unknown", "0x9")
+    _sysfs(net, "veth0", "down", "0x1002")
+    good = raysmoke.interface_check("GLOO_SOCKET_IFNAME", "lo", "lo", net)
+    assert [c.status for c in good] == ["ok"] and good[0].message.startswith("lo 127.0.0.1")  # and ::1 if IPv6 is on
+    down = raysmoke.interface_check("GLOO_SOCKET_IFNAME", "veth0", "lo", net)
+    assert [(c.item, c.value, c.status) for c in down] == [("GLOO_SOCKET_IFNAME", "veth0", "fail")]
+    assert down[0].message == "GLOO_SOCKET_IFNAME=veth0: veth0 is down (operstate down) and has no address"
+    missing = raysmoke.interface_check("HCCL_SOCKET_IFNAME", "eth0", "lo", net)
+    assert missing[0].message == "HCCL_SOCKET_IFNAME=eth0: eth0 does not exist (this node has: lo, veth0)"
+    unset = raysmoke.interface_check("HCCL_SOCKET_IFNAME", None, "lo", net)
+    assert unset[0].status == "fail" and unset[0].value == "(unset)"
+    prefix = raysmoke.interface_check("HCCL_SOCKET_IFNAME", "l", "lo", net)  # HCCL takes prefixes, gloo does not
+    assert prefix[0].status == "ok"
+    assert raysmoke.interface_check("GLOO_SOCKET_IFNAME", "l", "lo", net)[0].status == "fail"
+    elsewhere = raysmoke.interface_check("GLOO_SOCKET_IFNAME", "lo", "eth1", net)
+    assert [(c.item, c.value, c.status) for c in elsewhere] == [
+        ("GLOO_SOCKET_IFNAME", "lo", "ok"),
+        ("GLOO_SOCKET_IFNAME route", "eth1", "warn"),
+    ]
+
+
+def test_the_route_to_the_head_names_its_device():
+    assert raysmoke.route_device("10.0.0.1 via 10.0.0.254 dev eth0 src 10.0.0.5 uid 0 \n    cache \n") == "eth0"
+    assert raysmoke.route_device("local 127.0.0.1 dev lo src 127.0.0.1 uid 0 \n    cache <local> \n") == "lo"
+    assert raysmoke.route_device("RTNETLINK answers: Network is unreachable\n") == ""
+
+
+# --- one rank, in this process's own subprocess ------------------------------------------------
+
+
+def _one_rank(code: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_rank_checks_and_times_all_reduce_and_all_gather_with_real_torch():
+    pytest.importorskip("torch", reason="torch (CPU) is needed for a rank's collectives: pip install torch")
+    spec = {"backend": "gloo", "rank": 0, "world": 1, "addr": "127.0.0.1", "port": _free_ports(1)[0]}
+    spec.update(ops=["all_reduce", "all_gather"], bytes=1 << 20, timeout=60)
+    code = f"import json\nfrom ascendfix.cluster.smoke import Rank\nprint(json.dumps(Rank().run({spec!r})))"
+    answer = _one_rank(code)
+    assert set(answer["ops"]) == {"all_reduce", "all_gather"}
+    for op in answer["ops"].values():
+        assert op["ok"] and op["bytes"] == 1 << 20 and op["seconds"] > 0
+
+
+def test_a_rank_without_torch_or_torch_npu_says_the_job_needs_them():
+    spec = {"backend": "hccl", "rank": 0, "world": 1, "addr": "127.0.0.1", "port": 1, "ops": [], "bytes": 4}
+    for hidden, says in (("torch", "torch is not importable"), ("torch_npu", "torch_npu is not importable")):
+        if hidden == "torch_npu":
+            pytest.importorskip("torch", reason="torch (CPU) is needed to reach the torch_npu import")
+        code = (
+            f"import json, sys\nsys.modules[{hidden!r}] = None\nfrom ascendfix.cluster.smoke import Rank\n"
+            f"print(json.dumps(Rank().run({spec | {'timeout': 5}!r})))"
+        )
+        error = _one_rank(code)["error"]
+        assert error.startswith(says) and error.endswith("the job needs it")
+
+
+def test_the_report_names_each_bad_node_in_its_json():
+    bad = Node("b" * 56, "10.0.0.2", "node-b", [Check("GLOO_SOCKET_IFNAME", "eth1", "fail", "eth1 is down")])
+    good = Node("a" * 56, "10.0.0.1", "node-a", [Check("GLOO_SOCKET_IFNAME", "eth0", "ok", "eth0 up")])
+    report = SmokeReport("10.0.0.1:6166", [good, bad], [Collective("gloo", "all_reduce", 4, False)], ["1 of 3 nodes"])
+    data = report.to_json()
+    assert list(data) == ["address", "nodes", "collectives", "problems"]
+    assert [n["ok"] for n in data["nodes"]] == [True, False]
+    assert list(data["nodes"][0]) == ["node_id", "ip", "hostname", "checks", "ok"]
+    assert data["collectives"] == [
+        {"backend": "gloo", "op": "all_reduce", "bytes": 4, "ok": False, "busbw_gbps": None, "slowest": ""}
+    ]
+    assert data["problems"] == [
+        {"node_id": "", "ip": "", "hostname": "", "item": "cluster", "value": "", "message": "1 of 3 nodes"},
+        {
+            "node_id": "b" * 56,
+            "ip": "10.0.0.2",
+            "hostname": "node-b",
+            "item": "GLOO_SOCKET_IFNAME",
+            "value": "eth1",
+            "message": "eth1 is down",
+        },
+    ]
+    assert not report.ok
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "error: ray smoke: give --nodes N, or --for SCRIPT"),
+        (["--nodes", "2", "--for", "x.sh"], "error: ray smoke: give --nodes N, or --for SCRIPT"),
+        (["--for", "missing.sh"], "error: --for missing.sh: no such file"),
+        (["--nodes", "2", "--address", "127.0.0.1:1"], "error: --address 127.0.0.1:1: no Ray head answers there"),
+    ],
+)
+def test_bad_ray_smoke_options_are_one_line_and_exit_2(tmp_path, args, message):
+    pytest.importorskip("ray")
+    result = subprocess.run(
+        [sys.executable, "-m", "ascendfix", "ray", "smoke", "--device", "npu", *args],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
+
+
+# --- a real local cluster ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smoke_cluster(tmp_path_factory, loopback_netns):
+    """head, w0 and w1, each with 8 fake NPUs and GLOO_SOCKET_IFNAME=lo, torch on CPU."""
+    pytest.importorskip("ray")
+    pytest.importorskip("torch", reason="ray smoke runs real torch.distributed collectives: pip install torch")
+    base = tmp_path_factory.mktemp("ray-smoke")
+    bin_dir = _fake_npu_smi(base)
+    # `ray start` of this interpreter: its workers then import the torch this interpreter has
+    write_executable(bin_dir / "ray", f'#!/bin/sh\nexec {sys.executable} -m ray.scripts.scripts "$@"\n')
+    c = LocalCluster(base, _team_profile(base), bin_dir, loopback_netns)
+    try:
+        for name in ("head", "w0", "w1"):  # one after the other: raylets starting together can pick the same port
+            c.start(name)
+            if name == "head":
+                c.wait_for_head()
+            else:
+                c.wait_started(name)
+        yield c
+    finally:
+        left = c.stop()
+        assert not left, f"Ray processes still running after SIGTERM to ray start --block: {left}"
+
+
+def _smoke(c: LocalCluster, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    cmd = ["ray", "smoke", "--profile", str(c.profile), "--device", "npu", "--backend", "gloo", "--size", "1"]
+    result = ascendfix(*cmd, *args, env=c.env)
+    return result, time.monotonic() - start
+
+
+@pytest.mark.slow
+def test_smoke_gloo_passes_across_three_nodes(smoke_cluster):
+    result, _ = _smoke(smoke_cluster, "--nodes", "3", "--timeout", "90", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert len(report["nodes"]) == 3 and report["problems"] == []
+    for node in report["nodes"]:
+        checks = {c["item"]: c for c in node["checks"]}
+        assert node["ok"] and node["ip"] == "127.0.0.1"
+        assert checks["GLOO_SOCKET_IFNAME"]["status"] == "ok" and checks["HCCL_SOCKET_IFNAME"]["value"] == "lo"
+        assert "GLOO_SOCKET_IFNAME route" not in checks  # the route to the head (127.0.0.1) leaves by lo
+        assert checks["hccn_tool"]["value"] == "not found"
+        assert checks["gloo all_reduce busbw"]["value"].endswith(" GB/s")
+    (gloo,) = report["collectives"]
+    assert gloo["backend"] == "gloo" and gloo["op"] == "all_reduce" and gloo["ok"] and gloo["bytes"] == 1 << 20
+    assert gloo["busbw_gbps"] > 0
+    assert gloo["slowest"] in {f"{n['ip']} {n['node_id'][:8]}" for n in report["nodes"]}
+
+    shown, _ = _smoke(smoke_cluster, "--nodes", "4", "--timeout", "90")
+    assert shown.returncode == 1
+    assert "problem: 3 of 4 nodes are alive (ascendfix ray wait)" in shown.stdout
+
+
+@pytest.mark.slow
+def test_a_node_whose_gloo_nic_is_down_is_named_and_smoke_ends_within_its_timeout(smoke_cluster, tmp_path):
+    c = smoke_cluster
+    netns = NETNS[3]  # ip netns exec NAME
+    veth = ["ip", "link", "add", "veth0", "type", "veth", "peer", "veth1"]  # both ends down, no address
+    subprocess.run(["ip", "netns", "exec", netns, *veth], check=True)
+    doctor = ascendfix("doctor", "--profile", str(c.profile), "--device", "npu", "--only", "env", "--json",
+                       env={**c.env, "GLOO_SOCKET_IFNAME": "veth0"})  # fmt: skip
+    messages = json.loads(doctor.stdout)["checks"][0]["messages"]
+    assert "GLOO_SOCKET_IFNAME=veth0" in messages  # doctor: the NIC exists, so it passes
+    bin_dir = _fake_hccn_tool(tmp_path, down=3).parent
+    c.start("w2", {"GLOO_SOCKET_IFNAME": "veth0", "PATH": f"{bin_dir}{os.pathsep}{c.env['PATH']}"})
+    c.wait_started("w2")
+
+    result, took = _smoke(c, "--nodes", "4", "--timeout", "15", "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert took < 15 * 2 + raysmoke.GRACE_S + 60  # two phases of 15 s, the actors' start, the cluster's connect
+    report = json.loads(result.stdout)
+    bad = [n for n in report["nodes"] if not n["ok"] and any(c["value"] == "veth0" for c in n["checks"])]
+    assert len(bad) == 1
+    (w2,) = bad
+    problems = {(p["item"], p["value"]): p for p in report["problems"] if p["node_id"] == w2["node_id"]}
+    nic = problems[("GLOO_SOCKET_IFNAME", "veth0")]
+    assert nic["message"] == "GLOO_SOCKET_IFNAME=veth0: veth0 is down (operstate down) and has no address"
+    assert nic["ip"] == "127.0.0.1" and nic["hostname"]
+    assert problems[("npu 3 port", "DOWN")]["message"] == "hccn_tool -i 3 -link -g: DOWN (the port must be UP)"
+    assert "Unable to find address for: veth0" in problems[("gloo rank", "failed")]["message"]  # gloo cannot bind
+    assert [p["node_id"] for p in report["problems"]] == [w2["node_id"]] * 3  # the others only waited for it
+    waited = [c for n in report["nodes"] if n is not w2 for c in n["checks"] if c["item"] == "gloo rank"]
+    assert len(waited) == 3 and {c["status"] for c in waited} == {"warn"}
+    (gloo,) = report["collectives"]
+    assert not gloo["ok"] and gloo["busbw_gbps"] is None
+
+    shown, _ = _smoke(c, "--nodes", "4", "--timeout", "15")
+    assert shown.returncode == 1
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("problem") and "GLOO_SOCKET_IFNAME" in x)
+    assert w2["node_id"][:8] in line and "veth0 is down" in line
