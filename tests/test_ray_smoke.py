@@ -9,6 +9,7 @@ w2 also finds a hccn_tool on its PATH that reports NPU 3's port down.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,6 +21,8 @@ from pathlib import Path
 import pytest
 from ascendfix.cluster import smoke as raysmoke
 from ascendfix.cluster.smoke import Check, Collective, Node, SmokeReport
+from ascendfix.job.preflight import Seams, run_preflight
+from ascendfix.profile import manifest
 
 from tests import test_ray_start
 from tests.machine import write_executable
@@ -223,6 +226,37 @@ def test_bad_ray_smoke_options_are_one_line_and_exit_2(tmp_path, args, message):
     assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
 
 
+# --- run --smoke -------------------------------------------------------------------------------
+
+
+def test_run_smoke_findings_are_problems_with_no_preflight_too():
+    asked = []
+
+    def smoke(profile, device, overrides, environ):
+        asked.append((device, dict(overrides)))
+        return ["127.0.0.1 abcdef12 (vm) GLOO_SOCKET_IFNAME: GLOO_SOCKET_IFNAME=eth1: eth1 is down"]
+
+    seams = Seams(lambda p, d: [], lambda p, d: {}, smoke=smoke)
+    profile = manifest.load_profile("verl-796871d")
+    result = run_preflight(profile, "npu", ["true", "trainer.nnodes=2"], {}, seams, full=False)
+    assert [(f.source, f.message.split(": ")[-1]) for f in result.problems] == [("smoke", "eth1 is down")]
+    assert asked == [("npu", {"trainer.nnodes": "2"})]
+
+
+def test_run_smoke_without_a_reachable_cluster_refuses_and_starts_nothing(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text(f"echo started > {tmp_path}/started.txt\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_TMPDIR": str(tmp_path)}
+    env.pop("RAY_ADDRESS", None)
+    args = ["run", "--smoke", "--no-preflight", "--device", "npu", "--log-dir", str(tmp_path / "log"), str(script)]
+    result = subprocess.run([sys.executable, "-m", "ascendfix", *args], capture_output=True, text=True, env=env)
+    assert result.returncode == 1
+    smoke = [line for line in result.stderr.splitlines() if line.startswith("problem (smoke)")]
+    reason = "no Ray cluster is reachable" if importlib.util.find_spec("ray") else "ray is not installed"
+    assert len(smoke) == 1 and reason in smoke[0]
+    assert not (tmp_path / "started.txt").exists()
+
+
 # --- a real local cluster ------------------------------------------------------------------------
 
 
@@ -277,6 +311,22 @@ def test_smoke_gloo_passes_across_three_nodes(smoke_cluster):
     shown, _ = _smoke(smoke_cluster, "--nodes", "4", "--timeout", "90")
     assert shown.returncode == 1
     assert "problem: 3 of 4 nodes are alive (ascendfix ray wait)" in shown.stdout
+
+
+@pytest.mark.slow
+def test_run_smoke_refuses_a_job_the_cluster_cannot_run(smoke_cluster, tmp_path):
+    c = smoke_cluster  # as a cuda job: no node registers a GPU, and none exports NCCL_SOCKET_IFNAME
+    script = tmp_path / "train.sh"
+    script.write_text(f"echo started > {tmp_path}/started.txt\n: trainer.nnodes=3 trainer.n_gpus_per_node=8\n")
+    args = ["run", "--profile", str(c.profile), "--device", "cuda", "--no-preflight", "--smoke"]
+    result = ascendfix(*args, "--log-dir", str(tmp_path / "log"), str(script), env={**c.env, "RAY_ADDRESS": c.address})
+    assert result.returncode == 1, result.stderr
+    smoke = [line for line in result.stderr.splitlines() if line.startswith("problem (smoke)")]
+    unset = [line for line in smoke if "NCCL_SOCKET_IFNAME: NCCL_SOCKET_IFNAME is unset on this node" in line]
+    assert len(unset) == 3
+    assert "problem (smoke): no node has a GPU registered: the nccl channel cannot run" in smoke
+    assert not any("GLOO" in line for line in smoke)  # the gloo channel passed
+    assert not (tmp_path / "started.txt").exists()
 
 
 @pytest.mark.slow

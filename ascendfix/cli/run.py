@@ -34,6 +34,9 @@ from ascendfix.profile.device import require_device
 @click.option(
     "--no-preflight", is_flag=True, help="Skip doctor and the patch status (not the refusals of settings that clash)."
 )
+@click.option(
+    "--smoke", is_flag=True, help="Run `ascendfix ray smoke` on the reachable Ray cluster first; refuse on a problem."
+)
 @click.option("--log-dir", type=path_type(file_okay=False), help="Where train.log and run.json go.")
 @click.option("--json-metrics", type=path_type(dir_okay=False), help="Write each step as JSONL.")
 @click.option("-v", "--verbose", is_flag=True, help="Show the why behind each hint.")
@@ -45,6 +48,7 @@ def run(
     roots: tuple[str, ...],
     variants: tuple[str, ...],
     no_preflight: bool,
+    smoke: bool,
     log_dir: Path | None,
     json_metrics: Path | None,
     verbose: bool,
@@ -63,7 +67,7 @@ def run(
         launch.require_folder("--json-metrics", json_metrics)  # bad input: said before anything runs
     prof = manifest.load_profile(profile)
     chosen = manifest.parse_variants(prof, variants)
-    seams = preflight.default_seams(python, parse_roots(roots), chosen)
+    seams = preflight.default_seams(python, parse_roots(roots), chosen, smoke)
     prepared = launch.prepare(
         prof, require_device(device), command, os.environ, seams, full=not no_preflight, variants=chosen
     )

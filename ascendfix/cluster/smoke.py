@@ -16,6 +16,7 @@ prints.
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import ipaddress
 import os
 import re
@@ -31,6 +32,7 @@ from pathlib import Path
 from ascendfix.cluster import fanout
 from ascendfix.cluster import wait as raywait
 from ascendfix.cluster.start import RESOURCE
+from ascendfix.errors import UsageError
 from ascendfix.profile.manifest import Profile
 
 BACKENDS = ("gloo", "device", "all")
@@ -593,3 +595,33 @@ def _collective(ray, ranks: list, backend: str, ops: list[str], nbytes: int, tim
 def _waited(answer: dict) -> bool:
     """A rank that timed out waiting (for another rank, most likely) rather than failing on its own."""
     return bool(answer.get("stuck")) or re.search(r"time[ds]? ?out", answer["error"], re.IGNORECASE) is not None
+
+
+# --- run's --smoke -------------------------------------------------------------------------------
+
+
+def job_problems(
+    profile: Profile, device: str, overrides: Mapping[str, str], environ: Mapping[str, str], timeout: float = 120.0
+) -> list[str]:
+    """``run --smoke``: what ``ray smoke`` finds wrong with the reachable cluster, one line each.
+
+    The job's ``trainer.nnodes`` and ``trainer.n_gpus_per_node`` when it sets them; a problem when
+    ray is missing or no cluster is reachable (the smoke was asked for).
+    """
+    if importlib.util.find_spec("ray") is None:
+        return [f"--smoke: {fanout.INSTALL_HINT}"]
+    address = raywait.reachable_address(environ)
+    if address is None:
+        return ["--smoke: no Ray cluster is reachable (set RAY_ADDRESS, or start one with ascendfix ray start)"]
+    try:
+        nodes, per_node = raywait.job_size(overrides, "the job")
+    except UsageError:
+        nodes, per_node = 1, profile.device(device).accelerators_per_node
+    try:
+        report = smoke(profile, device, address, nodes, per_node, "all", timeout)
+    except UsageError as e:
+        return [f"--smoke: {e}"]
+    return [
+        f"{p.ip} {p.node_id[:8]} ({p.hostname}) {p.item}: {p.message}" if p.node_id else p.message
+        for p in report.problems
+    ]  # a collective that failed failed on a node: its problem is there

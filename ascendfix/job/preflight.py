@@ -66,6 +66,8 @@ class Seams:
     ``cluster_problems(profile, device, overrides, environ)`` returns why the reachable Ray
     cluster cannot take the job (None when no cluster is reachable or ray is not installed);
     ``markers(pairs)`` returns ``{(module, marker): whether the module's file has it}`` (None: unknown).
+    ``smoke(profile, device, overrides, environ)`` (``run --smoke``) returns what ``ray smoke``
+    found wrong with the cluster's nodes and collectives.
     """
 
     doctor_failures: Callable[[Profile, str], list[str] | None]
@@ -73,6 +75,7 @@ class Seams:
     importable: Callable[[list[str]], dict[str, bool] | None] = lambda names: None
     cluster_problems: Callable[[Profile, str, Mapping[str, str], Mapping[str, str]], list[str] | None] | None = None
     markers: Callable[[list[tuple[str, str]]], dict[tuple[str, str], bool | None] | None] = lambda pairs: None
+    smoke: Callable[[Profile, str, Mapping[str, str], Mapping[str, str]], list[str]] | None = None
 
 
 def _expand(value: str, variables: Mapping[str, str]) -> str:
@@ -236,6 +239,8 @@ def run_preflight(
     if seams.cluster_problems is not None:  # a job the cluster cannot take hangs: checked with --no-preflight too
         objections = seams.cluster_problems(profile, device, overrides, environ)
         result.problems.extend(Finding("ray", m) for m in objections or ())
+    if seams.smoke is not None:  # asked for with --smoke: runs with --no-preflight too
+        result.problems.extend(Finding("smoke", m) for m in seams.smoke(profile, device, overrides, environ))
     if trainer is False:
         if overrides:  # overrides, but no trainer: perhaps a script that calls another
             ran = ", ".join(profile.trainer)
@@ -280,9 +285,13 @@ PREFLIGHT_SKIPS = ("patches", "env")
 
 
 def default_seams(
-    python: str | None = None, roots: Mapping[str, Path] | None = None, variants: Mapping[str, str] | None = None
+    python: str | None = None,
+    roots: Mapping[str, Path] | None = None,
+    variants: Mapping[str, str] | None = None,
+    smoke: bool = False,
 ) -> Seams:
-    """Doctor's fail-level checks and the patch engine's status, for the target interpreter and roots."""
+    """Doctor's fail-level checks and the patch engine's status, for the target interpreter and roots;
+    with ``smoke``, ``ray smoke`` over the reachable cluster too."""
 
     def patch_states(profile: Profile, device: str) -> dict[str, tuple[str, str]]:
         from ascendfix.patching import engine
@@ -319,7 +328,16 @@ def default_seams(
 
         return raywait.job_problems(profile, device, overrides, environ)
 
-    return Seams(doctor_failures, patch_states, importable, cluster_problems, markers)
+    def smoke_problems(
+        profile: Profile, device: str, overrides: Mapping[str, str], environ: Mapping[str, str]
+    ) -> list[str]:
+        from ascendfix.cluster import smoke as raysmoke
+
+        return raysmoke.job_problems(profile, device, overrides, environ)
+
+    return Seams(
+        doctor_failures, patch_states, importable, cluster_problems, markers, smoke_problems if smoke else None
+    )
 
 
 def _has_marker(root: Path | None, module: str, name: str) -> bool | None:
