@@ -226,6 +226,88 @@ def test_bad_ray_smoke_options_are_one_line_and_exit_2(tmp_path, args, message):
     assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
 
 
+class _Ref:
+    def __init__(self, value):
+        self.value = value
+
+
+class _Method:
+    def __init__(self, answer):
+        self.answer = answer
+
+    def remote(self, *args):
+        return _Ref(self.answer(*args) if callable(self.answer) else self.answer)
+
+
+class _FakeRank:
+    """An actor's handle whose methods answer at once: rank ``i`` took ``seconds[i]`` per op."""
+
+    def __init__(self, seconds: float, result_ok: bool = True, error: str = ""):
+        ops = {op: {"ok": result_ok, "seconds": seconds, "bytes": 1 << 30} for op in ("all_reduce", "all_gather")}
+        self.rendezvous = _Method(("10.0.0.1", 29500))
+        self.run = _Method({"error": error} if error else {"ops": ops})
+        self.where = _Method("all_reduce")
+
+
+class _FakeRay:
+    """What the collectives' driver asks of ray: wait, get, kill."""
+
+    def __init__(self):
+        self.killed = 0
+
+    def wait(self, refs, num_returns, timeout):
+        return refs, []
+
+    def get(self, ref):
+        return ref.value
+
+    def kill(self, actor):
+        self.killed += 1
+
+
+def _nodes(*names: str) -> dict[str, Node]:
+    return {name: Node(name * 8, f"10.0.0.{i + 1}", name) for i, name in enumerate(names)}
+
+
+def test_device_collectives_name_the_slowest_node_and_give_each_nodes_busbw():
+    by_id, ray = _nodes("a", "b"), _FakeRay()
+    ranks = [("a", _FakeRank(0.10)), ("a", _FakeRank(0.12)), ("b", _FakeRank(0.20)), ("b", _FakeRank(0.15))]
+    ops = ["all_reduce", "all_gather"]
+    reduce, gather = raysmoke._collective(ray, ranks, "hccl", ops, 1 << 30, 60.0, by_id)
+    assert ray.killed == 4
+    assert reduce.ok and reduce.slowest == "10.0.0.2 bbbbbbbb" and reduce.bytes == 1 << 30
+    assert reduce.busbw_gbps == pytest.approx(round((1 << 30) / 0.20 / 1e9 * 2 * 3 / 4, 3))
+    assert gather.busbw_gbps == pytest.approx(round((1 << 30) / 0.20 / 1e9 * 3 / 4, 3))
+    a_checks = {c.item: c.value for c in by_id["a"].checks}
+    assert a_checks["hccl all_reduce busbw"] == f"{(1 << 30) / 0.12 / 1e9 * 1.5:.2f} GB/s"  # a node's slowest rank
+    assert all(n.ok for n in by_id.values())
+
+
+def test_a_rank_that_fails_is_named_and_the_ranks_that_waited_for_it_are_warnings():
+    by_id = _nodes("a", "b", "c")
+    ranks = [
+        ("a", _FakeRank(0.1, error="init_process_group(nccl): DistStoreError: wait timeout after 60000ms")),
+        ("b", _FakeRank(0.1, error="torch sees no CUDA device on this node (torch.cuda.is_available() is False)")),
+        ("c", _FakeRank(0.1, result_ok=False)),
+    ]
+    (reduce,) = raysmoke._collective(_FakeRay(), ranks, "nccl", ["all_reduce"], 4096, 60.0, by_id)
+    assert not reduce.ok and reduce.busbw_gbps is None
+    assert [(c.item, c.value, c.status) for c in by_id["a"].checks] == [("nccl rank", "waited", "warn")]
+    assert by_id["a"].checks[0].message.startswith("waited for rank(s) 1, which failed: rank 0: ")
+    assert [(c.item, c.value, c.status) for c in by_id["b"].checks] == [("nccl rank", "failed", "fail")]
+    assert by_id["b"].checks[0].message == f"rank 1: {ranks[1][1].run.answer['error']}"
+    assert by_id["a"].ok and not by_id["b"].ok and by_id["c"].ok  # c answered right; the collective as a whole failed
+
+
+def test_wrong_results_fail_the_node_that_got_them():
+    by_id = _nodes("a", "b")
+    ranks = [("a", _FakeRank(0.1)), ("b", _FakeRank(0.1, result_ok=False))]
+    (gather,) = raysmoke._collective(_FakeRay(), ranks, "hccl", ["all_gather"], 4096, 60.0, by_id)
+    assert not gather.ok
+    assert [(c.item, c.status) for c in by_id["b"].checks if c.status == "fail"] == [("hccl all_gather", "fail")]
+    assert by_id["a"].ok
+
+
 # --- run --smoke -------------------------------------------------------------------------------
 
 
