@@ -82,10 +82,11 @@ def test_hccn_checks_name_the_port_that_is_down_and_the_one_without_ip(tmp_path)
     tool = str(_fake_hccn_tool(tmp_path, down=1, no_ip=2))
     checks = raysmoke.hccn_checks(3, tool)
     assert [(c.item, c.value, c.status) for c in checks] == [
-        ("npu 0 port", "UP 192.168.100.100", "ok"),
+        ("npu ports", "1 of 3 UP", "ok"),
         ("npu 1 port", "DOWN", "fail"),
         ("npu 2 port", "no ip", "fail"),
     ]
+    assert checks[0].message == "0=192.168.100.100"
     assert checks[1].message == "hccn_tool -i 1 -link -g: DOWN (the port must be UP)"
     missing = raysmoke.hccn_checks(8, str(tmp_path / "absent"))
     assert [c.status for c in missing] == ["fail"] * 8 and "absent" in missing[0].message
@@ -206,6 +207,7 @@ def test_the_report_names_each_bad_node_in_its_json():
         },
     ]
     assert not report.ok
+    assert Check("npu 0 port", "\x1b[2Jdown\n", "fail").value == "?[2Jdown?"  # nothing a terminal would obey
 
 
 @pytest.mark.parametrize(
@@ -227,25 +229,25 @@ def test_bad_ray_smoke_options_are_one_line_and_exit_2(tmp_path, args, message):
 
 
 class _Ref:
-    def __init__(self, value):
-        self.value = value
+    def __init__(self, value, hangs: bool = False):
+        self.value, self.hangs = value, hangs
 
 
 class _Method:
-    def __init__(self, answer):
-        self.answer = answer
+    def __init__(self, answer, hangs: bool = False):
+        self.answer, self.hangs = answer, hangs
 
     def remote(self, *args):
-        return _Ref(self.answer(*args) if callable(self.answer) else self.answer)
+        return _Ref(self.answer, self.hangs)
 
 
 class _FakeRank:
     """An actor's handle whose methods answer at once: rank ``i`` took ``seconds[i]`` per op."""
 
-    def __init__(self, seconds: float, result_ok: bool = True, error: str = ""):
+    def __init__(self, seconds: float, result_ok: bool = True, error: str = "", hangs: bool = False):
         ops = {op: {"ok": result_ok, "seconds": seconds, "bytes": 1 << 30} for op in ("all_reduce", "all_gather")}
         self.rendezvous = _Method(("10.0.0.1", 29500))
-        self.run = _Method({"error": error} if error else {"ops": ops})
+        self.run = _Method({"error": error} if error else {"ops": ops}, hangs)
         self.where = _Method("all_reduce")
 
 
@@ -256,7 +258,7 @@ class _FakeRay:
         self.killed = 0
 
     def wait(self, refs, num_returns, timeout):
-        return refs, []
+        return [r for r in refs if not r.hangs], [r for r in refs if r.hangs]
 
     def get(self, ref):
         return ref.value
@@ -297,6 +299,16 @@ def test_a_rank_that_fails_is_named_and_the_ranks_that_waited_for_it_are_warning
     assert [(c.item, c.value, c.status) for c in by_id["b"].checks] == [("nccl rank", "failed", "fail")]
     assert by_id["b"].checks[0].message == f"rank 1: {ranks[1][1].run.answer['error']}"
     assert by_id["a"].ok and not by_id["b"].ok and by_id["c"].ok  # c answered right; the collective as a whole failed
+
+
+def test_a_rank_that_hangs_is_named_with_the_step_it_hangs_in():
+    by_id = _nodes("a", "b")
+    ranks = [("a", _FakeRank(0.1)), ("b", _FakeRank(0.1, hangs=True))]
+    (reduce,) = raysmoke._collective(_FakeRay(), ranks, "hccl", ["all_reduce"], 4096, 30.0, by_id)
+    assert not reduce.ok
+    (hung,) = by_id["b"].checks
+    assert hung.status == "fail" and hung.message == "rank 1: no answer within 90 s (stuck in all_reduce)"
+    assert by_id["a"].ok  # it answered
 
 
 def test_wrong_results_fail_the_node_that_got_them():
@@ -437,6 +449,7 @@ def test_a_node_whose_gloo_nic_is_down_is_named_and_smoke_ends_within_its_timeou
     assert nic["message"] == "GLOO_SOCKET_IFNAME=veth0: veth0 is down (operstate down) and has no address"
     assert nic["ip"] == "127.0.0.1" and nic["hostname"]
     assert problems[("npu 3 port", "DOWN")]["message"] == "hccn_tool -i 3 -link -g: DOWN (the port must be UP)"
+    assert {c["item"]: c["value"] for c in w2["checks"]}["npu ports"] == "7 of 8 UP"
     assert "Unable to find address for: veth0" in problems[("gloo rank", "failed")]["message"]  # gloo cannot bind
     assert [p["node_id"] for p in report["problems"]] == [w2["node_id"]] * 3  # the others only waited for it
     waited = [c for n in report["nodes"] if n is not w2 for c in n["checks"] if c["item"] == "gloo rank"]

@@ -44,6 +44,7 @@ ITERATIONS = 5
 IFF_UP = 0x1
 SIOCGIFADDR = 0x8915
 HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 # --- the report --------------------------------------------------------------------------------
@@ -57,6 +58,10 @@ class Check:
     value: str
     status: str
     message: str = ""
+
+    def __post_init__(self) -> None:  # values come from nodes, tools and exceptions: no control characters
+        for name in ("item", "value", "message"):
+            object.__setattr__(self, name, _CONTROL.sub("?", getattr(self, name)))
 
 
 @dataclass
@@ -111,7 +116,6 @@ class SmokeReport:
     nodes: list[Node] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
     cluster_problems: list[str] = field(default_factory=list)  # not one node's: too few nodes
-    timeout_s: float = 0.0
 
     @property
     def problems(self) -> list[Problem]:
@@ -188,7 +192,7 @@ class Interface:
 def interface(name: str, sys_net: Path = Path("/sys/class/net"), inet6: Path = Path("/proc/net/if_inet6")) -> Interface:
     """``name``'s state from sysfs (administratively up and operstate up, or unknown as lo's is) and addresses."""
     base = sys_net / name
-    if not base.is_dir() or "/" in name:
+    if "/" in name or name in ("", ".", "..") or not base.is_dir():
         return Interface(name, False)
     operstate = _read(base / "operstate") or "unknown"
     try:
@@ -289,7 +293,7 @@ def hccn_checks(count: int, tool: str | None = None, timeout: float = 10.0) -> l
     tool = tool or shutil.which("hccn_tool") or (HCCN_TOOL if os.access(HCCN_TOOL, os.X_OK) else None)
     if tool is None:
         return [Check("hccn_tool", "not found", OK, "hccn_tool is not on PATH: the NPU ports were not checked")]
-    checks = []
+    checks, up = [], []
     for npu in range(count):
         item = f"npu {npu} port"
         try:
@@ -300,12 +304,14 @@ def hccn_checks(count: int, tool: str | None = None, timeout: float = 10.0) -> l
             continue
         state = parse_hccn_link(link)
         if state != "UP":
-            said = state or (link.strip().splitlines() or ["no output"])[-1]
+            said = state or (link.strip().splitlines() or ["no output"])[-1][:200]
             checks.append(Check(item, said, FAIL, f"hccn_tool -i {npu} -link -g: {said} (the port must be UP)"))
         elif "ipaddr" not in ip:
             checks.append(Check(item, "no ip", FAIL, f"hccn_tool -i {npu} -ip -g: no ipaddr configured"))
         else:
-            checks.append(Check(item, f"UP {ip['ipaddr']}", OK))
+            up.append(f"{npu}={ip['ipaddr']}")
+    if up:  # one row for the ports that are fine
+        checks.insert(0, Check("npu ports", f"{len(up)} of {count} UP", OK, " ".join(up)))
     return checks
 
 
@@ -483,8 +489,10 @@ def _smoke(ray, profile, device, address, nodes_wanted, per_node, backend, timeo
 
     unit = RESOURCE[device]
     alive = sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: (n["NodeManagerAddress"], n["NodeID"]))
-    report = SmokeReport(address or "auto", timeout_s=timeout)
-    report.nodes = [Node(n["NodeID"], n["NodeManagerAddress"], n.get("NodeManagerHostname", "")) for n in alive]
+    report = SmokeReport(address or "auto")
+    report.nodes = [
+        Node(n["NodeID"], n["NodeManagerAddress"], _CONTROL.sub("?", n.get("NodeManagerHostname", ""))) for n in alive
+    ]
     by_id = {n.node_id: n for n in report.nodes}
     if len(alive) < nodes_wanted:
         report.cluster_problems.append(f"{len(alive)} of {nodes_wanted} nodes are alive (ascendfix ray wait)")
@@ -553,11 +561,7 @@ def _collective(ray, ranks: list, backend: str, ops: list[str], nbytes: int, tim
     per_node: dict[str, list[int]] = {}
     for i, (nid, _) in enumerate(ranks):
         per_node.setdefault(nid, []).append(i)
-    failed = {
-        i: a["error"] + (f" (stuck in {where[i]})" if isinstance(where.get(i), str) else "")
-        for i, a in answers.items()
-        if "error" in a
-    }
+    failed = {i: a["error"] + _stuck(a, where.get(i)) for i, a in answers.items() if "error" in a}
     own = sorted(i for i, a in answers.items() if "error" in a and not _waited(a))
     for nid, indices in per_node.items():
         errors = [i for i in indices if i in failed]
@@ -590,6 +594,15 @@ def _collective(ray, ranks: list, backend: str, ops: list[str], nbytes: int, tim
         good = all(answers[i]["ops"][op]["ok"] for i in answers)
         results.append(Collective(backend, op, size, good, bw, by_id[slowest].label))
     return results
+
+
+def _stuck(answer: dict, where: object) -> str:
+    """Where a rank that did not answer hangs; or that its actor never started (its resource taken)."""
+    if not answer.get("stuck"):
+        return ""
+    if isinstance(where, str):
+        return f" (stuck in {where})"
+    return " (its actor did not start: is the NPU/GPU it needs taken by another job?)"
 
 
 def _waited(answer: dict) -> bool:
