@@ -117,6 +117,8 @@ class LocalCluster:
             "HCCL_SOCKET_IFNAME": "lo",
             "GLOO_SOCKET_IFNAME": "lo",
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",  # `ray start` joins only with it on; the netns keeps lo
+            # a head finding ~/.ray/auth_token turns token auth on, and workers started without it cannot join
+            "RAY_AUTH_MODE": "disabled",
         }
         self.env.pop("RAY_ADDRESS", None)
         self.env.pop("TASK_QUEUE_ENABLE", None)
