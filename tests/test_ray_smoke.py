@@ -439,7 +439,7 @@ def test_a_node_whose_gloo_nic_is_down_is_named_and_smoke_ends_within_its_timeou
 
     result, took = _smoke(c, "--nodes", "4", "--timeout", "15", "--json")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert took < 15 * 2 + raysmoke.GRACE_S + 60  # two phases of 15 s, the actors' start, the cluster's connect
+    assert took < 15 * 2 + raysmoke.GRACE_S + 60, took  # two phases of 15 s, the actors' start, the connect
     report = json.loads(result.stdout)
     bad = [n for n in report["nodes"] if not n["ok"] and any(c["value"] == "veth0" for c in n["checks"])]
     assert len(bad) == 1
@@ -451,7 +451,8 @@ def test_a_node_whose_gloo_nic_is_down_is_named_and_smoke_ends_within_its_timeou
     assert problems[("npu 3 port", "DOWN")]["message"] == "hccn_tool -i 3 -link -g: DOWN (the port must be UP)"
     assert {c["item"]: c["value"] for c in w2["checks"]}["npu ports"] == "7 of 8 UP"
     assert "Unable to find address for: veth0" in problems[("gloo rank", "failed")]["message"]  # gloo cannot bind
-    assert [p["node_id"] for p in report["problems"]] == [w2["node_id"]] * 3  # the others only waited for it
+    named = [p["node_id"] for p in report["problems"]]
+    assert named == [w2["node_id"]] * 3, report["problems"]  # the others only waited for it
     waited = [c for n in report["nodes"] if n is not w2 for c in n["checks"] if c["item"] == "gloo rank"]
     assert len(waited) == 3 and {c["status"] for c in waited} == {"warn"}
     (gloo,) = report["collectives"]
