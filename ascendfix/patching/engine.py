@@ -443,6 +443,8 @@ def _by_root(selection: Selection, statuses: list[PatchStatus]) -> dict[Path, li
     by_root: dict[Path, list[PlannedWrite]] = {}
     roots = {name: t.root for name, t in selection.targets.items()}
     for s in statuses:
+        if not s.writes:
+            continue
         patch = selection.profile.patches.get(s.id)
         root = roots[patch.package] if patch else _root_of(selection, s)
         by_root.setdefault(root, []).extend(s.writes)
