@@ -81,8 +81,9 @@ def _find(components: list[Component], kind: str, name: str | None = None) -> Co
 
 
 def _late(profile: Profile, components: list[Component]) -> set[str]:
-    """Distributions installed last, without deps: those an accepted conflict names, unless its requirer is
-    itself installed without deps (then the requirer gives way, and the pin stays where it is)."""
+    """Distributions installed last, over a cap of something installed before: those an accepted conflict
+    names, unless its requirer is itself installed without deps (then the requirer gives way, and the pin
+    stays where it is)."""
     given_way = {_normalize(c.distribution) for c in components if c.no_deps}
     names = set()
     for conflict in profile.accepted_conflicts:
@@ -124,8 +125,8 @@ def base_image(profile: Profile) -> tuple[str, str]:
 
 def constraints(profile: Profile, device: str = IMAGE_DEVICE) -> str:
     """A pip constraints file (``pip install -c FILE``): ``name==version`` for PyPI pins, ``name @ git+URL@ref``
-    for git ones. pip takes no editable, extras or unnamed lines there; a distribution installed last without
-    deps (an accepted conflict) is left out, with the command that installs it."""
+    for git ones. pip takes no editable, extras or unnamed lines there; a distribution installed last, over
+    an accepted conflict, is left out, with the command that installs it."""
     components = _components(profile, device)
     late = _late(profile, components)
     lines = [
@@ -154,7 +155,7 @@ def constraints(profile: Profile, device: str = IMAGE_DEVICE) -> str:
                     f"# {c.distribution} is left out: {conflict.requirer} requires {conflict.requirement} "
                     "(an accepted conflict), which a constraint would make unresolvable"
                 )
-        lines.append(f"# install it last: pip install --no-deps {c.distribution}=={c.version}")
+        lines.append(f"# install it last (pip then warns of that conflict): pip install {c.distribution}=={c.version}")
     return "\n".join(lines) + "\n"
 
 
@@ -253,8 +254,10 @@ def dockerfile(profile: Profile) -> str:
             if _requirement_name(a.requirement) == _normalize(c.distribution)
         )
         lines += [
-            f"# accepted conflict ({reasons}): {c.distribution} goes last, without deps",
-            f'RUN python3 -m pip install --no-deps "{c.distribution}==${{{_arg(c, "VERSION")}}}"',
+            f"# accepted conflict ({reasons}): {c.distribution} goes last, with its own requirements"
+            + (f", as the guide's {c.guide} installs it" if c.guide else ""),
+            "# (--no-deps would leave out what it needs); pip warns of the conflict and installs it",
+            f'RUN python3 -m pip install "{c.distribution}==${{{_arg(c, "VERSION")}}}"',
         ]
     only = ",".join(DOCTOR_CHECKS)
     lines += [
