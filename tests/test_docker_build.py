@@ -16,6 +16,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -139,7 +140,8 @@ def build_patched(stack_image: str, context: Path):
         history = buildah(
             "inspect", "--type", "image", "--format", "{{range .Docker.History}}{{.CreatedBy}}\n{{end}}", image
         )
-        steps[history.stdout.strip().splitlines()[-1].removeprefix("/bin/sh -c ")] = image
+        created = history.stdout.strip().splitlines()[-1]  # "|1 STACK_PATH= /bin/sh -c CMD" with build args
+        steps[re.sub(r"^\|\d+ (?:\S+=\S* )*", "", created).removeprefix("/bin/sh -c ")] = image
     try:
         yield result, steps
     finally:
