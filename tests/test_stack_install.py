@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from ascendfix import manifest
+from ascendfix.profile import manifest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
