@@ -75,12 +75,8 @@ class Step(NamedTuple):
 
 def _pip_env(tmp: Path) -> dict[str, str]:
     """pip with no site configuration (this machine's pip.conf adds local indexes and constraints)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_CERT=os.environ.get("PIP_CERT", ""))
-    if not env["PIP_CERT"]:
-        del env["PIP_CERT"]
-    env["TMPDIR"] = str(tmp)
-    return env
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k == "PIP_CERT"}
+    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "TMPDIR": str(tmp)}
 
 
 def standin_wheels(folder: Path) -> Path:
