@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from ascendfix.cli import main
 from ascendfix.profile import manifest
 from click.testing import CliRunner
 from dockerfile_parse import DockerfileParser
+from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED = REPO / "docker" / "Dockerfile"
@@ -74,12 +76,17 @@ def test_every_pinned_component_appears_with_its_exact_ref():
             continue
         if c.kind == "pypi":
             assert f'"{c.distribution}=={c.version}"' in runs, c.name
-        elif c.kind == "git" and (c.editable or c.subdirectory):
+        elif c.kind == "git" and (c.editable or c.subdirectory or c.no_deps):
             folder = f"/src/{c.name}"
             ref = c.commit or f"tags/{c.tag}"
             assert f'git clone --filter=blob:none --no-checkout "{c.repo}" {folder}' in runs, c.name
             assert f'git -C {folder} checkout --detach "{ref}"' in runs, c.name
-            install = f"pip install -v {folder}/{c.subdirectory}" if c.subdirectory else f"pip install -e {folder}"
+            if c.subdirectory:
+                install = f"pip install -v {folder}/{c.subdirectory}"
+            elif c.no_deps:
+                install = f"pip install -v --no-build-isolation --no-deps {folder}"
+            else:
+                install = f"pip install -e {folder}"
             assert install in runs, c.name
         elif c.kind == "git":
             assert f'"{c.distribution} @ git+{c.repo}@{c.commit or c.tag}"' in runs, c.name
@@ -100,10 +107,10 @@ def test_refs_are_pinned_never_branches():
     assert not re.search(r"@(main|master)\b|--branch", "\n".join(stack["run"]))
 
 
-def test_verl_is_an_editable_checkout_and_tensordict_goes_last_without_deps():
+def test_verl_is_an_editable_checkout_and_tensordict_goes_last():
     runs = stages(COMMITTED)["stack"]["run"]
     assert any("pip install -e /src/verl" in r for r in runs)
-    assert runs[-1] == 'python3 -m pip install --no-deps "tensordict==0.10.0"'
+    assert runs[-1] == 'python3 -m pip install "tensordict==0.10.0"'  # guide 7.1; with its deps (pyvers...)
     constraints_step = next(r for r in runs if "/etc/ascendfix/constraints.txt" in r)
     assert "tensordict" not in constraints_step  # verl's own cap would make its install unresolvable
     assert "pip install -e /src/vllm" in next(r for r in runs if "VLLM_TARGET_DEVICE=empty " in r)
@@ -112,14 +119,45 @@ def test_verl_is_an_editable_checkout_and_tensordict_goes_last_without_deps():
 def test_the_image_installs_the_stack_in_the_rl_plugin_readmes_order():
     """MindSpeed-RL rl-plugin/README.MD (branch 2.2.0): vllm, vllm-ascend, transformers, MindSpeed, Megatron,
     verl, then the plugin, whose installer edits verl (found through VERL_PATH) and vllm as text."""
-    runs = stages(COMMITTED)["stack"]["run"]
-    order = ["/src/vllm", "vllm-ascend @", "transformers @", "mindspeed @", "megatron-core @", "/src/verl", "rl-plugin"]
-    where = [next(i for i, r in enumerate(runs) if key in r) for key in order]
+    runs = [" ".join(run.split()) for run in stages(COMMITTED)["stack"]["run"]]
+    order = ["/src/vllm ", "/src/vllm_ascend", "/src/transformers", "/src/mindspeed ", "megatron-core @", "/src/verl"]
+    where = [next(i for i, r in enumerate(runs) if key in r) for key in [*order, "rl-plugin"]]
     assert where == sorted(where)
     plugin = runs[where[-1]]
     assert plugin.endswith("VERL_PATH=/src/verl python3 -m pip install -v /src/mindspeed_rl/rl-plugin")
     assert 'checkout --detach "a6ce810b5d8f1f8aac10a67647cca99ae30090ec"' in plugin  # branch 2.2.0, not tag v2.2.0
-    assert runs[where[1]].startswith("COMPILE_CUSTOM_KERNELS=1 ")
+    # README.MD:26-28: its requirements, then COMPILE_CUSTOM_KERNELS=1; built against the torch-npu installed
+    vllm_ascend = runs[where[1]]
+    assert vllm_ascend.endswith("python3 -m pip install -v --no-build-isolation --no-deps /src/vllm_ascend")
+    assert " && COMPILE_CUSTOM_KERNELS=1 " in vllm_ascend
+    assert "python3 -m pip install -r /tmp/vllm_ascend-requirements.txt" in vllm_ascend
+    # README.MD:18-19 and :41-44: vllm's build requirements first; MindSpeed from gitcode, editable
+    assert "pip install -r /src/vllm/requirements/build.txt && VLLM_TARGET_DEVICE=empty" in runs[where[0]]
+    assert 'git clone --filter=blob:none --no-checkout "https://gitcode.com/Ascend/MindSpeed.git"' in runs[where[3]]
+    assert runs[where[3]].endswith("pip install -e /src/mindspeed")
+    assert runs[where[2]].endswith("pip install -e /src/transformers")
+
+
+def test_the_vllm_ascend_step_drops_only_the_torch_npu_pin_and_pips_options(tmp_path):
+    run = next(r for r in stages(COMMITTED)["stack"]["run"] if "/src/vllm_ascend/requirements.txt" in r)
+    grep = next(part for part in run.split(" && ") if part.startswith("grep "))
+    lines = ["# Install torch_npu", "--pre", "--extra-index-url https://example.org/simple", "torch-npu==2.7.1.dev1"]
+    lines += ["torch_npu>=2.7", "Torch.NPU", "torch>=2.7.1", "torch-npu-extra", "numba"]
+    (tmp_path / "requirements.txt").write_text("\n".join(lines) + "\n")
+    command = re.sub(r"/src/vllm_ascend/|/tmp/", f"{tmp_path}/", grep)
+    subprocess.run(["bash", "-o", "pipefail", "-c", command], check=True)
+    kept = (tmp_path / "vllm_ascend-requirements.txt").read_text().splitlines()
+    assert kept == ["# Install torch_npu", "torch>=2.7.1", "torch-npu-extra", "numba"]
+
+
+def test_the_patched_stage_puts_stack_path_in_front_of_path():
+    text = COMMITTED.read_text()
+    patched = text.split("AS patched\n", 1)[1]
+    assert patched.startswith("# STACK_PATH")
+    assert "ARG STACK_PATH=\nENV PATH=${STACK_PATH:+${STACK_PATH}:}${PATH}\n" in patched
+    published, bin_dir, _ = export.PUBLISHED_STACKS[PROFILE]
+    assert f"--build-arg STACK_IMAGE={published} --build-arg STACK_PATH={bin_dir} ." in text
+    assert published == "swr.cn-south-1.myhuaweicloud.com/ascendhub/verl_pt27_25rc3:a2-arm"
 
 
 def test_the_image_prepends_the_drivers_libraries_and_names_its_os():
@@ -178,14 +216,44 @@ def test_constraints_pin_every_component_of_the_device():
         "vllm @ git+https://github.com/vllm-project/vllm.git@38217877aa70041c0115ee367b75197af9cbc5ad",
         "vllm-ascend @ git+https://github.com/vllm-project/vllm-ascend.git@1de16ead8eecfec8903ec1b330b27a4fa2593c35",
         "transformers @ git+https://github.com/huggingface/transformers.git@8365f70e925",
-        "mindspeed @ git+https://gitee.com/ascend/MindSpeed.git@1cdd0abd75e40936ad31721c092f57c695dd72c4",
+        "mindspeed @ git+https://gitcode.com/Ascend/MindSpeed.git@1cdd0abd75e40936ad31721c092f57c695dd72c4",
         "megatron-core @ git+https://github.com/NVIDIA/Megatron-LM.git@core_v0.12.1",
         "verl @ git+https://github.com/volcengine/verl.git@796871d7d092f7cbc6a64e7f4a3796f7a2217f5e",
         "verl_npu @ git+https://gitcode.com/Ascend/MindSpeed-RL.git@a6ce810b5d8f1f8aac10a67647cca99ae30090ec"
         "#subdirectory=rl-plugin",
-        "tensordict==0.10.0",
-    ]
-    assert "# accepted conflict: verl requires tensordict>=0.8.0,<=0.9.1,!=0.9.0" in result.output
+    ]  # tensordict is left out: verl's cap would make any install that reaches verl unresolvable
+    last = "# install it last (pip then warns of that conflict): pip install tensordict==0.10.0"
+    assert last in result.output.splitlines()
+
+
+def test_constraints_are_lines_pip_takes_as_constraints():
+    """pip's rules for a constraints file: a named requirement, no extras, not editable, no options."""
+    text = export.constraints(manifest.load_profile(PROFILE))
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        assert not line.startswith("-"), line
+        req = Requirement(line)
+        assert req.name and not req.extras and req.marker is None, line
+        assert (req.url is None) == (str(req.specifier).startswith("==")), line
+
+
+@pytest.mark.upstream
+def test_pip_installs_with_the_constraints(tmp_path):
+    """A real ``pip install -c`` (dry run, metadata only): the file parses, and it holds torch-npu at the pin."""
+    (tmp_path / "constraints.txt").write_text(export.constraints(manifest.load_profile(PROFILE)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
+    env |= {"PIP_CERT": os.environ["PIP_CERT"]} if "PIP_CERT" in os.environ else {}
+    a2 = ["--platform", "manylinux_2_28_aarch64", "--python-version", "3.10", "--implementation", "cp"]
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--report", "-"]
+    cmd += ["-q", "-c", str(tmp_path / "constraints.txt"), "--only-binary=:all:", *a2, "--target", str(tmp_path / "t")]
+    result = subprocess.run([*cmd, "torch-npu"], capture_output=True, text=True, env=env, timeout=600)
+    if result.returncode != 0 and "No matching distribution" not in result.stderr and "ERROR" not in result.stderr:
+        pytest.skip(f"PyPI cannot be reached: {result.stderr.strip()[-300:]}")
+    assert result.returncode == 0, result.stderr
+    assert "DEPRECATION" not in result.stderr  # pip warns about constraint forms it will drop
+    versions = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(result.stdout)["install"]}
+    assert versions == {"torch_npu": "2.7.1"}
 
 
 def test_cuda_constraints_leave_out_npu_only_components():

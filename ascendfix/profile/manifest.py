@@ -52,6 +52,8 @@ class Component(NamedTuple):
     source: str | None = None
     devices: tuple[str, ...] = DEVICES
     subdirectory: str | None = None  # where in the repository the distribution's project is
+    requirements: str | None = None  # a requirements file of the checkout, installed before the component
+    no_deps: bool = False  # installed --no-build-isolation --no-deps, against what is already installed
     guide: str | None = None  # the deployment guide's section that names this component
     guide_value: str | None = None  # the guide's own value, where the pin deliberately differs
 
@@ -562,11 +564,16 @@ def _component(name: str, t: _Table) -> Component:
         source=t.text("source", required=False),
         devices=t.strings("devices", required=False) or DEVICES,
         subdirectory=t.text("subdirectory", required=False),
+        requirements=t.text("requirements", required=False),
+        no_deps=t.get("no_deps", bool, False, False),
         guide=t.text("guide", required=False),
         guide_value=t.text("guide_value", required=False),
     )
-    if c.subdirectory is not None:
-        check_relative_path(t, t.field("subdirectory"), c.subdirectory)
+    for key in ("subdirectory", "requirements"):
+        if getattr(c, key) is not None:
+            check_relative_path(t, t.field(key), getattr(c, key))
+    if kind != "git" and (c.requirements is not None or c.no_deps):
+        t.fail(t.field("requirements" if c.requirements is not None else "no_deps"), "only a git component has this")
     for i, d in enumerate(c.devices):
         if d not in DEVICES:
             t.fail(f"{t.field('devices')}[{i}]", f"unknown device {d!r} (expected one of {', '.join(DEVICES)})")
