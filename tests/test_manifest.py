@@ -157,7 +157,7 @@ def team_overlap_profile(tmp_path, template: str) -> str:
     return write_profile(
         tmp_path,
         'extends = "verl-796871d"\nname = "team"\n[devices.npu]\nadd_patches = ["team-scan"]\n'
-        'drop_patches = ["torch-shard-overlap-check"]\n[devices.cuda]\ndrop_patches = ["torch-shard-overlap-check"]\n',
+        'drop_patches = ["torch-shard-overlap-check"]\n',
         {"team-scan": own},
     )
 
