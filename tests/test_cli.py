@@ -162,7 +162,9 @@ def test_diff_json_and_a_refused_diff_does_not_claim_a_change(stack):
 
 
 def test_revert_that_finds_no_package_fails_loudly(tmp_path):
-    result = run("revert", "--json", cwd=tmp_path)
+    bare = tmp_path / "bare"  # an interpreter with neither verl nor torch (the tests' own may have torch)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    result = run("revert", "--json", "--python", str(bare / "bin" / "python"), cwd=tmp_path)
     assert result.returncode == 1
     assert "none of the profile's packages was found" in json.loads(result.stdout)["error"]
 
