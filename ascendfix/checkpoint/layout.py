@@ -31,11 +31,10 @@ class Malformed(AscendfixError):
 
 
 class Tensor(NamedTuple):
-    """One tensor of the checkpoint: its global shape, dtype, and each chunk's offsets and sizes."""
+    """One tensor of the checkpoint: its global shape, and each chunk's offsets and sizes."""
 
     name: str
     shape: tuple[int, ...]
-    dtype: str
     offsets: list[tuple]
     sizes: list[tuple]
 
@@ -67,10 +66,11 @@ def read(folder: Path) -> Layout:
 def parse(data: bytes) -> Layout:
     """:func:`read` on bytes already read.
 
-    The chunks and storage entries (tens of thousands) are collected (:func:`pickles.loads_collecting`):
-    each tensor's chunks are the next ``len(chunks)`` chunk states in the order the pickle built them,
-    which is the order torch's pickler writes them in; each storage entry pairs the index and info states
-    of the same rank.
+    The chunks and storage entries (tens of thousands) are collected (:func:`pickles.loads_collecting`),
+    in the order the pickle built them, which is the order torch's pickler writes the metadata's fields:
+    ``state_dict_metadata`` first (each tensor's chunks are the next ``len(chunks)`` chunk states), then
+    ``storage_data`` (its entries are the first index and info states, pairwise, in its order). Megatron
+    adds its write plans after those, which hold more of both (ignored).
     """
     found = pickles.loads_collecting(data, (_CHUNK, _INDEX, _STORAGE))
     metadata = found.obj
@@ -95,7 +95,7 @@ def parse(data: bytes) -> Layout:
             tensors.append(tensor)
         else:
             raise Malformed(f"{name}: a {type(item).__name__}, neither tensor nor bytes metadata")
-    if used != len(chunk_states):
+    if used > len(chunk_states):
         raise Malformed(f"{len(chunk_states)} chunk records for {used} chunks of the tensors")
     return Layout(tensors, blobs, _entries(storage, found))
 
@@ -122,10 +122,7 @@ def _tensor(name: str, fields: dict, kind: type, states: list, used: int) -> tup
     if type(chunks) is not list or set(map(type, chunks)) - {kind}:
         raise Malformed(f"{name}: its chunks are not a list of chunk metadata")
     offsets, sizes = _fields(states[used : used + len(chunks)], "offsets sizes", name)
-    properties = fields.get("properties")
-    state = vars(properties).get("state") if type(properties) is pickles.TensorProperties else None
-    dtype = str(state[0]) if type(state) is tuple and state and isinstance(state[0], pickles.Dtype) else "?"
-    return Tensor(name, shape, dtype, offsets, sizes), used + len(chunks)
+    return Tensor(name, shape, offsets, sizes), used + len(chunks)
 
 
 def _entries(storage: dict, found: pickles.Collected) -> Entries:
@@ -133,10 +130,10 @@ def _entries(storage: dict, found: pickles.Collected) -> Entries:
     index_states, info_states = found.states[_INDEX], found.states[_STORAGE]
     if set(map(type, storage)) - {found.kinds[_INDEX]} or set(map(type, storage.values())) - {found.kinds[_STORAGE]}:
         raise Malformed("storage_data holds something other than (MetadataIndex, _StorageInfo) pairs")
-    if not len(storage) == len(index_states) == len(info_states):
-        raise Malformed(
-            f"{len(storage)} storage entries, {len(index_states)} index and {len(info_states)} info records"
-        )
+    if len(storage) > min(len(index_states), len(info_states)):
+        counts = f"{len(storage)} storage entries, {len(index_states)} index and {len(info_states)} info records"
+        raise Malformed(f"{counts}: they do not pair up")
+    index_states, info_states = index_states[: len(storage)], info_states[: len(storage)]
     fqns, offsets = _fields(index_states, "fqn", "storage_data", optional="offset")
     paths, starts, lengths = _fields(info_states, "relative_path offset length", "storage_data")
     if set(map(type, fqns)) - {str} or set(map(type, paths)) - {str}:

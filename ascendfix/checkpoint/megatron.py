@@ -139,6 +139,7 @@ def config_problems(tensors: list[Tensor], model: ModelShape) -> list[Problem]:
         if stacked and (not tensor.shape or tensor.shape[0] != model.layers):
             got = tensor.shape[0] if tensor.shape else 0
             problems.append(Problem("shape", "tensor", tensor.name, f"{got} layers; the config has {model.layers}"))
+            layers_seen |= _covered(tensor, 0)
             continue
         if not stacked:
             layers_seen.add(int(head))

@@ -49,11 +49,11 @@ def _record(name: str) -> type:
     return type(name, (Record,), {"__module__": __name__})
 
 
-class TensorProperties(Record):
-    """torch's TensorProperties pickles a tuple (dtype, layout, requires_grad, memory format, pin_memory)."""
-
-    def __setstate__(self, state):
-        self.__dict__["state"] = state
+def _ignored(name: str) -> type:
+    """A stand-in whose pickled state is dropped: what the check never reads (a tensor's properties, the
+    write plans Megatron keeps in its metadata). ``id`` is a builtin that takes the state and keeps nothing;
+    a builtin is no descriptor, so the class attribute is called as it is."""
+    return type(name, (), {"__module__": __name__, "__slots__": (), "__setstate__": id})
 
 
 class Dtype(str):
@@ -81,8 +81,8 @@ def _layout(name):
     return name
 
 
-def _memory_format(code):
-    return code
+def _enum_member(value):
+    return value
 
 
 def _path(*parts):
@@ -122,10 +122,15 @@ METADATA_NAMES: dict[tuple[str, str], object] = {
     (_DCP, "TensorStorageMetadata"): _record("TensorStorageMetadata"),
     (_DCP, "ChunkStorageMetadata"): _record("ChunkStorageMetadata"),
     (_DCP, "BytesStorageMetadata"): _record("BytesStorageMetadata"),
-    (_DCP, "TensorProperties"): TensorProperties,
+    (_DCP, "TensorProperties"): _ignored("TensorProperties"),
     (_DCP, "MetadataIndex"): _record("MetadataIndex"),
     (_DCP, "StorageMeta"): _record("StorageMeta"),
-    (_DCP, "_MEM_FORMAT_ENCODING"): _memory_format,
+    (_DCP, "_MEM_FORMAT_ENCODING"): _enum_member,
+    ("torch.distributed.checkpoint.planner", "SavePlan"): _ignored("SavePlan"),
+    ("torch.distributed.checkpoint.planner", "WriteItem"): _ignored("WriteItem"),
+    ("torch.distributed.checkpoint.planner", "TensorWriteData"): _ignored("TensorWriteData"),
+    ("torch.distributed.checkpoint.planner", "WriteItemType"): _enum_member,
+    ("megatron.core.dist_checkpointing.strategies.torch", "MCoreSavePlan"): _ignored("MCoreSavePlan"),
     (_FS, "_StorageInfo"): _record("StorageInfo"),
     ("torch", "Size"): tuple,
     ("torch.serialization", "_get_layout"): _layout,
