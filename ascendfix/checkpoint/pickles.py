@@ -19,6 +19,7 @@ import contextlib
 import gc
 import io
 import pickle
+import posixpath
 import zipfile
 from typing import NamedTuple
 
@@ -86,7 +87,7 @@ def _enum_member(value):
 
 
 def _path(*parts):
-    return "/".join(str(p) for p in parts)
+    return posixpath.join(*map(str, parts)) if parts else "."
 
 
 def _rebuild_tensor(storage, offset, size, stride, *_rest):
