@@ -15,11 +15,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from ascendfix import preflight
 from ascendfix.checkpoint import check, geometry, layout, megatron, pickles, views
 from ascendfix.checkpoint.layout import Tensor
 from ascendfix.cli import main
 from ascendfix.errors import UsageError
+from ascendfix.job import preflight
 from ascendfix.resources import data_dir
 from click.testing import CliRunner
 
@@ -433,7 +433,7 @@ def _script(tmp_path: Path, folder: Path) -> Path:
 
 
 def test_run_preflight_refuses_a_broken_checkpoint_unless_no_preflight(tmp_path):
-    from ascendfix import manifest
+    from ascendfix.profile import manifest
 
     profile = manifest.load_profile("verl-796871d")
     folder = tmp_path / "dist_ckpt"
@@ -476,7 +476,7 @@ def test_preflight_passes_a_complete_checkpoint(dcp):
 
 @pytest.mark.slow
 def test_every_node_sees_the_same_files_or_the_table_says_which(dcp, tmp_path, monkeypatch):
-    from ascendfix import cluster
+    from ascendfix.cluster import fanout
 
     other = Path(shutil.copytree(dcp, tmp_path / "other"))
     (other / "__3_0.distcp").unlink()
@@ -486,10 +486,10 @@ def test_every_node_sees_the_same_files_or_the_table_says_which(dcp, tmp_path, m
         answers = []
         for address, folder in folders.items():
             answer = local([str(folder), *argv[1:]], timeout)
-            answers.append(cluster._answer(cluster.NodeAnswer(address.replace(".", ""), address), answer))
+            answers.append(fanout._answer(fanout.NodeAnswer(address.replace(".", ""), address), answer))
         return answers
 
-    monkeypatch.setattr(cluster, "run", fake_run)
+    monkeypatch.setattr(fanout, "run", fake_run)
     result = CliRunner().invoke(main, ["ckpt", "check", str(dcp), "--ray", "--json"])
     assert result.exit_code == 1
     report = json.loads(result.stdout)

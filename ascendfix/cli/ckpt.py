@@ -81,11 +81,11 @@ def _size(count: int) -> str:
 
 def _on_cluster(folder: Path, config: Path | None, address: str | None, timeout: float, as_json: bool) -> None:
     """Every node checks the folder at the same path and lists its files; one table, and the files that differ."""
-    from ascendfix import cluster
     from ascendfix.checkpoint import views
+    from ascendfix.cluster import fanout
 
     argv = [str(folder)] + ([str(config)] if config is not None else [])
-    answers = cluster.run(argv, address, timeout, local=views.node_view)
+    answers = fanout.run(argv, address, timeout, local=views.node_view)
     seen = {a.label: a.data.get("view", {}) for a in answers if isinstance(a.data, dict)}
     differing = views.differences(seen)
     ok = not differing and not any(a.failed for a in answers)
