@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import stat
-from operator import itemgetter
+from itertools import groupby
+from operator import add, lt
 from pathlib import Path
 
 from ascendfix.checkpoint import geometry, layout, megatron, pickles
@@ -72,7 +73,7 @@ def _tensors(metadata: layout.Layout, with_geometry: bool) -> tuple[list[Problem
             continue
         if with_geometry:
             problems += [Problem(f.kind, "tensor", name, f.detail) for f in geometry.findings(tensor.shape, chunks)]
-        problems += _stored_once(name, set(map(itemgetter(0), chunks)), stored.pop(name, []))
+        problems += _stored_once(name, set(tensor.offsets), stored.pop(name, []))
         readable.append(tensor)
     for name in metadata.blobs:
         problems += _stored_once(name, {None}, stored.pop(name, []))
@@ -115,22 +116,25 @@ def _stored_once(name: str, wanted: set, offsets: list) -> list[Problem]:
 def _files(folder: Path, entries: layout.Entries) -> tuple[list[Problem], int, int]:
     """Each entry's file: inside the folder, a plain file, long enough; no shared bytes; no stray data file."""
     problems = []
-    by_file: dict[str, list] = {}
-    for path, start, length in zip(entries.paths, entries.starts, entries.lengths, strict=True):
-        if path in by_file:
-            by_file[path].append((start, start + length))
-        else:
-            by_file[path] = [(start, start + length)]
+    by_file: dict[str, tuple[list, list]] = {}  # file -> (starts, ends) of its entries
+    ends = list(map(add, entries.starts, entries.lengths))
+    at = 0
+    for path, run in groupby(entries.paths):  # a rank's entries come together: one run per file, mostly
+        count = sum(1 for _ in run)
+        starts, stops = by_file.setdefault(path, ([], []))
+        starts += entries.starts[at : at + count]
+        stops += ends[at : at + count]
+        at += count
     total = 0
     for path in sorted(by_file):
-        spans = by_file[path]
+        starts, stops = by_file[path]
         if not _contained(path):
             problems.append(Problem("unsafe-path", "file", path, "a storage entry names a file outside the folder"))
             continue
         try:
             info = os.lstat(folder / path)
         except OSError:
-            detail = f"missing; it holds {_entries_word(len(spans))}"
+            detail = f"missing; it holds {_entries_word(len(starts))}"
             problems.append(Problem("missing-file", "file", path, detail))
             continue
         if not stat.S_ISREG(info.st_mode):
@@ -138,13 +142,14 @@ def _files(folder: Path, entries: layout.Entries) -> tuple[list[Problem], int, i
             problems.append(Problem("unsafe-path", "file", path, f"{what}: not followed"))
             continue
         total += info.st_size
-        spans.sort()  # a writer's entries come in file order already: a linear pass
-        end = max(map(itemgetter(1), spans))
+        end = max(stops)
         if info.st_size < end:
-            short = sum(1 for _, e in spans if e > info.st_size)
+            short = sum(1 for e in stops if e > info.st_size)
             detail = f"{info.st_size:,} bytes, but its entries reach byte {end:,}: truncated ({short} entries cut)"
             problems.append(Problem("truncated", "file", path, detail))
-        shared = sum(1 for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1])
+        if starts != sorted(starts):  # a writer's entries come in file order: then no sort is needed
+            starts, stops = map(list, zip(*sorted(zip(starts, stops, strict=True)), strict=True))
+        shared = sum(map(lt, starts[1:], stops))
         if shared:
             detail = f"{shared} storage entr{'y shares' if shared == 1 else 'ies share'} bytes with the one before"
             problems.append(Problem("duplicate", "file", path, detail))
