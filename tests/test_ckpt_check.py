@@ -23,6 +23,8 @@ from ascendfix.job import preflight
 from ascendfix.resources import data_dir
 from click.testing import CliRunner
 
+from tests import upstream
+
 NO_TORCH = "torch is not installed (pip install torch==2.13.0: the CPU build is enough)"
 NO_MCORE = "megatron-core is not installed (pip install megatron-core==0.12.1 psutil: it installs on CPU)"
 JSON_KEYS = ["checkpoint", "ok", "tensors", "chunks", "files", "bytes", "problems"]
@@ -525,3 +527,43 @@ def test_printed_names_carry_no_control_characters():
     from ascendfix.cli.ckpt import printable
 
     assert printable("w\x1b[2J\x07\x9b.weight") == "w?[2J??.weight"
+
+
+# What layout.py reads from each record, by the torch class that pickles it.
+READ_FIELDS = {
+    ("metadata", "Metadata"): {"state_dict_metadata", "storage_data"},
+    ("metadata", "TensorStorageMetadata"): {"size", "chunks"},
+    ("metadata", "ChunkStorageMetadata"): {"offsets", "sizes"},
+    ("metadata", "MetadataIndex"): {"fqn", "offset"},
+    ("filesystem", "_StorageInfo"): {"relative_path", "offset", "length"},
+}
+
+
+def _classes(path: Path) -> dict[str, set[str]]:
+    """Module-level classes -> their annotated fields."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    return {
+        node.name: {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+    }
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("version", upstream.TORCH_RELEASES)
+def test_the_allow_list_covers_what_each_torch_release_pickles(version, upstream_files):
+    """Every class torch's checkpoint metadata module defines is allowed, and has the fields layout.py reads."""
+    root = upstream_files.torch_checkpoint_tree(version) / "torch"
+    dcp = root / "distributed" / "checkpoint"
+    defined = {short: _classes(dcp / f"{short}.py") for short in ("metadata", "filesystem")}
+    for name in defined["metadata"]:
+        assert ("torch.distributed.checkpoint.metadata", name) in pickles.METADATA_NAMES, f"{version} {name}"
+    assert ("torch.distributed.checkpoint.filesystem", "_StorageInfo") in pickles.METADATA_NAMES
+    for (short, name), fields in READ_FIELDS.items():
+        assert fields <= defined[short][name], f"torch {version}: {short}.{name} has {defined[short][name]}"
+    planner = _classes(dcp / "planner.py")
+    for name in ("SavePlan", "WriteItem", "TensorWriteData", "WriteItemType"):  # Megatron's metadata keeps its plans
+        assert name in planner and ("torch.distributed.checkpoint.planner", name) in pickles.METADATA_NAMES
+    assert "def _get_layout(" in (root / "serialization.py").read_text()
