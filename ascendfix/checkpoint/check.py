@@ -83,13 +83,14 @@ def _tensors(metadata: layout.Layout, with_geometry: bool) -> tuple[list[Problem
 
 
 def _stored_offsets(entries: layout.Entries) -> dict[str, list]:
-    """Item name -> the offsets of its storage entries (None for a bytes item)."""
+    """Item name -> the offsets of its storage entries (None for a bytes item); a rank's entries of one
+    tensor come together, so this walks runs of one name, not entries."""
     stored: dict[str, list] = {}
-    for fqn, offset in zip(entries.fqns, entries.offsets, strict=True):
-        if fqn in stored:
-            stored[fqn].append(offset)
-        else:
-            stored[fqn] = [offset]
+    at = 0
+    for fqn, run in groupby(entries.fqns):
+        count = sum(1 for _ in run)
+        stored.setdefault(fqn, []).extend(entries.offsets[at : at + count])
+        at += count
     return stored
 
 

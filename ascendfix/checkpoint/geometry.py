@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from itertools import chain, product
+from operator import add
 from typing import NamedTuple
 
 from ascendfix.resources import data_dir
@@ -58,11 +59,12 @@ def findings(shape: tuple, chunks: list) -> list[Finding]:
     if not chunks:
         return [Finding("gap", "no chunk at all")] if math.prod(shape) else []
     starts, sizes = zip(*chunks, strict=True)
-    found = _bounds(shape, chunks, list(zip(*starts, strict=True)), list(zip(*sizes, strict=True)))
+    size_columns = list(zip(*sizes, strict=True))
+    found = _bounds(shape, chunks, list(zip(*starts, strict=True)), size_columns)
     if found:
         return found
     solid = chunks
-    if 0 in set(chain.from_iterable(sizes)):
+    if any(min(column) == 0 for column in size_columns):
         solid = [b for b in chunks if all(b[1])]
         sizes = [s for _, s in solid]
     pairs = template()._ascendfix_overlapping_pairs(solid)
@@ -79,7 +81,7 @@ def findings(shape: tuple, chunks: list) -> list[Finding]:
 def _bounds(shape: tuple, chunks: list, starts: list, sizes: list) -> list[Finding]:
     """Chunks reaching outside the tensor (or of a negative size); ``starts``, ``sizes``: one tuple per dimension."""
     if all(
-        min(starts[d]) >= 0 and min(sizes[d]) >= 0 and max(map(int.__add__, starts[d], sizes[d])) <= length
+        min(starts[d]) >= 0 and min(sizes[d]) >= 0 and max(map(add, starts[d], sizes[d])) <= length
         for d, length in enumerate(shape)
     ):
         return []
