@@ -567,3 +567,16 @@ def test_the_allow_list_covers_what_each_torch_release_pickles(version, upstream
     for name in ("SavePlan", "WriteItem", "TensorWriteData", "WriteItemType"):  # Megatron's metadata keeps its plans
         assert name in planner and ("torch.distributed.checkpoint.planner", name) in pickles.METADATA_NAMES
     assert "def _get_layout(" in (root / "serialization.py").read_text()
+
+
+def test_a_symlinked_metadata_or_common_pt_is_not_followed(tmp_path):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (tmp_path / "elsewhere").write_bytes(pickle.dumps({}))
+    (folder / ".metadata").symlink_to(tmp_path / "elsewhere")
+    (folder / "common.pt").symlink_to(tmp_path / "elsewhere")
+    (folder / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist"}))
+    code, report = ckpt_check(folder)
+    assert code == 1
+    assert kinds(report) == {("unreadable", ".metadata"), ("unreadable", "common.pt")}
+    assert all("symbolic link" in p["detail"] for p in report["problems"])

@@ -6,6 +6,8 @@ field is checked for its type here and anything else is :class:`Malformed`, nami
 
 from __future__ import annotations
 
+import os
+import stat
 from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
@@ -59,8 +61,15 @@ class Layout(NamedTuple):
 
 
 def read(folder: Path) -> Layout:
-    """Read and check ``folder/.metadata``; raises OSError, pickles' errors, or :class:`Malformed`."""
-    return parse((folder / METADATA).read_bytes())
+    """Read and check ``folder/.metadata``; raises OSError (FileNotFoundError when it is not there),
+    pickles' errors, or :class:`Malformed`. A symbolic link or a file past 1 GiB is not read."""
+    path = folder / METADATA
+    info = os.lstat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise pickles.Unreadable("not a plain file (a symbolic link is not followed)")
+    if info.st_size > pickles.MAX_PICKLE_BYTES:
+        raise pickles.Unreadable(f"{info.st_size:,} bytes: too large for a checkpoint's metadata")
+    return parse(path.read_bytes())
 
 
 def parse(data: bytes) -> Layout:

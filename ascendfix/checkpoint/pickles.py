@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import os
 import pickle
 import posixpath
 import zipfile
@@ -27,7 +28,7 @@ from ascendfix.errors import AscendfixError
 
 _DCP = "torch.distributed.checkpoint.metadata"
 _FS = "torch.distributed.checkpoint.filesystem"
-_MAX_PICKLE_BYTES = 1 << 30
+MAX_PICKLE_BYTES = 1 << 30
 
 
 class UnsafePickle(AscendfixError):
@@ -235,14 +236,19 @@ class TorchZip(NamedTuple):
 
 
 def read_torch_zip(path) -> TorchZip:
-    """Read a ``torch.save`` zip file's ``data.pkl`` through :data:`ZIP_NAMES`; the storages stay unread."""
+    """Read a ``torch.save`` zip file's ``data.pkl`` through :data:`ZIP_NAMES`; the storages stay unread.
+
+    A symbolic link is not followed.
+    """
     try:
+        if os.path.islink(path):
+            raise Unreadable("a symbolic link: not followed")
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
             found = [i for i in infos if i.filename.endswith("/data.pkl") and i.filename.count("/") == 1]
             if len(found) != 1:
                 raise Unreadable("no data.pkl: not a torch.save zip file")
-            if found[0].file_size > _MAX_PICKLE_BYTES:
+            if found[0].file_size > MAX_PICKLE_BYTES:
                 raise Unreadable(f"data.pkl is {found[0].file_size} bytes, too large for a state dict's pickle")
             data = archive.read(found[0])
     except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as e:

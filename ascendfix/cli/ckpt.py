@@ -136,7 +136,8 @@ def _render_cluster(answers, seen, differing, ok: bool) -> None:
     for row in rows:
         click.echo("  ".join(printable(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     for a in answers:
-        for p in (a.data or {}).get("problems", []) if isinstance(a.data, dict) else []:
+        problems = a.data.get("problems") if isinstance(a.data, dict) else None
+        for p in (p for p in problems or () if isinstance(p, dict)):
             subject = p.get("tensor") or p.get("file") or ""
             click.echo(
                 f"  {printable(a.label)}: {printable(p.get('kind'))} {printable(subject)}: {printable(p.get('detail'))}"
