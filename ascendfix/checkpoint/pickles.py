@@ -8,9 +8,12 @@ reader is a bare ``pickle.load``.
 
 The list is what torch 2.5 to 2.14 pickle in a ``.metadata`` file (torch.distributed.checkpoint's
 metadata classes, ``_StorageInfo``, ``torch.Size``, dtypes, ``torch.serialization._get_layout``,
-``pathlib`` paths) and, for ``torch.save``'s zip files (Megatron's ``common.pt``), tensors and
-their storages (left unread: a storage is a reference to a member of the zip), ``OrderedDict`` and
-``argparse.Namespace``.
+``pathlib`` paths), the write plans megatron-core keeps in it (its ``MCoreSavePlan``, torch's
+``SavePlan``, ``WriteItem``, ``TensorWriteData``, ``WriteItemType``: read and dropped) and, for
+``torch.save``'s zip files (Megatron's ``common.pt``), tensors and their storages (left unread: a
+storage is a reference to a member of the zip), ``OrderedDict`` and ``argparse.Namespace``.
+:func:`loads_collecting` reads a checkpoint's tens of thousands of chunk and entry records into
+lists of their states, never building an object each.
 """
 
 from __future__ import annotations
@@ -99,12 +102,12 @@ def _rebuild_parameter(data, *_rest):
     return data
 
 
-_DTYPES = {  # torch's dtypes, by name
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "complex128": 16, "complex64": 8, "complex32": 4,
-    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1, "bool": 1,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
-    "qint8": 1, "quint8": 1, "qint32": 4, "quint4x2": 1, "quint2x4": 1,
-}  # fmt: skip
+_DTYPES = (  # torch's dtypes, by name
+    "float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32",
+    "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "qint8", "quint8", "qint32", "quint4x2", "quint2x4",
+)  # fmt: skip
 _STORAGES = {  # the storage classes torch.save names, and their bytes per element
     "DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2, "ComplexDoubleStorage": 16,
     "ComplexFloatStorage": 8, "LongStorage": 8, "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1,
