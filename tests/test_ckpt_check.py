@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 from tests import upstream
 
+REPO = Path(__file__).resolve().parent.parent
 NO_TORCH = "torch is not installed (pip install torch==2.13.0: the CPU build is enough)"
 NO_MCORE = "megatron-core is not installed (pip install megatron-core==0.12.1 psutil: it installs on CPU)"
 JSON_KEYS = ["checkpoint", "ok", "tensors", "chunks", "files", "bytes", "problems"]
@@ -580,3 +581,31 @@ def test_a_symlinked_metadata_or_common_pt_is_not_followed(tmp_path):
     assert code == 1
     assert kinds(report) == {("unreadable", ".metadata"), ("unreadable", "common.pt")}
     assert all("symbolic link" in p["detail"] for p in report["problems"])
+
+
+@pytest.fixture(scope="module")
+def two_ray_nodes():
+    """A head and a worker on this machine, bound to loopback, each with this checkout on PYTHONPATH."""
+    cluster_utils = pytest.importorskip("ray.cluster_utils")
+    small = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "env_vars": {"PYTHONPATH": str(REPO)}}
+    c = cluster_utils.Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
+    try:
+        worker = c.add_node(**small)
+        c.wait_for_nodes()
+        assert {c.head_node.node_ip_address, worker.node_ip_address} == {"127.0.0.1"}  # loopback only
+        yield c
+    finally:
+        c.shutdown()
+
+
+@pytest.mark.slow
+def test_every_node_of_a_real_ray_cluster_checks_the_checkpoint(two_ray_nodes, dcp):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "ascendfix", "ckpt", "check", str(dcp), "--ray", two_ray_nodes.address, "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["differing"] == []
+    assert len(report["nodes"]) == 2
+    assert {n["result"]["chunks"] for n in report["nodes"]} == {8}
+    assert len({n["view"] for n in report["nodes"]}) == 1
