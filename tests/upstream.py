@@ -89,6 +89,21 @@ def torch_tree(version: str) -> Path:
     return extract(wheel, [SHARD_INTERNALS, DEFAULT_PLANNER], f"torch-{version}")
 
 
+CHECKPOINT_FILES = [  # what a DCP .metadata pickle names: its classes, and the layout's reducer
+    "torch/distributed/checkpoint/metadata.py",
+    "torch/distributed/checkpoint/filesystem.py",
+    "torch/distributed/checkpoint/planner.py",
+    "torch/serialization.py",
+]
+
+
+def torch_checkpoint_tree(version: str) -> Path:
+    """A folder holding the checkpoint metadata, filesystem, planner and serialization modules of torch ``version``."""
+    platform, python = TORCH_WHEELS[version]
+    wheel = _download(f"torch=={version}", ["--platform", platform, "--python-version", python])
+    return extract(wheel, CHECKPOINT_FILES, f"torch-{version}-checkpoint")
+
+
 def verl_wheel(version: str) -> Path:
     """The verl ``version`` wheel itself, as PyPI serves it."""
     return _download(f"verl=={version}", [])

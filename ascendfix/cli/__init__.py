@@ -33,6 +33,7 @@ COMMANDS = {
     "upgrade-check": "upgrade:upgrade_check",
     "ray": "ray:ray_group",
     "triage": "triage:triage_command",
+    "ckpt": "ckpt:ckpt_group",
 }
 
 

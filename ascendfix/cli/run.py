@@ -32,7 +32,9 @@ from ascendfix.profile.device import require_device
 @target_options
 @variant_option
 @click.option(
-    "--no-preflight", is_flag=True, help="Skip doctor and the patch status (not the refusals of settings that clash)."
+    "--no-preflight",
+    is_flag=True,
+    help="Skip doctor, the patch status and the checkpoint check (not the refusals of settings that clash).",
 )
 @click.option(
     "--smoke", is_flag=True, help="Run `ascendfix ray smoke` on the reachable Ray cluster first; refuse on a problem."

@@ -65,9 +65,11 @@ class Seams:
     ``importable(names)`` returns ``{module: whether the interpreter finds it}``, or None;
     ``cluster_problems(profile, device, overrides, environ)`` returns why the reachable Ray
     cluster cannot take the job (None when no cluster is reachable or ray is not installed);
-    ``markers(pairs)`` returns ``{(module, marker): whether the module's file has it}`` (None: unknown).
+    ``markers(pairs)`` returns ``{(module, marker): whether the module's file has it}`` (None: unknown);
     ``smoke(profile, device, overrides, environ)`` (``run --smoke``) returns what ``ray smoke``
-    found wrong with the cluster's nodes and collectives.
+    found wrong with the cluster's nodes and collectives;
+    ``checkpoint_problems(folder)`` returns what is wrong with the distributed checkpoint there
+    (``ckpt check``'s quick part: files, sizes, metadata present).
     """
 
     doctor_failures: Callable[[Profile, str], list[str] | None]
@@ -76,6 +78,7 @@ class Seams:
     cluster_problems: Callable[[Profile, str, Mapping[str, str], Mapping[str, str]], list[str] | None] | None = None
     markers: Callable[[list[tuple[str, str]]], dict[tuple[str, str], bool | None] | None] = lambda pairs: None
     smoke: Callable[[Profile, str, Mapping[str, str], Mapping[str, str]], list[str]] | None = None
+    checkpoint_problems: Callable[[Path], list[str]] | None = None
 
 
 def _expand(value: str, variables: Mapping[str, str]) -> str:
@@ -181,8 +184,8 @@ def run_preflight(
 ) -> Preflight:
     """Problems (doctor failures, bad patch states, refuse rules) and hints (warn rules, missing overrides).
 
-    Without ``full`` (``--no-preflight``) doctor and the patches' readiness are skipped; the
-    rules, which refuse settings that break the run, are not.
+    Without ``full`` (``--no-preflight``) doctor, the patches' readiness and the distributed
+    checkpoint the overrides name are skipped; the rules, which refuse settings that break the run, are not.
     """
     from ascendfix.profile.jobenv import job_environment, resolve_env
 
@@ -236,6 +239,13 @@ def run_preflight(
     for rid in outcome.undecided:
         unknown = f"rule {rid} not checked: the patch states, modules or files it needs are unknown"
         result.hints.append(Finding("rules", unknown))
+    if full and seams.checkpoint_problems is not None:
+        for folder, keys in checkpoint_folders(overrides).items():
+            for message in seams.checkpoint_problems(Path(folder)):
+                result.problems.append(Finding("checkpoint", f"{keys[0]}={folder}: {message}"))
+        for key in (k for k, v in overrides.items() if k.endswith(CHECKPOINT_PATH) and "$" in v):
+            unchecked = f"{key}={overrides[key]} not checked (a variable set outside the script): ascendfix ckpt check"
+            result.hints.append(Finding("checkpoint", unchecked))
     if seams.cluster_problems is not None:  # a job the cluster cannot take hangs: checked with --no-preflight too
         objections = seams.cluster_problems(profile, device, overrides, environ)
         result.problems.extend(Finding("ray", m) for m in objections or ())
@@ -253,6 +263,28 @@ def run_preflight(
             result.hints.append(Finding("overrides", f"consider {hint.override}{where}", " ".join(hint.why.split())))
     result.hints.extend(Finding("overrides", m) for m in batch_size_hints(overrides))
     return result
+
+
+CHECKPOINT_PATH = "dist_checkpointing_path"
+_FALSE = ("false", "0", "no", "off")
+
+
+def checkpoint_folders(overrides: Mapping[str, str]) -> dict[str, list[str]]:
+    """The distributed checkpoints the job loads: folder -> the ``*.dist_checkpointing_path`` overrides naming it.
+
+    One whose ``use_dist_checkpointing`` beside it is set false is not loaded; one left a shell variable
+    the scan could not expand (``$DIST_CKPT_PATH``) cannot be checked before the job runs.
+    """
+    folders: dict[str, list[str]] = {}
+    for key, value in overrides.items():
+        if key != CHECKPOINT_PATH and not key.endswith("." + CHECKPOINT_PATH):
+            continue
+        folder = value.strip().strip("'\"")
+        use = overrides.get(key[: -len(CHECKPOINT_PATH)] + "use_dist_checkpointing", "")
+        if not folder or "$" in folder or folder.lower() in ("null", "none") or use.strip("'\"").lower() in _FALSE:
+            continue
+        folders.setdefault(folder, []).append(key)
+    return folders
 
 
 def _int(overrides: Mapping[str, str], key: str) -> int | None:
@@ -335,8 +367,24 @@ def default_seams(
 
         return raysmoke.job_problems(profile, device, overrides, environ)
 
+    def checkpoint_problems(folder: Path) -> list[str]:
+        from ascendfix.checkpoint import check
+        from ascendfix.errors import UsageError
+
+        try:
+            report = check.check(folder, quick=True)
+        except UsageError as e:
+            return [str(e)]
+        return [f"{p.kind} {p.subject}: {p.detail}" for p in report.problems]
+
     return Seams(
-        doctor_failures, patch_states, importable, cluster_problems, markers, smoke_problems if smoke else None
+        doctor_failures,
+        patch_states,
+        importable,
+        cluster_problems,
+        markers,
+        smoke_problems if smoke else None,
+        checkpoint_problems,
     )
 
 

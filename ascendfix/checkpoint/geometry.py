@@ -1,0 +1,118 @@
+"""Each tensor's chunks: inside its bounds, no two overlapping, together covering it exactly.
+
+The overlap scan is the fast-validate template's own (``patches/templates/fast_overlap.py``, which a
+transform inserts into torch): that file is loaded here as a module, and its ``_ascendfix_boxes`` and
+``_ascendfix_overlapping_pairs`` run on the chunks, so torch's patched checks and this one are one
+implementation: a hash lookup when the chunks form a grid, else a sweep. With every chunk in bounds
+and none overlapping, the chunks cover the tensor exactly when their volumes add up to its volume.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from itertools import chain, product
+from operator import add
+from typing import NamedTuple
+
+from ascendfix.resources import data_dir
+
+TEMPLATE = "templates/fast_overlap.py"
+_SHOWN = 3  # overlapping pairs named per tensor
+
+
+class Finding(NamedTuple):
+    """A tensor's problem: ``kind`` (out-of-bounds, overlap, gap, malformed) and what it is."""
+
+    kind: str
+    detail: str
+
+
+@functools.cache
+def template():
+    """The fast-validate template, loaded as a module (it imports nothing outside the stdlib)."""
+    import importlib.util
+
+    path = data_dir("patches") / TEMPLATE
+    spec = importlib.util.spec_from_file_location("ascendfix_fast_overlap_template", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def boxes(shape: tuple, offsets: list, sizes: list) -> list | None:
+    """The chunks as ``[(offsets, sizes)]``, or None unless every offset and size is an int tuple of the tensor's rank.
+
+    The boxes the template's ``_ascendfix_boxes`` would make (without the dimension picking torch's callers need).
+    """
+    if (set(map(type, offsets)) | set(map(type, sizes))) - {tuple}:
+        return None
+    if (set(map(len, offsets)) | set(map(len, sizes))) - {len(shape)}:
+        return None
+    if (set(map(type, chain.from_iterable(offsets))) | set(map(type, chain.from_iterable(sizes)))) - {int}:
+        return None
+    return list(zip(offsets, sizes, strict=True))
+
+
+def findings(shape: tuple, chunks: list) -> list[Finding]:
+    """Bounds, overlap and exact cover of ``chunks`` (from :func:`boxes`) over a tensor of ``shape``."""
+    if not chunks:
+        return [Finding("gap", "no chunk at all")] if math.prod(shape) else []
+    starts, sizes = zip(*chunks, strict=True)
+    size_columns = list(zip(*sizes, strict=True))
+    found = _bounds(shape, chunks, list(zip(*starts, strict=True)), size_columns)
+    if found:
+        return found
+    solid = chunks
+    if any(min(column) == 0 for column in size_columns):
+        solid = [b for b in chunks if all(b[1])]
+        sizes = [s for _, s in solid]
+    pairs = template()._ascendfix_overlapping_pairs(solid)
+    if pairs:
+        shown = "; ".join(f"{_box(solid[i])} and {_box(solid[j])}" for i, j in pairs[:_SHOWN])
+        more = f" (and {len(pairs) - _SHOWN} more pairs)" if len(pairs) > _SHOWN else ""
+        return [Finding("overlap", f"chunks overlap: {shown}{more}")]
+    covered, total = sum(map(math.prod, sizes)), math.prod(shape)
+    if covered != total:
+        return [Finding("gap", f"chunks cover {covered:,} of {total:,} elements: {_first_hole(shape, solid)}")]
+    return []
+
+
+def _bounds(shape: tuple, chunks: list, starts: list, sizes: list) -> list[Finding]:
+    """Chunks reaching outside the tensor (or of a negative size); ``starts``, ``sizes``: one tuple per dimension."""
+    if all(
+        min(starts[d]) >= 0 and min(sizes[d]) >= 0 and max(map(add, starts[d], sizes[d])) <= length
+        for d, length in enumerate(shape)
+    ):
+        return []
+    outside = [b for b in chunks if any(o < 0 or s < 0 or o + s > n for o, s, n in zip(*b, shape, strict=True))]
+    shown = ", ".join(_box(b) for b in outside[:_SHOWN])
+    more = f" (and {len(outside) - _SHOWN} more)" if len(outside) > _SHOWN else ""
+    return [Finding("out-of-bounds", f"chunks outside the tensor's shape {list(shape)}: {shown}{more}")]
+
+
+def _box(box: tuple) -> str:
+    offsets, sizes = box
+    return f"[{', '.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes, strict=True))}]"
+
+
+def _first_hole(shape: tuple, chunks: list) -> str:
+    """Where the first uncovered part lies: an uncovered range of one dimension, or a missing grid cell."""
+    ranges = []
+    for d, length in enumerate(shape):
+        spans = sorted({(o[d], o[d] + s[d]) for o, s in chunks})
+        reached = 0
+        for start, end in spans:
+            if start > reached:
+                return f"no chunk covers {reached}:{start} of dimension {d}"
+            reached = max(reached, end)
+        if reached < length:
+            return f"no chunk covers {reached}:{length} of dimension {d}"
+        if any(a[1] > b[0] for a, b in zip(spans, spans[1:], strict=False)):
+            return "the chunks do not form a grid"
+        ranges.append(spans)
+    present = {tuple((a, a + b) for a, b in zip(o, s, strict=True)) for o, s in chunks}
+    for cell in product(*ranges):
+        if cell not in present:
+            return f"no chunk at [{', '.join(f'{a}:{b}' for a, b in cell)}]"
+    return "the chunks do not form a grid"

@@ -1,0 +1,154 @@
+"""A torch.distributed.checkpoint ``.metadata`` file as plain records: tensors, their chunks, and storage entries.
+
+The pickle is read by :mod:`ascendfix.checkpoint.pickles`; what it holds is untrusted, so every
+field is checked for its type here and anything else is :class:`Malformed`, naming the item.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from itertools import repeat
+from operator import itemgetter
+from pathlib import Path
+from typing import NamedTuple
+
+from ascendfix.checkpoint import pickles
+from ascendfix.errors import AscendfixError
+
+METADATA = ".metadata"
+
+_DCP = "torch.distributed.checkpoint.metadata"
+_M = pickles.METADATA_NAMES
+_METADATA = _M[_DCP, "Metadata"]
+_TENSOR = _M[_DCP, "TensorStorageMetadata"]
+_BYTES = _M[_DCP, "BytesStorageMetadata"]
+_CHUNK = (_DCP, "ChunkStorageMetadata")
+_INDEX = (_DCP, "MetadataIndex")
+_STORAGE = ("torch.distributed.checkpoint.filesystem", "_StorageInfo")
+
+
+class Malformed(AscendfixError):
+    """The pickle is readable but does not hold a checkpoint's metadata."""
+
+
+class Tensor(NamedTuple):
+    """One tensor of the checkpoint: its global shape, and each chunk's offsets and sizes."""
+
+    name: str
+    shape: tuple[int, ...]
+    offsets: list[tuple]
+    sizes: list[tuple]
+
+
+class Entries(NamedTuple):
+    """The storage entries, one column per field: entry ``i`` is the item ``(fqns[i], offsets[i])`` (a tensor
+    chunk's offsets, or None for a bytes item), stored in ``paths[i]`` at ``starts[i]`` for ``lengths[i]`` bytes."""
+
+    fqns: list[str]
+    offsets: list[tuple | None]
+    paths: list[str]
+    starts: list[int]
+    lengths: list[int]
+
+
+class Layout(NamedTuple):
+    """What ``.metadata`` says: the tensors, the bytes items (pickled objects), every storage entry."""
+
+    tensors: list[Tensor]
+    blobs: list[str]
+    entries: Entries
+
+
+def read(folder: Path) -> Layout:
+    """Read and check ``folder/.metadata``; raises OSError (FileNotFoundError when it is not there),
+    pickles' errors, or :class:`Malformed`. A symbolic link or a file past 1 GiB is not read."""
+    path = folder / METADATA
+    info = os.lstat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise pickles.Unreadable("not a plain file (a symbolic link is not followed)")
+    if info.st_size > pickles.MAX_PICKLE_BYTES:
+        raise pickles.Unreadable(f"{info.st_size:,} bytes: too large for a checkpoint's metadata")
+    return parse(path.read_bytes())
+
+
+def parse(data: bytes) -> Layout:
+    """:func:`read` on bytes already read.
+
+    The chunks and storage entries (tens of thousands) are collected (:func:`pickles.loads_collecting`),
+    in the order the pickle built them, which is the order torch's pickler writes the metadata's fields:
+    ``state_dict_metadata`` first (each tensor's chunks are the next ``len(chunks)`` chunk states), then
+    ``storage_data`` (its entries are the first index and info states, pairwise, in its order). Megatron
+    adds its write plans after those, which hold more of both (ignored).
+    """
+    found = pickles.loads_collecting(data, (_CHUNK, _INDEX, _STORAGE))
+    metadata = found.obj
+    if type(metadata) is not _METADATA:
+        raise Malformed(f"it holds a {type(metadata).__name__}, not torch's checkpoint Metadata")
+    fields = vars(metadata)
+    items = fields.get("state_dict_metadata")
+    storage = fields.get("storage_data")
+    if not isinstance(items, dict):
+        raise Malformed("state_dict_metadata is not a dict")
+    if not isinstance(storage, dict):
+        raise Malformed("storage_data is not a dict (a checkpoint written by another storage writer?)")
+    chunk_kind, chunk_states = found.kinds[_CHUNK], found.states[_CHUNK]
+    tensors, blobs, used = [], [], 0
+    for name, item in items.items():
+        if not isinstance(name, str):
+            raise Malformed(f"an item's name is a {type(name).__name__}, not a string")
+        if type(item) is _BYTES:
+            blobs.append(name)
+        elif type(item) is _TENSOR:
+            tensor, used = _tensor(name, vars(item), chunk_kind, chunk_states, used)
+            tensors.append(tensor)
+        else:
+            raise Malformed(f"{name}: a {type(item).__name__}, neither tensor nor bytes metadata")
+    if used > len(chunk_states):
+        raise Malformed(f"{len(chunk_states)} chunk records for {used} chunks of the tensors")
+    return Layout(tensors, blobs, _entries(storage, found))
+
+
+def _ints(value) -> bool:
+    return type(value) is tuple and all(type(v) is int for v in value)
+
+
+def _fields(states: list, names: str, what: str, optional: str = "") -> tuple[list, ...]:
+    """Each state's fields ``names`` (and ``optional`` ones, None when absent), one list per field."""
+    if set(map(type, states)) - {dict}:
+        raise Malformed(f"{what}: a record whose state is not a dict")
+    try:
+        columns = [list(map(itemgetter(name), states)) for name in names.split()]
+    except KeyError as e:
+        raise Malformed(f"{what}: a record without its {e} field") from None
+    return (*columns, *(list(map(dict.get, states, repeat(name))) for name in optional.split()))
+
+
+def _tensor(name: str, fields: dict, kind: type, states: list, used: int) -> tuple[Tensor, int]:
+    shape, chunks = fields.get("size"), fields.get("chunks")
+    if not _ints(shape):
+        raise Malformed(f"{name}: its size is not a tuple of ints")
+    if type(chunks) is not list or set(map(type, chunks)) - {kind}:
+        raise Malformed(f"{name}: its chunks are not a list of chunk metadata")
+    offsets, sizes = _fields(states[used : used + len(chunks)], "offsets sizes", name)
+    return Tensor(name, shape, offsets, sizes), used + len(chunks)
+
+
+def _entries(storage: dict, found: pickles.Collected) -> Entries:
+    """The entries' columns; Malformed unless each is (name, None or offsets) -> (file, start, length)."""
+    index_states, info_states = found.states[_INDEX], found.states[_STORAGE]
+    if set(map(type, storage)) - {found.kinds[_INDEX]} or set(map(type, storage.values())) - {found.kinds[_STORAGE]}:
+        raise Malformed("storage_data holds something other than (MetadataIndex, _StorageInfo) pairs")
+    if len(storage) > min(len(index_states), len(info_states)):
+        counts = f"{len(storage)} storage entries, {len(index_states)} index and {len(info_states)} info records"
+        raise Malformed(f"{counts}: they do not pair up")
+    index_states, info_states = index_states[: len(storage)], info_states[: len(storage)]
+    fqns, offsets = _fields(index_states, "fqn", "storage_data", optional="offset")
+    paths, starts, lengths = _fields(info_states, "relative_path offset length", "storage_data")
+    if set(map(type, fqns)) - {str} or set(map(type, paths)) - {str}:
+        raise Malformed("storage_data: a name or file that is not a string")
+    if set(map(type, offsets)) - {tuple, type(None)}:  # the ints inside: an entry matches a chunk's, or is an orphan
+        raise Malformed("storage_data: an offset that is neither a tuple nor None")
+    if set(map(type, starts)) - {int} or set(map(type, lengths)) - {int} or min(starts + lengths, default=0) < 0:
+        raise Malformed("storage_data: a start or length that is not a non-negative int")
+    return Entries(fqns, offsets, paths, starts, lengths)

@@ -1,0 +1,263 @@
+"""Read torch's checkpoint pickles without torch and without running their code.
+
+A pickle names the classes and functions it wants called. :class:`_Unpickler` looks each name up
+in an allow-list that maps it to a plain stand-in defined here (records that only hold what the
+pickle sets on them, and functions that only return their arguments): a name outside the list is
+refused (:class:`UnsafePickle`), so nothing the file names is ever imported or called. torch's own
+reader is a bare ``pickle.load``.
+
+The list is what torch 2.5 to 2.14 pickle in a ``.metadata`` file (torch.distributed.checkpoint's
+metadata classes, ``_StorageInfo``, ``torch.Size``, dtypes, ``torch.serialization._get_layout``,
+``pathlib`` paths), the write plans megatron-core keeps in it (its ``MCoreSavePlan``, torch's
+``SavePlan``, ``WriteItem``, ``TensorWriteData``, ``WriteItemType``: read and dropped) and, for
+``torch.save``'s zip files (Megatron's ``common.pt``), tensors and their storages (left unread: a
+storage is a reference to a member of the zip), ``OrderedDict`` and ``argparse.Namespace``.
+:func:`loads_collecting` reads a checkpoint's tens of thousands of chunk and entry records into
+lists of their states, never building an object each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import os
+import pickle
+import posixpath
+import zipfile
+from typing import NamedTuple
+
+from ascendfix.errors import AscendfixError
+
+_DCP = "torch.distributed.checkpoint.metadata"
+_FS = "torch.distributed.checkpoint.filesystem"
+MAX_PICKLE_BYTES = 1 << 30
+
+
+class UnsafePickle(AscendfixError):
+    """The pickle names something outside the allow-list (never imported, never called)."""
+
+
+class Unreadable(AscendfixError):
+    """The pickle is malformed, truncated, or not a pickle."""
+
+
+class Record:
+    """A stand-in: holds the attributes the pickle sets (``BUILD``), nothing else, no behaviour.
+
+    Read them with ``vars(record).get(name)``: a pickle may set any name. Identity hash and
+    equality: two records are never merged as dict keys, so duplicate keys stay visible.
+    """
+
+
+def _record(name: str) -> type:
+    return type(name, (Record,), {"__module__": __name__})
+
+
+def _ignored(name: str) -> type:
+    """A stand-in whose pickled state is dropped: what the check never reads (a tensor's properties, the
+    write plans Megatron keeps in its metadata). ``id`` is a builtin that takes the state and keeps nothing;
+    a builtin is no descriptor, so the class attribute is called as it is."""
+    return type(name, (), {"__module__": __name__, "__slots__": (), "__setstate__": id})
+
+
+class Dtype(str):
+    """A torch dtype, by name (``bfloat16``)."""
+
+
+class StorageRef(NamedTuple):
+    """A tensor storage in a torch zip file: the member ``data/<key>`` holding ``numel`` elements of ``itemsize``."""
+
+    key: str
+    itemsize: int
+    numel: int
+
+
+class TensorRef(NamedTuple):
+    """A tensor in a torch zip file: where it lies in its storage (never loaded)."""
+
+    storage: StorageRef | None
+    offset: object
+    size: object
+    stride: object
+
+
+def _layout(name):
+    return name
+
+
+def _enum_member(value):
+    return value
+
+
+def _path(*parts):
+    return posixpath.join(*map(str, parts)) if parts else "."
+
+
+def _rebuild_tensor(storage, offset, size, stride, *_rest):
+    return TensorRef(storage if isinstance(storage, StorageRef) else None, offset, size, stride)
+
+
+def _rebuild_parameter(data, *_rest):
+    return data
+
+
+_DTYPES = (  # torch's dtypes, by name
+    "float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32",
+    "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "qint8", "quint8", "qint32", "quint4x2", "quint2x4",
+)  # fmt: skip
+_STORAGES = {  # the storage classes torch.save names, and their bytes per element
+    "DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2, "ComplexDoubleStorage": 16,
+    "ComplexFloatStorage": 8, "LongStorage": 8, "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1,
+    "ByteStorage": 1, "BoolStorage": 1, "QInt8Storage": 1, "QUInt8Storage": 1, "QInt32Storage": 4,
+    "QUInt4x2Storage": 1, "QUInt2x4Storage": 1, "Float8_e4m3fnStorage": 1, "Float8_e5m2Storage": 1,
+    "Float8_e4m3fnuzStorage": 1, "Float8_e5m2fnuzStorage": 1, "UntypedStorage": 1,
+}  # fmt: skip
+
+
+class _StorageType(NamedTuple):
+    name: str
+    itemsize: int
+
+
+METADATA_NAMES: dict[tuple[str, str], object] = {
+    (_DCP, "Metadata"): _record("Metadata"),
+    (_DCP, "TensorStorageMetadata"): _record("TensorStorageMetadata"),
+    (_DCP, "ChunkStorageMetadata"): _record("ChunkStorageMetadata"),
+    (_DCP, "BytesStorageMetadata"): _record("BytesStorageMetadata"),
+    (_DCP, "TensorProperties"): _ignored("TensorProperties"),
+    (_DCP, "MetadataIndex"): _record("MetadataIndex"),
+    (_DCP, "StorageMeta"): _record("StorageMeta"),
+    (_DCP, "_MEM_FORMAT_ENCODING"): _enum_member,
+    ("torch.distributed.checkpoint.planner", "SavePlan"): _ignored("SavePlan"),
+    ("torch.distributed.checkpoint.planner", "WriteItem"): _ignored("WriteItem"),
+    ("torch.distributed.checkpoint.planner", "TensorWriteData"): _ignored("TensorWriteData"),
+    ("torch.distributed.checkpoint.planner", "WriteItemType"): _enum_member,
+    ("megatron.core.dist_checkpointing.strategies.torch", "MCoreSavePlan"): _ignored("MCoreSavePlan"),
+    (_FS, "_StorageInfo"): _record("StorageInfo"),
+    ("torch", "Size"): tuple,
+    ("torch.serialization", "_get_layout"): _layout,
+    ("collections", "OrderedDict"): dict,
+    **{(module, cls): _path for module in ("pathlib", "pathlib._local") for cls in ("PosixPath", "PurePosixPath")},
+    **{("torch", name): Dtype(name) for name in _DTYPES},
+}
+"""What a ``.metadata`` pickle may name, and the stand-in each name becomes."""
+
+ZIP_NAMES: dict[tuple[str, str], object] = {
+    **METADATA_NAMES,
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("argparse", "Namespace"): _record("Namespace"),
+    **{("torch", name): _StorageType(name, size) for name, size in _STORAGES.items()},
+}
+"""What a ``torch.save`` zip's ``data.pkl`` may name: the metadata's names, tensors, storages, namespaces."""
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, names: dict, storages: list | None):
+        super().__init__(io.BytesIO(data))
+        self._names, self._storages = names, storages
+
+    def find_class(self, module: str, name: str):
+        try:
+            return self._names[module, name]
+        except (KeyError, TypeError):
+            raise UnsafePickle(f"it names {module}.{name}, which is not a checkpoint class (never loaded)") from None
+
+    def persistent_load(self, pid):
+        if self._storages is None:
+            raise Unreadable("a persistent id outside a torch zip file")
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise Unreadable(f"an unknown persistent id {str(pid)[:80]}")
+        _, kind, key, _location, numel = pid
+        if not isinstance(kind, _StorageType) or not isinstance(key, str) or not isinstance(numel, int) or numel < 0:
+            raise Unreadable(f"a storage reference that is not (storage type, key, location, size): {str(pid)[:80]}")
+        ref = StorageRef(key, kind.itemsize, numel)
+        self._storages.append(ref)
+        return ref
+
+
+@contextlib.contextmanager
+def no_collection():
+    """No cyclic garbage collection inside: the stand-ins and the records built from them form no cycles,
+    and the passes a load's hundred thousand objects would set off cost more than the load itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def loads(data: bytes, names: dict = METADATA_NAMES, storages: list | None = None):
+    """Unpickle ``data`` with ``names`` as the only classes and functions it may use (see the module doc).
+
+    ``storages``: a list that collects each tensor storage a torch zip's pickle refers to (none allowed
+    when None). Raises :class:`UnsafePickle` for a name outside ``names``, :class:`Unreadable` for
+    anything else wrong.
+    """
+    try:
+        with no_collection():
+            return _Unpickler(data, names, storages).load()
+    except (UnsafePickle, Unreadable):
+        raise
+    except Exception as e:  # a malformed pickle can raise anything the opcodes reach
+        raise Unreadable(f"not a readable pickle ({type(e).__name__}: {str(e)[:120]})") from None
+
+
+class Collected(NamedTuple):
+    """What :func:`loads_collecting` returns: the object, and per collected class its stand-in and states."""
+
+    obj: object
+    kinds: dict[tuple[str, str], type]  # (module, name) -> the stand-in class of this load
+    states: dict[tuple[str, str], list]  # (module, name) -> each instance's state, in the order the pickle built them
+
+
+def loads_collecting(data: bytes, collect: tuple[tuple[str, str], ...]) -> Collected:
+    """:func:`loads` with :data:`METADATA_NAMES`, where each class in ``collect`` (a name of that table) becomes an
+    empty stand-in whose pickled state goes to a list instead: the states of a checkpoint's many small records
+    (its chunks and storage entries) are read in one pass and never copied into an object each.
+    """
+    names = dict(METADATA_NAMES)
+    kinds, states = {}, {}
+    for key in collect:
+        built: list = []
+        kinds[key] = names[key] = type(key[1], (), {"__slots__": (), "__setstate__": built.append})
+        states[key] = built
+    return Collected(loads(data, names), kinds, states)
+
+
+class TorchZip(NamedTuple):
+    """A ``torch.save`` file read without loading tensors: the object, its storages, and their members' sizes."""
+
+    obj: object
+    storages: list[StorageRef]
+    member_sizes: dict[str, int]  # storage key -> bytes of its member in the zip
+
+
+def read_torch_zip(path) -> TorchZip:
+    """Read a ``torch.save`` zip file's ``data.pkl`` through :data:`ZIP_NAMES`; the storages stay unread.
+
+    A symbolic link is not followed.
+    """
+    try:
+        if os.path.islink(path):
+            raise Unreadable("a symbolic link: not followed")
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+            found = [i for i in infos if i.filename.endswith("/data.pkl") and i.filename.count("/") == 1]
+            if len(found) != 1:
+                raise Unreadable("no data.pkl: not a torch.save zip file")
+            if found[0].file_size > MAX_PICKLE_BYTES:
+                raise Unreadable(f"data.pkl is {found[0].file_size} bytes, too large for a state dict's pickle")
+            data = archive.read(found[0])
+    except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as e:
+        raise Unreadable(f"not a readable zip file ({e})") from None
+    storages: list[StorageRef] = []
+    obj = loads(data, ZIP_NAMES, storages)
+    members = found[0].filename[: -len("data.pkl")] + "data/"
+    sizes = {i.filename[len(members) :]: i.file_size for i in infos if i.filename.startswith(members)}
+    return TorchZip(obj, storages, sizes)

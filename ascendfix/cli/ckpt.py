@@ -1,0 +1,155 @@
+"""``ckpt check``: prove a distributed checkpoint complete before the job loads it (no torch needed)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ascendfix.cli.base import emit_json, json_option, path_type, render
+
+_CONTROL = dict.fromkeys([*range(32), *range(127, 160)], "?")
+
+
+def printable(text: str) -> str:
+    """Text from the checkpoint with its control characters replaced: safe to print on a terminal."""
+    return str(text).translate(_CONTROL)
+
+
+@click.group("ckpt")
+def ckpt_group() -> None:
+    """Distributed checkpoints: check one offline, on this node or on every node."""
+
+
+@ckpt_group.command("check")
+@click.argument("folder", type=path_type())
+@click.option(
+    "--config",
+    type=path_type(),
+    metavar="HF_CONFIG_JSON",
+    help="The HF model's config.json: check its layer and expert counts against the tensors.",
+)
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="auto",
+    default=None,
+    metavar="[ADDRESS]",
+    help="Check on every alive node of this Ray cluster (default: the local one's) and compare their files.",
+)
+@click.option(
+    "--ray-timeout", type=float, default=60.0, show_default=True, metavar="SECONDS", help="Per-node answer limit."
+)
+@json_option
+def check_command(folder: Path, config: Path | None, ray_address: str | None, ray_timeout: float, as_json: bool):
+    """Check the DCP checkpoint in FOLDER: .metadata (never run), every tensor's chunks, every file and size.
+
+    A Megatron checkpoint's metadata.json (backend torch_dist) and common.pt are checked too.
+    Exit 0 when nothing is wrong, 1 with one line per problem, 2 on bad input.
+    """
+    from ascendfix.checkpoint import check, megatron
+
+    model = megatron.read_config(config) if config is not None else None
+    if ray_address is not None:
+        _on_cluster(folder, config, None if ray_address == "auto" else ray_address, ray_timeout, as_json)
+        return
+    report = check.check(folder, model)
+    render(report, as_json, _render_report)
+    if not report.ok:
+        sys.exit(1)
+
+
+def _render_report(report) -> None:
+    for p in report.problems:
+        click.echo(f"{click.style('✗', fg='red')} {p.kind:14} {printable(p.subject)}: {printable(p.detail)}")
+    counts = f"{report.tensors:,} tensors, {report.chunks:,} chunks, {report.files:,} files, {_size(report.bytes)}"
+    name = printable(report.checkpoint)
+    if report.ok:
+        click.echo(f"{click.style('✓', fg='green')} {name}: {counts}, complete")
+    else:
+        click.echo(f"{click.style('✗', fg='red', bold=True)} {name}: {counts}: {len(report.problems)} problem(s)")
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
+
+
+def _on_cluster(folder: Path, config: Path | None, address: str | None, timeout: float, as_json: bool) -> None:
+    """Every node checks the folder at the same path and lists its files; one table, and the files that differ."""
+    from ascendfix.checkpoint import views
+    from ascendfix.cluster import fanout
+
+    argv = [str(folder)] + ([str(config)] if config is not None else [])
+    answers = fanout.run(argv, address, timeout, local=views.node_view)
+    seen = {a.label: a.data.get("view", {}) for a in answers if isinstance(a.data, dict)}
+    differing = views.differences(seen)
+    ok = not differing and not any(a.failed for a in answers)
+    if as_json:
+        emit_json(
+            {
+                "checkpoint": str(folder),
+                "ok": ok,
+                "nodes": [
+                    {
+                        "node": a.label,
+                        "hostname": a.hostname,
+                        "returncode": a.returncode,
+                        "error": a.error,
+                        "result": {k: v for k, v in a.data.items() if k != "view"} if a.data else None,
+                        "view": views.digest(seen[a.label]) if a.label in seen else None,
+                    }
+                    for a in answers
+                ],
+                "differing": [{"file": name, "sizes": sizes} for name, sizes in differing],
+            }
+        )
+    else:
+        _render_cluster(answers, seen, differing, ok)
+    if not ok:
+        sys.exit(1)
+
+
+def _render_cluster(answers, seen, differing, ok: bool) -> None:
+    from ascendfix.checkpoint import views
+
+    rows = [("node", "host", "files", "bytes", "problems", "view", "exit")]
+    for a in answers:
+        data = a.data if isinstance(a.data, dict) else {}
+        problems = data.get("problems")
+        rows.append(
+            (
+                a.label,
+                a.hostname,
+                str(data.get("files", "-")),
+                _size(data["bytes"]) if "bytes" in data else "-",
+                printable(a.error) if a.error else str(len(problems)) if problems is not None else "-",
+                views.digest(seen[a.label]) if a.label in seen else "-",
+                "-" if a.returncode is None else str(a.returncode),
+            )
+        )
+    widths = [max(len(printable(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(printable(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    for a in answers:
+        problems = a.data.get("problems") if isinstance(a.data, dict) else None
+        for p in (p for p in problems or () if isinstance(p, dict)):
+            subject = p.get("tensor") or p.get("file") or ""
+            click.echo(
+                f"  {printable(a.label)}: {printable(p.get('kind'))} {printable(subject)}: {printable(p.get('detail'))}"
+            )
+    if differing:
+        click.echo(click.style(f"nodes see different files ({len(differing)}):", fg="red", bold=True))
+        for name, sizes in differing[:20]:
+            shown = "; ".join(
+                f"{node}: {'(absent)' if size is None else f'{size:,} bytes'}" for node, size in sizes.items()
+            )
+            click.echo(f"  {printable(name)}  {printable(shown)}")
+        if len(differing) > 20:
+            click.echo(f"  (and {len(differing) - 20} more)")
+    if ok:
+        click.echo(click.style(f"all {len(answers)} node(s) see the same complete checkpoint", fg="green"))

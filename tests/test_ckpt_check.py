@@ -1,0 +1,611 @@
+"""ckpt check: real checkpoints written at test time (torch DCP by 4 gloo ranks, megatron-core's torch_dist
+save), then damaged each way; the pickle is never run; the geometry is the fast-validate template's."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from ascendfix.checkpoint import check, geometry, layout, megatron, pickles, views
+from ascendfix.checkpoint.layout import Tensor
+from ascendfix.cli import main
+from ascendfix.errors import UsageError
+from ascendfix.job import preflight
+from ascendfix.resources import data_dir
+from click.testing import CliRunner
+
+from tests import upstream
+
+REPO = Path(__file__).resolve().parent.parent
+NO_TORCH = "torch is not installed (pip install torch==2.13.0: the CPU build is enough)"
+NO_MCORE = "megatron-core is not installed (pip install megatron-core==0.12.1 psutil: it installs on CPU)"
+JSON_KEYS = ["checkpoint", "ok", "tensors", "chunks", "files", "bytes", "problems"]
+
+DCP_SAVE = """
+import os, sys
+import torch, torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.tensor import DeviceMesh, Shard, distribute_tensor
+
+def main(rank, world, out, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = DeviceMesh("cpu", list(range(world)))
+    state = {
+        "w": distribute_tensor(torch.arange(64.0).reshape(8, 8), mesh, [Shard(0)]),  # 4 chunks of 2 rows
+        "b": distribute_tensor(torch.arange(12.0).reshape(3, 4), mesh, [Shard(1)]),  # 4 chunks of 1 column
+        "step": 3,  # a bytes item
+    }
+    dcp.save(state, checkpoint_id=out)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    import torch.multiprocessing as mp
+    mp.spawn(main, args=(4, sys.argv[1], int(sys.argv[2])), nprocs=4)
+"""
+
+# megatron-core's own dist_checkpointing.save (torch_dist) of ShardedTensors named and laid out as its
+# TransformerBlock and MoE experts make them: 4 layers stacked on axis 0 (2 per PP rank), 8 experts on
+# axis 1 (4 per EP rank), fc1 in its two SwiGLU halves on axis 2; plus common state (a tensor, args).
+MCORE_SAVE = """
+import argparse, functools, os, sys
+import torch, torch.distributed as dist
+
+def main(rank, world, out, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # CPU only: megatron-core syncs the device after copying to the CPU and keeps small flags on it
+    torch.cuda.synchronize = lambda *args, **kwargs: None
+    torch.cuda.current_device = lambda: "cpu"
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing import ShardedTensor
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+    from torch.distributed.checkpoint import filesystem
+    if "serialization_format" in filesystem._write_item.__code__.co_varnames:  # torch >= 2.8 added it
+        filesystem_async._write_item = functools.partial(
+            filesystem._write_item, serialization_format=filesystem.SerializationFormat.TORCH_SAVE
+        )
+    layers, experts, hidden, ffn = 4, 8, 4, 2
+    state = {"iteration": 7, "args": argparse.Namespace(num_layers=layers), "bias": torch.zeros(3)}
+    for layer in range(rank * layers // world, (rank + 1) * layers // world):
+        state[f"qkv{layer}"] = ShardedTensor.from_rank_offsets(
+            "decoder.layers.self_attention.linear_qkv.weight", torch.ones(6, hidden),
+            (0, layer, layers), replica_id=0, prepend_axis_num=1,
+        )
+    per_rank = experts // world
+    for layer in range(layers):
+        for expert in range(rank * per_rank, (rank + 1) * per_rank):
+            for half in range(2):
+                state[f"fc1.{layer}.{expert}.{half}"] = ShardedTensor.from_rank_offsets(
+                    "decoder.layers.mlp.experts.experts.linear_fc1.weight", torch.ones(ffn, hidden),
+                    (0, layer, layers), (1, expert, experts), (2, half, 2), replica_id=0, prepend_axis_num=2,
+                )
+    dist_checkpointing.save(state, out, sharded_strategy=("torch_dist", 1))
+    dist.barrier()
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    import torch.multiprocessing as mp
+    mp.spawn(main, args=(2, sys.argv[1], int(sys.argv[2])), nprocs=2)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _save(script: str, out: Path, tmp: Path) -> Path:
+    path = tmp / "save.py"
+    path.write_text(script)
+    out.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(path), str(out), str(_free_port())], capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def dcp_saved(tmp_path_factory):
+    """A torch.distributed.checkpoint save of DTensors by 4 gloo ranks (written once per module)."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip(NO_TORCH)
+    tmp = tmp_path_factory.mktemp("dcp")
+    return _save(DCP_SAVE, tmp / "ckpt", tmp)
+
+
+@pytest.fixture(scope="module")
+def mcore_saved(tmp_path_factory):
+    """megatron-core's dist_checkpointing.save with the torch_dist backend, by 2 gloo ranks."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip(NO_TORCH)
+    if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
+        pytest.skip(NO_MCORE)
+    if importlib.util.find_spec("psutil") is None:
+        pytest.skip(NO_MCORE)
+    tmp = tmp_path_factory.mktemp("mcore")
+    return _save(MCORE_SAVE, tmp / "ckpt", tmp)
+
+
+@pytest.fixture
+def dcp(tmp_path, dcp_saved) -> Path:
+    """This test's own copy of the DCP checkpoint (it may damage it)."""
+    return Path(shutil.copytree(dcp_saved, tmp_path / "ckpt"))
+
+
+@pytest.fixture
+def mcore(tmp_path, mcore_saved) -> Path:
+    return Path(shutil.copytree(mcore_saved, tmp_path / "ckpt"))
+
+
+def ckpt_check(folder: Path, *args: str) -> tuple[int, dict]:
+    result = CliRunner().invoke(main, ["ckpt", "check", str(folder), "--json", *args])
+    return result.exit_code, json.loads(result.stdout)
+
+
+def kinds(report: dict) -> set[tuple[str, str]]:
+    return {(p["kind"], p.get("tensor") or p.get("file")) for p in report["problems"]}
+
+
+def _rewrite_metadata(folder: Path, edit) -> None:
+    """Change the .metadata this test's own save wrote (read with torch's own classes: our file, trusted)."""
+    pytest.importorskip("torch", reason=NO_TORCH)
+    metadata = pickle.loads((folder / ".metadata").read_bytes())
+    edit(metadata)
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata))
+
+
+@pytest.mark.slow
+def test_a_four_rank_dcp_save_is_complete(dcp):
+    code, report = ckpt_check(dcp)
+    data_files = sorted(dcp.glob("*.distcp"))
+    assert (code, list(report)) == (0, JSON_KEYS)
+    assert report == {
+        "checkpoint": str(dcp),
+        "ok": True,
+        "tensors": 2,
+        "chunks": 8,
+        "files": 4,
+        "bytes": sum(f.stat().st_size for f in data_files),
+        "problems": [],
+    }
+    assert len(data_files) == 4
+
+
+@pytest.mark.slow
+def test_a_deleted_shard_is_named(dcp):
+    (dcp / "__2_0.distcp").unlink()
+    code, report = ckpt_check(dcp)
+    assert (code, report["ok"]) == (1, False)
+    assert kinds(report) == {("missing-file", "__2_0.distcp")}
+
+
+@pytest.mark.slow
+def test_a_truncated_shard_is_named(dcp):
+    shard = dcp / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    code, report = ckpt_check(dcp)
+    assert code == 1
+    assert kinds(report) == {("truncated", "__1_0.distcp")}
+    assert "truncated" in report["problems"][0]["detail"]
+
+
+@pytest.mark.slow
+def test_a_save_killed_before_its_metadata_is_incomplete(dcp):
+    (dcp / ".metadata").unlink()
+    code, report = ckpt_check(dcp)
+    assert code == 1
+    assert kinds(report) == {("missing-file", ".metadata")}
+
+
+@pytest.mark.slow
+def test_overlapping_chunks_with_the_volume_kept_are_found(dcp):
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex
+
+    def overlap(metadata):  # w's last chunk (rows 6:8) moved to rows 5:7: 64 elements still, row 7 uncovered
+        chunks = metadata.state_dict_metadata["w"].chunks
+        last = next(i for i, c in enumerate(chunks) if c.offsets[0] == 6)
+        moved = ChunkStorageMetadata(offsets=type(chunks[last].offsets)([5, 0]), sizes=chunks[last].sizes)
+        chunks[last] = moved
+        info = metadata.storage_data.pop(MetadataIndex("w", [6, 0]))
+        metadata.storage_data[MetadataIndex("w", [5, 0])] = info
+
+    _rewrite_metadata(dcp, overlap)
+    code, report = ckpt_check(dcp)
+    assert code == 1
+    assert kinds(report) == {("overlap", "w")}
+    assert "[4:6, 0:8] and [5:7, 0:8]" in report["problems"][0]["detail"]
+
+
+@pytest.mark.slow
+def test_a_missing_chunk_is_a_gap_and_a_stray_entry_an_orphan(dcp):
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
+    def drop(metadata):
+        chunks = metadata.state_dict_metadata["w"].chunks
+        chunks[:] = [c for c in chunks if c.offsets[0] != 6]  # its storage entry stays: an orphan
+
+    _rewrite_metadata(dcp, drop)
+    code, report = ckpt_check(dcp)
+    assert code == 1
+    assert kinds(report) == {("gap", "w"), ("orphan", "w")}
+    gap = next(p for p in report["problems"] if p["kind"] == "gap")
+    assert gap["detail"] == "chunks cover 48 of 64 elements: no chunk covers 6:8 of dimension 0"
+
+    _rewrite_metadata(dcp, lambda metadata: metadata.storage_data.pop(MetadataIndex("w", [6, 0])))
+    assert kinds(ckpt_check(dcp)[1]) == {("gap", "w")}
+
+
+@pytest.mark.slow
+def test_a_chunk_without_storage_and_a_stray_data_file(dcp):
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
+    _rewrite_metadata(dcp, lambda metadata: metadata.storage_data.pop(MetadataIndex("b", [0, 2])))
+    shutil.copy(dcp / "__0_0.distcp", dcp / "__9_0.distcp")
+    code, report = ckpt_check(dcp)
+    assert kinds(report) == {("no-storage", "b"), ("orphan", "__9_0.distcp")}
+    assert "[0, 2]" in next(p["detail"] for p in report["problems"] if p["kind"] == "no-storage")
+
+
+class _RunsACommand:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_metadata_pickle_that_would_run_a_command_never_runs(tmp_path):
+    marker = tmp_path / "ran"
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / ".metadata").write_bytes(pickle.dumps({"state_dict_metadata": _RunsACommand(marker)}))
+    code, report = ckpt_check(folder)
+    assert code == 1
+    assert kinds(report) == {("unsafe-pickle", ".metadata")}
+    assert f"{os.system.__module__}.system" in report["problems"][0]["detail"]
+    assert not marker.exists()
+    assert pickle.loads((folder / ".metadata").read_bytes()) is not None and marker.exists()  # it was armed
+
+
+def test_a_common_pt_that_would_run_a_command_never_runs(tmp_path):
+    marker = tmp_path / "ran"
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist"}))
+    with zipfile.ZipFile(folder / "common.pt", "w") as archive:
+        archive.writestr("common/data.pkl", pickle.dumps({"args": _RunsACommand(marker)}))
+    problems = megatron.layout_problems(folder, megatron_expected=False, quick=False)
+    assert [(p.kind, p.subject) for p in problems] == [("unsafe-pickle", "common.pt")]
+    assert not marker.exists()
+
+
+def test_the_allow_list_maps_names_to_stand_ins_and_refuses_the_rest():
+    assert pickles.loads(pickle.dumps(Path("/ckpt/a"))) == "/ckpt/a"
+    for forbidden in (print, os.system, subprocess.Popen, importlib.import_module):
+        with pytest.raises(pickles.UnsafePickle, match="not a checkpoint class"):
+            pickles.loads(pickle.dumps(forbidden))
+    with pytest.raises(pickles.Unreadable):
+        pickles.loads(b"\x80\x04not a pickle")
+
+
+@pytest.mark.slow
+def test_megatron_core_torch_dist_save_is_complete_and_matches_its_config(mcore, tmp_path):
+    assert {p.name for p in mcore.iterdir()} >= {".metadata", "common.pt", "metadata.json"}
+    code, report = ckpt_check(mcore)
+    assert (code, report["problems"], report["tensors"]) == (0, [], 2)
+    assert report["chunks"] == 4 + 4 * 8 * 2  # qkv per layer; fc1 per layer, expert and SwiGLU half
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"num_hidden_layers": 4, "num_experts": 8, "mlp_only_layers": []}))
+    assert ckpt_check(mcore, "--config", str(config))[0] == 0
+    config.write_text(json.dumps({"num_hidden_layers": 6, "num_experts": 16}))
+    code, report = ckpt_check(mcore, "--config", str(config))
+    assert code == 1
+    assert kinds(report) == {
+        ("shape", "decoder.layers.self_attention.linear_qkv.weight"),
+        ("shape", "decoder.layers.mlp.experts.experts.linear_fc1.weight"),
+        ("missing-layer", "decoder.layers"),
+    }
+    assert "4 layers; the config has 6" in report["problems"][0]["detail"]
+
+
+@pytest.mark.slow
+def test_megatron_save_without_metadata_json_is_incomplete(mcore):
+    (mcore / "metadata.json").unlink()
+    code, report = ckpt_check(mcore)
+    assert code == 1
+    assert kinds(report) == {("incomplete", "metadata.json")}
+
+
+@pytest.mark.slow
+def test_megatron_metadata_json_must_name_torch_dist_and_common_pt_be_whole(mcore):
+    (mcore / "metadata.json").write_text(json.dumps({"sharded_backend": "zarr"}))
+    common = mcore / "common.pt"
+    with zipfile.ZipFile(common) as archive:
+        members = {i.filename: archive.read(i) for i in archive.infolist()}
+    with zipfile.ZipFile(common, "w") as archive:  # the pickle kept, the tensor's storage cut short
+        for name, data in members.items():
+            archive.writestr(name, data[:4] if "/data/" in name else data)
+    code, report = ckpt_check(mcore)
+    assert kinds(report) == {("backend", "metadata.json"), ("truncated", "common.pt")}
+
+
+def test_chunks_are_checked_with_the_fast_validate_templates_own_scan(monkeypatch):
+    module = geometry.template()
+    assert Path(module.__file__) == data_dir("patches") / geometry.TEMPLATE
+    seen = []
+    real = module._ascendfix_overlapping_pairs
+    monkeypatch.setattr(module, "_ascendfix_overlapping_pairs", lambda boxes: seen.append(boxes) or real(boxes))
+    shape = (4, 4)
+    chunks = geometry.boxes(shape, [(0, 0), (0, 2), (2, 0), (2, 2)], [(2, 2)] * 4)
+    assert geometry.findings(shape, chunks) == [] and seen == [chunks]
+
+
+@pytest.mark.parametrize(
+    ("offsets", "sizes", "kind", "detail"),
+    [
+        ([(0, 0), (2, 0)], [(2, 4), (3, 4)], "out-of-bounds", "[2:5, 0:4]"),
+        ([(0, 0), (1, 0)], [(2, 4), (2, 4)], "overlap", "[0:2, 0:4] and [1:3, 0:4]"),
+        ([(0, 0), (0, 2), (2, 0)], [(2, 2)] * 3, "gap", "no chunk at [2:4, 2:4]"),
+        ([(0, 0)], [(4, 3)], "gap", "no chunk covers 3:4 of dimension 1"),
+        ([(0, 0), (2, 2), (0, 0)], [(4, 4), (0, 0), (4, 4)], "overlap", "[0:4, 0:4] and [0:4, 0:4]"),
+    ],
+)
+def test_bounds_overlap_and_cover(offsets, sizes, kind, detail):
+    shape = (4, 4)
+    (found,) = geometry.findings(shape, geometry.boxes(shape, offsets, sizes))
+    assert found.kind == kind and detail in found.detail
+
+
+def test_empty_chunks_and_scalars_cover_exactly():
+    assert geometry.findings((4,), geometry.boxes((4,), [(0,), (2,), (4,)], [(4,), (0,), (0,)])) == []
+    assert geometry.findings((), geometry.boxes((), [()], [()])) == []
+    assert geometry.boxes((4, 4), [(0, 0)], [(4,)]) is None  # not the tensor's rank
+    assert geometry.boxes((4,), [(0.5,)], [(4,)]) is None
+
+
+def _stacked(name: str, layers: int, experts: int, missing=()) -> Tensor:
+    offsets = [(n, e, 0) for n in range(layers) for e in range(experts) if (n, e) not in missing]
+    return Tensor(name, (layers, experts, 8), offsets, [(1, 1, 8)] * len(offsets))
+
+
+def test_config_names_missing_experts_and_layers():
+    model = megatron.ModelShape(94, 128, frozenset(range(94)))
+    fc1 = "decoder.layers.mlp.experts.experts.linear_fc1.weight"
+    holes = {(3, e) for e in range(32, 64)} | {(4, e) for e in range(32, 64)} | {(90, 127)}
+    problems = megatron.config_problems([_stacked(fc1, 94, 128, holes)], model)
+    assert [(p.kind, p.detail) for p in problems] == [
+        ("missing-expert", "layer(s) 3-4: no chunk for expert(s) 32-63"),
+        ("missing-expert", "layer(s) 90: no chunk for expert(s) 127"),
+    ]
+    per_layer = [
+        Tensor(f"decoder.layers.{n}.mlp.linear_fc1.weight", (8,), [(0,)], [(8,)]) for n in range(94) if n != 12
+    ]
+    dense = megatron.ModelShape(94, 0, frozenset())
+    assert [(p.kind, p.detail) for p in megatron.config_problems(per_layer, dense)] == [
+        ("missing-layer", "no tensor of layer(s) 12 of the config's 94")
+    ]
+
+
+def test_config_json_errors_name_the_field(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"num_experts": 128}))
+    with pytest.raises(UsageError, match="num_hidden_layers"):
+        megatron.read_config(config)
+    config.write_text(json.dumps({"num_hidden_layers": 94, "num_experts": 128, "mlp_only_layers": [0, 1]}))
+    assert megatron.read_config(config) == megatron.ModelShape(94, 128, frozenset(range(2, 94)))
+    result = CliRunner().invoke(main, ["ckpt", "check", str(tmp_path), "--config", str(tmp_path / "none.json")])
+    assert result.exit_code == 2 and "--config" in result.stderr
+
+
+def test_not_a_folder_is_bad_input(tmp_path):
+    result = CliRunner().invoke(main, ["ckpt", "check", str(tmp_path / "absent"), "--json"])
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["exit_code"] == 2
+
+
+def test_a_storage_entry_outside_the_folder_is_refused(tmp_path):
+    entries = layout.Entries(["w"], [(0,)], ["../../etc/passwd"], [0], [4])
+    problems, files, size = check._files(tmp_path, entries)
+    assert [(p.kind, p.subject) for p in problems] == [("unsafe-path", "../../etc/passwd")]
+    (tmp_path / "x.distcp").symlink_to("/etc/hostname")
+    problems, _, _ = check._files(tmp_path, layout.Entries(["w"], [(0,)], ["x.distcp"], [0], [4]))
+    assert [(p.kind, p.detail) for p in problems] == [("unsafe-path", "a symbolic link: not followed")]
+
+
+def _script(tmp_path: Path, folder: Path) -> Path:
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "python3 -m verl.trainer.main_ppo \\\n"
+        "    actor_rollout_ref.actor.megatron.use_dist_checkpointing=True \\\n"
+        f"    actor_rollout_ref.actor.megatron.dist_checkpointing_path={folder} \\\n"
+        f"    actor_rollout_ref.ref.megatron.dist_checkpointing_path={folder}\n"
+    )
+    return script
+
+
+def test_run_preflight_refuses_a_broken_checkpoint_unless_no_preflight(tmp_path):
+    from ascendfix.profile import manifest
+
+    profile = manifest.load_profile("verl-796871d")
+    folder = tmp_path / "dist_ckpt"
+    folder.mkdir()
+    (folder / "common.pt").write_bytes(b"")
+    seams = preflight.Seams(
+        lambda p, d: [],
+        lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches},
+        checkpoint_problems=preflight.default_seams().checkpoint_problems,
+    )
+    argv = ["bash", str(_script(tmp_path, folder))]
+    found = preflight.run_preflight(profile, "npu", argv, {}, seams)
+    messages = [f.message for f in found.problems if f.source == "checkpoint"]
+    assert len(messages) == 2  # one folder, checked once: .metadata and metadata.json missing
+    assert all(m.startswith(f"actor_rollout_ref.actor.megatron.dist_checkpointing_path={folder}: ") for m in messages)
+    assert any("missing-file .metadata" in m for m in messages) and any(
+        "incomplete metadata.json" in m for m in messages
+    )
+    skipped = preflight.run_preflight(profile, "npu", argv, {}, seams, full=False)
+    assert not [f for f in skipped.problems if f.source == "checkpoint"]
+
+
+def test_preflight_skips_a_checkpoint_the_job_does_not_load():
+    overrides = {
+        "a.megatron.use_dist_checkpointing": "False",
+        "a.megatron.dist_checkpointing_path": "/ckpt/a",
+        "b.megatron.dist_checkpointing_path": "$DIST_CKPT_PATH",
+        "c.megatron.dist_checkpointing_path": "/ckpt/c",
+        "d.dist_checkpointing_path": "'/ckpt/c'",
+    }
+    assert preflight.checkpoint_folders(overrides) == {
+        "/ckpt/c": ["c.megatron.dist_checkpointing_path", "d.dist_checkpointing_path"]
+    }
+
+
+@pytest.mark.slow
+def test_preflight_passes_a_complete_checkpoint(dcp):
+    assert preflight.default_seams().checkpoint_problems(dcp) == []
+
+
+@pytest.mark.slow
+def test_every_node_sees_the_same_files_or_the_table_says_which(dcp, tmp_path, monkeypatch):
+    from ascendfix.cluster import fanout
+
+    other = Path(shutil.copytree(dcp, tmp_path / "other"))
+    (other / "__3_0.distcp").unlink()
+    folders = {"10.0.0.1": dcp, "10.0.0.2": dcp, "10.0.0.3": other}  # what each node's path holds
+
+    def fake_run(argv, address, timeout, local):
+        answers = []
+        for address, folder in folders.items():
+            answer = local([str(folder), *argv[1:]], timeout)
+            answers.append(fanout._answer(fanout.NodeAnswer(address.replace(".", ""), address), answer))
+        return answers
+
+    monkeypatch.setattr(fanout, "run", fake_run)
+    result = CliRunner().invoke(main, ["ckpt", "check", str(dcp), "--ray", "--json"])
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    size = (dcp / "__3_0.distcp").stat().st_size
+    labels = [n["node"] for n in report["nodes"]]
+    assert report["differing"] == [
+        {"file": "__3_0.distcp", "sizes": dict(zip(labels, [size, size, None], strict=True))}
+    ]
+    assert [n["returncode"] for n in report["nodes"]] == [0, 0, 1]
+    text = CliRunner().invoke(main, ["ckpt", "check", str(dcp), "--ray"]).stdout
+    assert "nodes see different files (1):" in text and "(absent)" in text
+    folders["10.0.0.3"] = dcp
+    assert CliRunner().invoke(main, ["ckpt", "check", str(dcp), "--ray"]).exit_code == 0
+
+
+def test_file_views_and_differences(tmp_path):
+    (tmp_path / "a.distcp").write_bytes(b"12345")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.pt").write_bytes(b"1")
+    (tmp_path / "link").symlink_to(tmp_path / "a.distcp")
+    view = views.file_view(tmp_path)
+    assert view == {"a.distcp": 5, "link": -1, "sub/b.pt": 1}
+    other = {**view, "a.distcp": 4}
+    del other["sub/b.pt"]
+    assert views.differences({"n1": view, "n2": other}) == [
+        ("a.distcp", {"n1": 5, "n2": 4}),
+        ("sub/b.pt", {"n1": 1, "n2": None}),
+    ]
+    assert views.digest(view) == views.digest(dict(view)) != views.digest(other)
+
+
+def test_printed_names_carry_no_control_characters():
+    from ascendfix.cli.ckpt import printable
+
+    assert printable("w\x1b[2J\x07\x9b.weight") == "w?[2J??.weight"
+
+
+# What layout.py reads from each record, by the torch class that pickles it.
+READ_FIELDS = {
+    ("metadata", "Metadata"): {"state_dict_metadata", "storage_data"},
+    ("metadata", "TensorStorageMetadata"): {"size", "chunks"},
+    ("metadata", "ChunkStorageMetadata"): {"offsets", "sizes"},
+    ("metadata", "MetadataIndex"): {"fqn", "offset"},
+    ("filesystem", "_StorageInfo"): {"relative_path", "offset", "length"},
+}
+
+
+def _classes(path: Path) -> dict[str, set[str]]:
+    """Module-level classes -> their annotated fields."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    return {
+        node.name: {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+    }
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("version", upstream.TORCH_RELEASES)
+def test_the_allow_list_covers_what_each_torch_release_pickles(version, upstream_files):
+    """Every class torch's checkpoint metadata module defines is allowed, and has the fields layout.py reads."""
+    root = upstream_files.torch_checkpoint_tree(version) / "torch"
+    dcp = root / "distributed" / "checkpoint"
+    defined = {short: _classes(dcp / f"{short}.py") for short in ("metadata", "filesystem")}
+    for name in defined["metadata"]:
+        assert ("torch.distributed.checkpoint.metadata", name) in pickles.METADATA_NAMES, f"{version} {name}"
+    assert ("torch.distributed.checkpoint.filesystem", "_StorageInfo") in pickles.METADATA_NAMES
+    for (short, name), fields in READ_FIELDS.items():
+        assert fields <= defined[short][name], f"torch {version}: {short}.{name} has {defined[short][name]}"
+    planner = _classes(dcp / "planner.py")
+    for name in ("SavePlan", "WriteItem", "TensorWriteData", "WriteItemType"):  # Megatron's metadata keeps its plans
+        assert name in planner and ("torch.distributed.checkpoint.planner", name) in pickles.METADATA_NAMES
+    assert "def _get_layout(" in (root / "serialization.py").read_text()
+
+
+def test_a_symlinked_metadata_or_common_pt_is_not_followed(tmp_path):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (tmp_path / "elsewhere").write_bytes(pickle.dumps({}))
+    (folder / ".metadata").symlink_to(tmp_path / "elsewhere")
+    (folder / "common.pt").symlink_to(tmp_path / "elsewhere")
+    (folder / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist"}))
+    code, report = ckpt_check(folder)
+    assert code == 1
+    assert kinds(report) == {("unreadable", ".metadata"), ("unreadable", "common.pt")}
+    assert all("symbolic link" in p["detail"] for p in report["problems"])
+
+
+@pytest.fixture(scope="module")
+def two_ray_nodes():
+    """A head and a worker on this machine, bound to loopback, each with this checkout on PYTHONPATH."""
+    cluster_utils = pytest.importorskip("ray.cluster_utils")
+    small = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "env_vars": {"PYTHONPATH": str(REPO)}}
+    c = cluster_utils.Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
+    try:
+        worker = c.add_node(**small)
+        c.wait_for_nodes()
+        assert {c.head_node.node_ip_address, worker.node_ip_address} == {"127.0.0.1"}  # loopback only
+        yield c
+    finally:
+        c.shutdown()
+
+
+@pytest.mark.slow
+def test_every_node_of_a_real_ray_cluster_checks_the_checkpoint(two_ray_nodes, dcp):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "ascendfix", "ckpt", "check", str(dcp), "--ray", two_ray_nodes.address, "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["differing"] == []
+    assert len(report["nodes"]) == 2
+    assert {n["result"]["chunks"] for n in report["nodes"]} == {8}
+    assert len({n["view"] for n in report["nodes"]}) == 1
