@@ -56,9 +56,9 @@ _CONTROL = (
 )
 
 
-def clean(text: str) -> str:
+def clean(text: object) -> str:
     """Text from a file made safe for a terminal: escape sequences and control characters removed."""
-    return re.sub(_CONTROL, "", text)
+    return re.sub(_CONTROL, "", str(text))
 
 
 def escape(text: str) -> str:
@@ -135,6 +135,31 @@ def profile_option(func):
 def device_option(help: str = "npu or cuda (default: detected).", **kwargs):
     """``--device npu|cuda``."""
     return click.option("--device", type=click.Choice(DEVICES), help=help, **kwargs)
+
+
+def ray_options(what: str):
+    """``--ray [ADDRESS]`` (``auto``: the local cluster's address) and ``--ray-timeout``; ``what`` ends --ray's help."""
+
+    def add(func):
+        func = click.option(
+            "--ray-timeout",
+            type=float,
+            default=60.0,
+            show_default=True,
+            metavar="SECONDS",
+            help="Per-node answer limit.",
+        )(func)
+        return click.option(
+            "--ray",
+            "ray_address",
+            is_flag=False,
+            flag_value="auto",
+            default=None,
+            metavar="[ADDRESS]",
+            help=f"{what} on every alive node of this Ray cluster (default: the local one's) and compare.",
+        )(func)
+
+    return add
 
 
 def json_option(func):

@@ -7,14 +7,7 @@ from pathlib import Path
 
 import click
 
-from ascendfix.cli.base import emit_json, json_option, path_type, render
-
-_CONTROL = dict.fromkeys([*range(32), *range(127, 160)], "?")
-
-
-def printable(text: str) -> str:
-    """Text from the checkpoint with its control characters replaced: safe to print on a terminal."""
-    return str(text).translate(_CONTROL)
+from ascendfix.cli.base import clean, emit_json, json_option, path_type, ray_options, render
 
 
 @click.group("ckpt")
@@ -30,18 +23,7 @@ def ckpt_group() -> None:
     metavar="HF_CONFIG_JSON",
     help="The HF model's config.json: check its layer and expert counts against the tensors.",
 )
-@click.option(
-    "--ray",
-    "ray_address",
-    is_flag=False,
-    flag_value="auto",
-    default=None,
-    metavar="[ADDRESS]",
-    help="Check on every alive node of this Ray cluster (default: the local one's) and compare their files.",
-)
-@click.option(
-    "--ray-timeout", type=float, default=60.0, show_default=True, metavar="SECONDS", help="Per-node answer limit."
-)
+@ray_options("Check")
 @json_option
 def check_command(folder: Path, config: Path | None, ray_address: str | None, ray_timeout: float, as_json: bool):
     """Check the DCP checkpoint in FOLDER: .metadata (never run), every tensor's chunks, every file and size.
@@ -63,9 +45,9 @@ def check_command(folder: Path, config: Path | None, ray_address: str | None, ra
 
 def _render_report(report) -> None:
     for p in report.problems:
-        click.echo(f"{click.style('✗', fg='red')} {p.kind:14} {printable(p.subject)}: {printable(p.detail)}")
+        click.echo(f"{click.style('✗', fg='red')} {p.kind:14} {clean(p.subject)}: {clean(p.detail)}")
     counts = f"{report.tensors:,} tensors, {report.chunks:,} chunks, {report.files:,} files, {_size(report.bytes)}"
-    name = printable(report.checkpoint)
+    name = clean(report.checkpoint)
     if report.ok:
         click.echo(f"{click.style('✓', fg='green')} {name}: {counts}, complete")
     else:
@@ -127,28 +109,26 @@ def _render_cluster(answers, seen, differing, ok: bool) -> None:
                 a.hostname,
                 str(data.get("files", "-")),
                 _size(data["bytes"]) if "bytes" in data else "-",
-                printable(a.error) if a.error else str(len(problems)) if problems is not None else "-",
+                clean(a.error) if a.error else str(len(problems)) if problems is not None else "-",
                 views.digest(seen[a.label]) if a.label in seen else "-",
                 "-" if a.returncode is None else str(a.returncode),
             )
         )
-    widths = [max(len(printable(row[i])) for row in rows) for i in range(len(rows[0]))]
+    widths = [max(len(clean(row[i])) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        click.echo("  ".join(printable(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        click.echo("  ".join(clean(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     for a in answers:
         problems = a.data.get("problems") if isinstance(a.data, dict) else None
         for p in (p for p in problems or () if isinstance(p, dict)):
             subject = p.get("tensor") or p.get("file") or ""
-            click.echo(
-                f"  {printable(a.label)}: {printable(p.get('kind'))} {printable(subject)}: {printable(p.get('detail'))}"
-            )
+            click.echo(f"  {clean(a.label)}: {clean(p.get('kind'))} {clean(subject)}: {clean(p.get('detail'))}")
     if differing:
         click.echo(click.style(f"nodes see different files ({len(differing)}):", fg="red", bold=True))
         for name, sizes in differing[:20]:
             shown = "; ".join(
                 f"{node}: {'(absent)' if size is None else f'{size:,} bytes'}" for node, size in sizes.items()
             )
-            click.echo(f"  {printable(name)}  {printable(shown)}")
+            click.echo(f"  {clean(name)}  {clean(shown)}")
         if len(differing) > 20:
             click.echo(f"  (and {len(differing) - 20} more)")
     if ok:

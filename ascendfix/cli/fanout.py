@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ascendfix.cli.base import emit_json, escape, out, wide
+from ascendfix.cli.base import emit_json, escape, out, ray_options, wide
 
 
 def on_ray_cluster(command):
@@ -28,18 +28,7 @@ def on_ray_cluster(command):
         if not report.ok:
             sys.exit(1)
 
-    run = click.option(
-        "--ray-timeout", type=float, default=60.0, show_default=True, metavar="SECONDS", help="Per-node answer limit."
-    )(run)
-    return click.option(
-        "--ray",
-        "ray_address",
-        is_flag=False,
-        flag_value="auto",
-        default=None,
-        metavar="[ADDRESS]",
-        help="Run on every alive node of this Ray cluster (default: the local one's) and compare.",
-    )(run)
+    return ray_options("Run")(run)
 
 
 def _local_argv(ctx: click.Context) -> list[str]:
