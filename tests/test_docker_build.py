@@ -41,12 +41,12 @@ DOCTOR = (
 
 MISSING = [tool for tool in ("buildah", "debootstrap") if not shutil.which(tool)]
 
-# The tests install nothing on the host: .ci/run installs buildah and debootstrap before it runs the suite.
+# The tests install nothing on the host: .ci/run installs buildah and debootstrap, then runs the suite.
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.upstream,
     pytest.mark.skipif(bool(MISSING), reason=f"{' and '.join(MISSING)} not installed (see .ci/run)"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="buildah --isolation chroot and debootstrap need root"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="buildah --isolation chroot and the Debian bootstrap need root"),
 ]
 
 
@@ -77,7 +77,7 @@ def rootfs_tar() -> Path:
                 timeout=1200,
             )
             if done.returncode != 0:
-                pytest.skip(f"debootstrap could not reach a Debian mirror: {done.stderr.strip()[-300:]}")
+                pytest.skip(f"the Debian bootstrap could not reach a mirror: {done.stderr.strip()[-300:]}")
             # The CANN image's Python is not Debian-managed: pip installs into it directly.
             for marker in root.glob("usr/lib/python3*/EXTERNALLY-MANAGED"):
                 marker.unlink()
