@@ -22,7 +22,6 @@ them, and undoing them switches the NPU rollout off.
 from __future__ import annotations
 
 import ast
-import difflib
 from collections.abc import Callable
 
 INSTALLER = "MindSpeed-RL rl-plugin installer (branch 2.2.0, rl-plugin/setup.py)"
@@ -169,6 +168,8 @@ def has_import_block(code: bytes) -> bool:
 def adds_import_block(original: bytes, current: bytes) -> bool:
     """Whether ``current`` is ``original`` with import-block statements added (anywhere, in any spelling,
     at least one guarded ``import verl_npu``) and nothing else changed, compared as syntax trees."""
+    import difflib  # only doctor asks: status and apply load this module through the rules
+
     before, after = _statements(original), _statements(current)
     if before is None or after is None:
         return False
