@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -36,7 +35,7 @@ from ascendfix.fsutil import TEMP_SUFFIX, Escape, Tree, check_rel, locked, sha25
 STATE_DIR = ".ascendfix"
 SCHEMA = 3
 MAX_SOURCE_BYTES = 4 * 1024 * 1024  # no upstream source file ascendfix patches is over 1 MB
-_SHA = re.compile(r"[0-9a-f]{64}\Z")
+_HEX = frozenset("0123456789abcdef")
 _GITIGNORE = b"# written by ascendfix: this folder is ascendfix's state, not part of the tree\n*\n"
 
 Prove = Callable[[str, bytes, "bytes | None"], bool]
@@ -422,7 +421,11 @@ class Journal(NamedTuple):
 
 
 def _is_sha(value: object) -> bool:
-    return value is None or (isinstance(value, str) and bool(_SHA.match(value)))
+    return value is None or _is_hex64(value)
+
+
+def _is_hex64(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)
 
 
 def _rel(path: Path, rel: object) -> str:
@@ -437,7 +440,7 @@ def _record(path: Path, rec: object) -> Record:
         record = Record(**rec)
     except TypeError as e:
         raise RefusedError(f"{path}: unreadable ({e}); move it aside to start over") from None
-    if not all(isinstance(v, str) for v in record) or not all(map(_SHA.match, record[2:4])):
+    if not all(isinstance(v, str) for v in record) or not all(map(_is_hex64, record[2:4])):
         raise RefusedError(f"{path}: unreadable (a record's fields are not what ascendfix writes); move it aside")
     return record
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from ascendfix.profile import rl_plugin
 from ascendfix.profile.device import DEVICES
 from ascendfix.states import Name, State
 
@@ -32,6 +31,12 @@ REFUSE, WARN = RuleAction
 TRUE_WORDS = ("true", "1", "yes")
 
 
+def _imports_plugin(source: bytes) -> bool:
+    from ascendfix.profile import rl_plugin  # loaded when a rule asks, not with every profile
+
+    return rl_plugin.imports_plugin(source)
+
+
 class Marker(NamedTuple):
     """Something a module's file holds, that a rule can ask about (``marker = NAME`` in a module condition)."""
 
@@ -41,7 +46,7 @@ class Marker(NamedTuple):
 
 
 MARKERS = {
-    "rl-plugin-import": Marker("__init__.py", "the rl-plugin's import verl_npu block", rl_plugin.imports_plugin),
+    "rl-plugin-import": Marker("__init__.py", "the rl-plugin's import verl_npu block", _imports_plugin),
 }
 
 
