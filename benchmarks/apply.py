@@ -59,7 +59,19 @@ def main() -> None:
         cli = [sys.executable, "-m", "ascendfix"]
         roots = ["--root", f"verl={verl}", "--root", f"torch={torch}"]
         target = ["--profile", "verl-796871d", "--device", "npu", *roots]
-        bare = ["doctor", "--profile", "verl-796871d", "--ascend-home", str(work / "no-ascend")]
+        # a bare machine: no Ascend stack, and an interpreter with none of the profile's packages (the
+        # one running this may have the test extra's torch, whose unknown release doctor would parse)
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "bare")], check=True)
+        bare_python = str(work / "bare" / "bin" / "python")
+        bare = [
+            "doctor",
+            "--profile",
+            "verl-796871d",
+            "--ascend-home",
+            str(work / "no-ascend"),
+            "--python",
+            bare_python,
+        ]
         commands = {
             "cold apply": ([*cli, "apply", *target], (0,)),
             "no-op apply": ([*cli, "apply", *target], (0,)),
