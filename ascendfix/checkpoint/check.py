@@ -67,16 +67,18 @@ def _tensors(metadata: layout.Layout, with_geometry: bool) -> tuple[list[Problem
     stored = _stored_offsets(metadata.entries)
     for tensor in metadata.tensors:
         name = tensor.name
-        chunks = geometry.boxes(tensor.shape, tensor.offsets, tensor.sizes)
-        if chunks is None:
+        if with_geometry:
+            found = geometry.check(tensor.shape, tensor.offsets, tensor.sizes)
+        else:
+            found = None if geometry.boxes(tensor.shape, tensor.offsets, tensor.sizes) is None else []
+        if found is None:
             problems.append(Problem("malformed", "tensor", name, "its chunks are not int offsets and sizes"))
             continue
-        if with_geometry:
-            problems += [Problem(f.kind, "tensor", name, f.detail) for f in geometry.findings(tensor.shape, chunks)]
-        problems += _stored_once(name, set(tensor.offsets), stored.pop(name, []))
+        problems += [Problem(f.kind, "tensor", name, f.detail) for f in found]
+        problems += _stored_once(name, tensor.offsets, stored.pop(name, []))
         readable.append(tensor)
     for name in metadata.blobs:
-        problems += _stored_once(name, {None}, stored.pop(name, []))
+        problems += _stored_once(name, [None], stored.pop(name, []))
     for name, offsets in stored.items():
         problems.append(Problem("orphan", "tensor", name, f"{_entries_word(len(offsets))} for no item of the metadata"))
     return problems, readable
@@ -88,15 +90,16 @@ def _stored_offsets(entries: layout.Entries) -> dict[str, list]:
     stored: dict[str, list] = {}
     at = 0
     for fqn, run in groupby(entries.fqns):
-        count = sum(1 for _ in run)
+        count = len(list(run))
         stored.setdefault(fqn, []).extend(entries.offsets[at : at + count])
         at += count
     return stored
 
 
-def _stored_once(name: str, wanted: set, offsets: list) -> list[Problem]:
-    """The item's chunks (``wanted``: their offsets, or {None}) each have exactly one storage entry."""
-    have = set(offsets)
+def _stored_once(name: str, chunks: list, offsets: list) -> list[Problem]:
+    """The item's chunks (their offsets, or [None]) each have exactly one storage entry (``offsets``: the entries')."""
+    wanted = set(chunks)
+    have = wanted if offsets == chunks else set(offsets)  # entries written in the chunks' order: one set
     if have == wanted and len(offsets) == len(have):
         return []
     problems = []
@@ -121,7 +124,7 @@ def _files(folder: Path, entries: layout.Entries) -> tuple[list[Problem], int, i
     ends = list(map(add, entries.starts, entries.lengths))
     at = 0
     for path, run in groupby(entries.paths):  # a rank's entries come together: one run per file, mostly
-        count = sum(1 for _ in run)
+        count = len(list(run))
         starts, stops = by_file.setdefault(path, ([], []))
         starts += entries.starts[at : at + count]
         stops += ends[at : at + count]

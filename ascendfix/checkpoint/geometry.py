@@ -45,22 +45,48 @@ def boxes(shape: tuple, offsets: list, sizes: list) -> list | None:
 
     The boxes the template's ``_ascendfix_boxes`` would make (without the dimension picking torch's callers need).
     """
-    if (set(map(type, offsets)) | set(map(type, sizes))) - {tuple}:
+    columns = _columns(len(shape), offsets, sizes)
+    return None if columns is None else list(zip(offsets, sizes, strict=True))
+
+
+def check(shape: tuple, offsets: list, sizes: list) -> list[Finding] | None:
+    """:func:`findings` of the chunks ``offsets`` and ``sizes``, or None where :func:`boxes` is None."""
+    columns = _columns(len(shape), offsets, sizes)
+    if columns is None:
         return None
-    if (set(map(len, offsets)) | set(map(len, sizes))) - {len(shape)}:
-        return None
-    if (set(map(type, chain.from_iterable(offsets))) | set(map(type, chain.from_iterable(sizes)))) - {int}:
-        return None
-    return list(zip(offsets, sizes, strict=True))
+    return _findings(shape, list(zip(offsets, sizes, strict=True)), sizes, *columns)
 
 
 def findings(shape: tuple, chunks: list) -> list[Finding]:
     """Bounds, overlap and exact cover of ``chunks`` (from :func:`boxes`) over a tensor of ``shape``."""
     if not chunks:
-        return [Finding("gap", "no chunk at all")] if math.prod(shape) else []
+        return _findings(shape, chunks, [], [], [])
     starts, sizes = zip(*chunks, strict=True)
-    size_columns = list(zip(*sizes, strict=True))
-    found = _bounds(shape, chunks, list(zip(*starts, strict=True)), size_columns)
+    return _findings(shape, chunks, sizes, list(zip(*starts, strict=True)), list(zip(*sizes, strict=True)))
+
+
+def _columns(rank: int, offsets: list, sizes: list) -> tuple[list, list] | None:
+    """The offsets' and the sizes' values one tuple per dimension, or None unless all are int tuples of ``rank``."""
+    if (set(map(type, offsets)) | set(map(type, sizes))) - {tuple}:
+        return None
+    if not offsets and not sizes:
+        return [()] * rank, [()] * rank
+    try:
+        starts, lengths = list(zip(*offsets, strict=True)), list(zip(*sizes, strict=True))
+    except ValueError:  # tuples of more than one length
+        return None
+    if len(offsets) != len(sizes) or {len(offsets[0]), len(sizes[0])} != {rank}:
+        return None
+    if set(map(type, chain.from_iterable(starts + lengths))) - {int}:
+        return None
+    return starts, lengths
+
+
+def _findings(shape: tuple, chunks: list, sizes: list, start_columns: list, size_columns: list) -> list[Finding]:
+    """:func:`findings`, given the chunks' sizes and both their columns (one tuple per dimension)."""
+    if not chunks:
+        return [Finding("gap", "no chunk at all")] if math.prod(shape) else []
+    found = _bounds(shape, chunks, start_columns, size_columns)
     if found:
         return found
     solid = chunks
@@ -81,7 +107,9 @@ def findings(shape: tuple, chunks: list) -> list[Finding]:
 def _bounds(shape: tuple, chunks: list, starts: list, sizes: list) -> list[Finding]:
     """Chunks reaching outside the tensor (or of a negative size); ``starts``, ``sizes``: one tuple per dimension."""
     if all(
-        min(starts[d]) >= 0 and min(sizes[d]) >= 0 and max(map(add, starts[d], sizes[d])) <= length
+        min(starts[d]) >= 0
+        and min(sizes[d]) >= 0
+        and (max(starts[d]) + max(sizes[d]) <= length or max(map(add, starts[d], sizes[d])) <= length)
         for d, length in enumerate(shape)
     ):
         return []

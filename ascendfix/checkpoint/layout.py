@@ -115,13 +115,13 @@ def _ints(value) -> bool:
 
 def _fields(states: list, names: str, what: str, optional: str = "") -> tuple[list, ...]:
     """Each state's fields ``names`` (and ``optional`` ones, None when absent), one list per field."""
-    if set(map(type, states)) - {dict}:
-        raise Malformed(f"{what}: a record whose state is not a dict")
-    try:
+    try:  # a state that is no dict (the pickle's built-ins, the stand-ins) has no str keys: TypeError
         columns = [list(map(itemgetter(name), states)) for name in names.split()]
+        return (*columns, *(list(map(dict.get, states, repeat(name))) for name in optional.split()))
     except KeyError as e:
         raise Malformed(f"{what}: a record without its {e} field") from None
-    return (*columns, *(list(map(dict.get, states, repeat(name))) for name in optional.split()))
+    except TypeError:
+        raise Malformed(f"{what}: a record whose state is not a dict") from None
 
 
 def _tensor(name: str, fields: dict, kind: type, states: list, used: int) -> tuple[Tensor, int]:
@@ -149,6 +149,11 @@ def _entries(storage: dict, found: pickles.Collected) -> Entries:
         raise Malformed("storage_data: a name or file that is not a string")
     if set(map(type, offsets)) - {tuple, type(None)}:  # the ints inside: an entry matches a chunk's, or is an orphan
         raise Malformed("storage_data: an offset that is neither a tuple nor None")
-    if set(map(type, starts)) - {int} or set(map(type, lengths)) - {int} or min(starts + lengths, default=0) < 0:
+    if (
+        set(map(type, starts)) - {int}
+        or set(map(type, lengths)) - {int}
+        or min(starts, default=0) < 0
+        or min(lengths, default=0) < 0
+    ):
         raise Malformed("storage_data: a start or length that is not a non-negative int")
     return Entries(fqns, offsets, paths, starts, lengths)

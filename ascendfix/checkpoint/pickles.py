@@ -227,7 +227,12 @@ def loads_collecting(data: bytes, collect: tuple[tuple[str, str], ...]) -> Colle
         built: list = []
         kinds[key] = names[key] = type(key[1], (), {"__slots__": (), "__setstate__": built.append})
         states[key] = built
-    return Collected(loads(data, names), kinds, states)
+    try:
+        obj = loads(data, names)
+    finally:
+        for kind in kinds.values():  # a class is a cycle, freed only by the collector: let it not hold the states
+            del kind.__setstate__
+    return Collected(obj, kinds, states)
 
 
 class TorchZip(NamedTuple):

@@ -122,11 +122,17 @@ def _ascendfix_boxes(offsets, sizes, dims):
 
 def _ascendfix_is_grid(boxes, ndims):
     """Whether every size is positive and, in each dimension, the distinct ranges are disjoint."""
-    offsets, sizes = list(zip(*(o for o, _ in boxes))), list(zip(*(s for _, s in boxes)))
+    offsets, sizes = zip(*boxes)
+    offsets, sizes = list(zip(*offsets)), list(zip(*sizes))
     for d in range(ndims):
-        if min(sizes[d]) <= 0:
+        lengths = set(sizes[d])
+        if min(lengths) <= 0:
             return False
-        ranges = sorted(set(zip(offsets[d], sizes[d])))
+        if len(lengths) == 1:  # one size in d (a tensor split evenly): its ranges are its distinct starts
+            length = lengths.pop()
+            ranges = [(start, length) for start in sorted(set(offsets[d]))]
+        else:
+            ranges = sorted(set(zip(offsets[d], sizes[d])))
         if any(ranges[k][0] + ranges[k][1] > ranges[k + 1][0] for k in range(len(ranges) - 1)):
             return False
     return True
@@ -165,8 +171,11 @@ def _ascendfix_overlapping_pairs(boxes):
         return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes))]
     if not _ascendfix_is_grid(boxes, ndims):
         return _ascendfix_sweep(boxes, ndims)
-    # A grid: boxes overlap in a dimension only when their ranges there are the same one.
-    if len(set(boxes)) == len(boxes):
+    # A grid: boxes overlap in a dimension only when their ranges there are the same one, and a range is
+    # known by its start (two positive ranges with one start overlap): boxes overlap when their offsets match.
+    from operator import itemgetter
+
+    if len(set(map(itemgetter(0), boxes))) == len(boxes):
         return []
     same = {}
     for i, box in enumerate(boxes):
