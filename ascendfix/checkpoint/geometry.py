@@ -77,7 +77,7 @@ def _columns(rank: int, offsets: list, sizes: list) -> tuple[list, list] | None:
         return None
     if len(offsets) != len(sizes) or {len(offsets[0]), len(sizes[0])} != {rank}:
         return None
-    if set(map(type, chain.from_iterable(starts + lengths))) - {int}:
+    if list(map(type, chain.from_iterable(starts + lengths))).count(int) != 2 * rank * len(offsets):
         return None
     return starts, lengths
 
@@ -86,11 +86,12 @@ def _findings(shape: tuple, chunks: list, sizes: list, start_columns: list, size
     """:func:`findings`, given the chunks' sizes and both their columns (one tuple per dimension)."""
     if not chunks:
         return [Finding("gap", "no chunk at all")] if math.prod(shape) else []
-    found = _bounds(shape, chunks, start_columns, size_columns)
+    least = list(map(min, size_columns))
+    found = _bounds(shape, chunks, start_columns, size_columns, least)
     if found:
         return found
     solid = chunks
-    if any(min(column) == 0 for column in size_columns):
+    if 0 in least:
         solid = [b for b in chunks if all(b[1])]
         sizes = [s for _, s in solid]
     pairs = template()._ascendfix_overlapping_pairs(solid)
@@ -104,11 +105,12 @@ def _findings(shape: tuple, chunks: list, sizes: list, start_columns: list, size
     return []
 
 
-def _bounds(shape: tuple, chunks: list, starts: list, sizes: list) -> list[Finding]:
-    """Chunks reaching outside the tensor (or of a negative size); ``starts``, ``sizes``: one tuple per dimension."""
+def _bounds(shape: tuple, chunks: list, starts: list, sizes: list, least: list) -> list[Finding]:
+    """Chunks reaching outside the tensor (or of a negative size); ``starts``, ``sizes``: one tuple per dimension,
+    ``least``: each dimension's smallest size."""
     if all(
-        min(starts[d]) >= 0
-        and min(sizes[d]) >= 0
+        least[d] >= 0
+        and min(starts[d]) >= 0
         and (max(starts[d]) + max(sizes[d]) <= length or max(map(add, starts[d], sizes[d])) <= length)
         for d, length in enumerate(shape)
     ):

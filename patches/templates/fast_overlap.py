@@ -120,16 +120,20 @@ def _ascendfix_boxes(offsets, sizes, dims):
     return list(zip(offsets, sizes))
 
 
-def _ascendfix_is_grid(boxes, ndims):
+def _ascendfix_is_grid(offsets, sizes, ndims):
     """Whether every size is positive and, in each dimension, the distinct ranges are disjoint."""
-    offsets, sizes = zip(*boxes)
-    offsets, sizes = list(zip(*offsets)), list(zip(*sizes))
+    shapes = set(sizes)
+    if len(shapes) == 1:  # chunks of one shape (a tensor split evenly): no column of sizes to read
+        lengths = [{length} for length in shapes.pop()]
+    else:
+        sizes = list(zip(*sizes))
+        lengths = [set(column) for column in sizes]
+    offsets = list(zip(*offsets))
     for d in range(ndims):
-        lengths = set(sizes[d])
-        if min(lengths) <= 0:
+        if min(lengths[d]) <= 0:
             return False
-        if len(lengths) == 1:  # one size in d (a tensor split evenly): its ranges are its distinct starts
-            length = lengths.pop()
+        if len(lengths[d]) == 1:  # one size in d: its ranges are its distinct starts
+            length = min(lengths[d])
             ranges = [(start, length) for start in sorted(set(offsets[d]))]
         else:
             ranges = sorted(set(zip(offsets[d], sizes[d])))
@@ -169,13 +173,12 @@ def _ascendfix_overlapping_pairs(boxes):
     ndims = len(boxes[0][0]) if boxes else 0
     if ndims == 0:
         return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes))]
-    if not _ascendfix_is_grid(boxes, ndims):
+    offsets, sizes = zip(*boxes)
+    if not _ascendfix_is_grid(offsets, sizes, ndims):
         return _ascendfix_sweep(boxes, ndims)
     # A grid: boxes overlap in a dimension only when their ranges there are the same one, and a range is
     # known by its start (two positive ranges with one start overlap): boxes overlap when their offsets match.
-    from operator import itemgetter
-
-    if len(set(map(itemgetter(0), boxes))) == len(boxes):
+    if len(set(offsets)) == len(boxes):
         return []
     same = {}
     for i, box in enumerate(boxes):
