@@ -86,12 +86,12 @@ def _findings(shape: tuple, chunks: list, sizes: list, start_columns: list, size
     """:func:`findings`, given the chunks' sizes and both their columns (one tuple per dimension)."""
     if not chunks:
         return [Finding("gap", "no chunk at all")] if math.prod(shape) else []
-    least = list(map(min, size_columns))
-    found = _bounds(shape, chunks, start_columns, size_columns, least)
+    start_values, size_values = list(map(set, start_columns)), list(map(set, size_columns))  # a few values each
+    found = _bounds(shape, chunks, start_columns, size_columns, start_values, size_values)
     if found:
         return found
     solid = chunks
-    if 0 in least:
+    if any(0 in values for values in size_values):
         solid = [b for b in chunks if all(b[1])]
         sizes = [s for _, s in solid]
     pairs = template()._ascendfix_overlapping_pairs(solid)
@@ -99,19 +99,25 @@ def _findings(shape: tuple, chunks: list, sizes: list, start_columns: list, size
         shown = "; ".join(f"{_box(solid[i])} and {_box(solid[j])}" for i, j in pairs[:_SHOWN])
         more = f" (and {len(pairs) - _SHOWN} more pairs)" if len(pairs) > _SHOWN else ""
         return [Finding("overlap", f"chunks overlap: {shown}{more}")]
-    covered, total = sum(map(math.prod, sizes)), math.prod(shape)
+    if all(len(values) == 1 for values in size_values):  # chunks of one shape (a tensor split evenly)
+        covered = len(sizes) * math.prod(sizes[0]) if sizes else 0
+    else:
+        covered = sum(map(math.prod, sizes))
+    total = math.prod(shape)
     if covered != total:
         return [Finding("gap", f"chunks cover {covered:,} of {total:,} elements: {_first_hole(shape, solid)}")]
     return []
 
 
-def _bounds(shape: tuple, chunks: list, starts: list, sizes: list, least: list) -> list[Finding]:
+def _bounds(
+    shape: tuple, chunks: list, starts: list, sizes: list, start_values: list, size_values: list
+) -> list[Finding]:
     """Chunks reaching outside the tensor (or of a negative size); ``starts``, ``sizes``: one tuple per dimension,
-    ``least``: each dimension's smallest size."""
+    ``start_values``, ``size_values``: one set of the distinct values per dimension."""
     if all(
-        least[d] >= 0
-        and min(starts[d]) >= 0
-        and (max(starts[d]) + max(sizes[d]) <= length or max(map(add, starts[d], sizes[d])) <= length)
+        min(size_values[d]) >= 0
+        and min(start_values[d]) >= 0
+        and (max(start_values[d]) + max(size_values[d]) <= length or max(map(add, starts[d], sizes[d])) <= length)
         for d, length in enumerate(shape)
     ):
         return []

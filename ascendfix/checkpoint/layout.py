@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
-from itertools import repeat
+from itertools import chain, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import NamedTuple
@@ -128,7 +128,7 @@ def _tensor(name: str, fields: dict, kind: type, states: list, used: int) -> tup
     shape, chunks = fields.get("size"), fields.get("chunks")
     if not _ints(shape):
         raise Malformed(f"{name}: its size is not a tuple of ints")
-    if type(chunks) is not list or set(map(type, chunks)) - {kind}:
+    if type(chunks) is not list or _count(chunks, kind) != len(chunks):
         raise Malformed(f"{name}: its chunks are not a list of chunk metadata")
     offsets, sizes = _fields(states[used : used + len(chunks)], "offsets sizes", name)
     return Tensor(name, shape, offsets, sizes), used + len(chunks)
@@ -137,23 +137,25 @@ def _tensor(name: str, fields: dict, kind: type, states: list, used: int) -> tup
 def _entries(storage: dict, found: pickles.Collected) -> Entries:
     """The entries' columns; Malformed unless each is (name, None or offsets) -> (file, start, length)."""
     index_states, info_states = found.states[_INDEX], found.states[_STORAGE]
-    if set(map(type, storage)) - {found.kinds[_INDEX]} or set(map(type, storage.values())) - {found.kinds[_STORAGE]}:
+    count = len(storage)
+    if _count(storage, found.kinds[_INDEX]) != count or _count(storage.values(), found.kinds[_STORAGE]) != count:
         raise Malformed("storage_data holds something other than (MetadataIndex, _StorageInfo) pairs")
-    if len(storage) > min(len(index_states), len(info_states)):
-        counts = f"{len(storage)} storage entries, {len(index_states)} index and {len(info_states)} info records"
+    if count > min(len(index_states), len(info_states)):
+        counts = f"{count} storage entries, {len(index_states)} index and {len(info_states)} info records"
         raise Malformed(f"{counts}: they do not pair up")
-    index_states, info_states = index_states[: len(storage)], info_states[: len(storage)]
+    index_states, info_states = index_states[:count], info_states[:count]
     fqns, offsets = _fields(index_states, "fqn", "storage_data", optional="offset")
     paths, starts, lengths = _fields(info_states, "relative_path offset length", "storage_data")
-    if set(map(type, fqns)) - {str} or set(map(type, paths)) - {str}:
+    if _count(chain(fqns, paths), str) != 2 * count:
         raise Malformed("storage_data: a name or file that is not a string")
-    if set(map(type, offsets)) - {tuple, type(None)}:  # the ints inside: an entry matches a chunk's, or is an orphan
+    offset_types = list(map(type, offsets))  # the ints inside: an entry matches a chunk's, or is an orphan
+    if offset_types.count(tuple) + offset_types.count(type(None)) != count:
         raise Malformed("storage_data: an offset that is neither a tuple nor None")
-    if (
-        set(map(type, starts)) - {int}
-        or set(map(type, lengths)) - {int}
-        or min(starts, default=0) < 0
-        or min(lengths, default=0) < 0
-    ):
+    if _count(chain(starts, lengths), int) != 2 * count or min(starts, default=0) < 0 or min(lengths, default=0) < 0:
         raise Malformed("storage_data: a start or length that is not a non-negative int")
     return Entries(fqns, offsets, paths, starts, lengths)
+
+
+def _count(values, kind: type) -> int:
+    """How many of ``values`` are exactly of type ``kind`` (one pass in C, no set)."""
+    return list(map(type, values)).count(kind)

@@ -122,9 +122,8 @@ def _ascendfix_boxes(offsets, sizes, dims):
 
 def _ascendfix_is_grid(offsets, sizes, ndims):
     """Whether every size is positive and, in each dimension, the distinct ranges are disjoint."""
-    shapes = set(sizes)
-    if len(shapes) == 1:  # chunks of one shape (a tensor split evenly): no column of sizes to read
-        lengths = [{length} for length in shapes.pop()]
+    if sizes.count(sizes[0]) == len(sizes):  # chunks of one shape (a tensor split evenly): no column of sizes to read
+        lengths = [{length} for length in sizes[0]]
     else:
         sizes = list(zip(*sizes))
         lengths = [set(column) for column in sizes]
