@@ -285,10 +285,18 @@ def test_device_collectives_name_the_slowest_node_and_give_each_nodes_busbw():
     assert all(n.ok for n in by_id.values())
 
 
-def test_a_rank_that_fails_is_named_and_the_ranks_that_waited_for_it_are_warnings():
+@pytest.mark.parametrize(
+    "consequence",
+    [
+        "init_process_group(nccl): DistStoreError: wait timeout after 60000ms",
+        "all_reduce: DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote"
+        " server shutdown or crash?",
+    ],
+)
+def test_a_rank_that_fails_is_named_and_the_ranks_that_waited_for_it_are_warnings(consequence):
     by_id = _nodes("a", "b", "c")
     ranks = [
-        ("a", _FakeRank(0.1, error="init_process_group(nccl): DistStoreError: wait timeout after 60000ms")),
+        ("a", _FakeRank(0.1, error=consequence)),
         ("b", _FakeRank(0.1, error="torch sees no CUDA device on this node (torch.cuda.is_available() is False)")),
         ("c", _FakeRank(0.1, result_ok=False)),
     ]

@@ -605,9 +605,13 @@ def _stuck(answer: dict, where: object) -> str:
     return " (its actor did not start: is the NPU/GPU it needs taken by another job?)"
 
 
+_CONSEQUENCE = re.compile(r"time[ds]? ?out|connection (was likely )?closed|closed by peer|reset by peer", re.I)
+
+
 def _waited(answer: dict) -> bool:
-    """A rank that timed out waiting (for another rank, most likely) rather than failing on its own."""
-    return bool(answer.get("stuck")) or re.search(r"time[ds]? ?out", answer["error"], re.IGNORECASE) is not None
+    """A rank that timed out waiting, or whose peer went away (gloo: "Connection was likely closed"), rather
+    than failing on its own: a consequence of another rank's failure, when there is one."""
+    return bool(answer.get("stuck")) or _CONSEQUENCE.search(answer["error"]) is not None
 
 
 # --- run's --smoke -------------------------------------------------------------------------------
