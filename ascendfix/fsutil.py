@@ -128,14 +128,6 @@ class Tree:
                     raise TooLarge(f"{self.root / rel} is {info.st_size:,} bytes, over the {limit:,} this reads")
                 return f.read()
 
-    def mode(self, rel: str) -> int | None:
-        """The permission bits of ``rel``, or None when it is absent."""
-        try:
-            with self._parent(rel) as (fd, name):
-                return os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode & 0o7777
-        except FileNotFoundError:
-            return None
-
     def write(self, rel: str, data: bytes, mode: int | None = None, check: Callable[[], None] | None = None) -> None:
         """Replace ``rel`` with ``data`` atomically: a fresh temp file beside it (``O_EXCL|O_NOFOLLOW``), fsync,
         rename, folder fsync. Missing folders are made. ``mode`` defaults to the replaced file's, else 0o644.

@@ -108,9 +108,10 @@ class Store:
     def journal_file(self) -> Path:
         return self.dir / "journal.json"
 
-    def backup_path(self, rel: str) -> Path:
-        """Where the original of ``rel`` is kept."""
-        return self.dir / "backup" / rel
+    @staticmethod
+    def _backup(rel: str) -> str:
+        """Where the original of ``rel`` is kept, relative to the root."""
+        return f"{STATE_DIR}/backup/{check_rel(rel)}"
 
     def _check_dir(self) -> None:
         if self.tree.is_link(STATE_DIR):
@@ -163,7 +164,7 @@ class Store:
     def load_backup(self, rel: str, expected_sha256: str) -> bytes | None:
         """The original bytes of ``rel``, if the backup is there and intact (the caller proves them)."""
         try:
-            data = self.tree.read(f"{STATE_DIR}/backup/{check_rel(rel)}", MAX_SOURCE_BYTES)
+            data = self.tree.read(self._backup(rel), MAX_SOURCE_BYTES)
         except (FileNotFoundError, Escape, IsADirectoryError):
             return None
         return data if digest(data) == expected_sha256 else None
@@ -183,10 +184,10 @@ class Store:
 
     def _save_backup(self, rel: str, original: bytes) -> None:
         if self.load_backup(rel, digest(original)) is None:
-            self.tree.write(f"{STATE_DIR}/backup/{rel}", original, 0o644)
+            self.tree.write(self._backup(rel), original, 0o644)
 
     def _drop_backup(self, rel: str) -> None:
-        backup = f"{STATE_DIR}/backup/{rel}"
+        backup = self._backup(rel)
         self.tree.unlink(backup)
         self.tree.prune(backup, STATE_DIR)
 
@@ -549,8 +550,8 @@ class Transaction:
 class Session:
     """The roots of one command, locked, recovered and swept: plan inside it, then :meth:`write`."""
 
-    def __init__(self, roots: list[Path], prove: Prove):
-        self.roots, self.prove = roots, prove
+    def __init__(self, prove: Prove):
+        self.prove = prove
 
     def write(self, op: str, writes: dict[Path, list[PlannedWrite]]) -> None:
         """Write ``writes`` (planned writes by package root) in one transaction across the roots."""
@@ -573,7 +574,7 @@ def session(
             for rel in files.get(root, []):
                 store.tree.remove_temps(rel)
             store.sweep_temps()
-        yield Session(roots, prove)
+        yield Session(prove)
 
 
 def _transaction(op: str, plans: dict[Path, list[PlannedWrite]], prove: Prove) -> None:
