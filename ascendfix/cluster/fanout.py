@@ -21,6 +21,11 @@ from ascendfix.errors import UsageError
 INSTALL_HINT = "ray is not installed: pip install 'ascendfix[ray]'"
 
 
+def node_label(address: str, node_id: str) -> str:
+    """How every table names a node: its address and the start of its Ray node id."""
+    return f"{address} {node_id[:8]}"
+
+
 @dataclass(frozen=True)
 class NodeAnswer:
     """What one node answered: its exit status and parsed JSON, or why there is none."""
@@ -34,8 +39,8 @@ class NodeAnswer:
 
     @property
     def label(self) -> str:
-        """How a row names the node: its address and the start of its Ray node id."""
-        return f"{self.address} {self.node_id[:8]}"
+        """How a row names the node (:func:`node_label`)."""
+        return node_label(self.address, self.node_id)
 
     @property
     def failed(self) -> bool:

@@ -81,7 +81,7 @@ class Node:
     @property
     def label(self) -> str:
         """The node's address and the start of its Ray node id (as ``ray wait`` names it)."""
-        return f"{self.ip} {self.node_id[:8]}"
+        return fanout.node_label(self.ip, self.node_id)
 
 
 @dataclass(frozen=True)

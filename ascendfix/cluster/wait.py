@@ -67,7 +67,7 @@ class NodeView:
     @property
     def label(self) -> str:
         """The node's address and the start of its Ray node id (as ``--ray`` tables name it)."""
-        return f"{self.address} {self.node_id[:8]}"
+        return fanout.node_label(self.address, self.node_id)
 
 
 @dataclass(frozen=True)
