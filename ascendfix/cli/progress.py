@@ -105,6 +105,24 @@ def report_table(console: Any, data: dict[str, Any], sparks: dict[str, str]) -> 
         table.add_row(escape(key), f"{num(value)}  {sparks.get(key, '')}")
     console.print(table)
     console.print(f"[dim]{basis_note(data)}[/]")
+    if len(data["segments"]) > 1:
+        console.print(escape(segments_note(data)), soft_wrap=True)
+
+
+def segments_note(data: dict[str, Any]) -> str:
+    """Which segment of a log holding several runs (a resumption) the figures are of, and the others."""
+    parts = []
+    for seg in data["segments"]:
+        where = f" in {seg['file']}" if seg["file"] else ""
+        mark = " (reported)" if seg["segment"] == data["segment"] else ""
+        parts.append(f"{seg['segment']}: steps {seg['first_step']}–{seg['last_step']}{where}{mark}")
+    return (
+        f"this log holds {len(data['segments'])} runs (a step logged again with other values: "
+        + "a resumed or restarted run): "
+        + "; ".join(parts)
+        + "; figures are of segment "
+        + f"{data['segment']}, --segment N for another"
+    )
 
 
 def percent(share: float | None) -> str:

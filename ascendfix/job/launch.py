@@ -25,13 +25,12 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from ascendfix.errors import RefusedError, UsageError
-from ascendfix.job.metrics import Step, StepParser
+from ascendfix.job.metrics import MAX_PARTIAL_LINE, Step, StepParser
 from ascendfix.job.redact import job_variables, redact_argv, redact_overrides, redact_variable
 from ascendfix.profile.jobenv import EnvSetting, job_environment, raise_nofile, resolve_env
 from ascendfix.profile.manifest import Profile, to_json
 
 GRACE_S = 30.0
-_MAX_PARTIAL_LINE = 1 << 20
 _PIPE_SIZE = 1 << 20
 
 
@@ -314,7 +313,7 @@ def _pump(
             data = partial[fd] + chunk
             cut = data.rfind(b"\n") + 1
             parser.feed_lines(data[:cut])
-            partial[fd] = data[cut:] if len(data) - cut <= _MAX_PARTIAL_LINE else b""
+            partial[fd] = data[cut:] if len(data) - cut <= MAX_PARTIAL_LINE else b""
             if status is not None and not partial[fd]:
                 status.draw()
     for fd in list(sel.get_map()):
