@@ -262,7 +262,8 @@ def test_a_log_holding_a_run_and_its_resumption_reports_the_last_segment_and_nam
     text = " ".join(invoke("report", str(log)).output.split())
     assert "this log holds 2 runs" in text and "1: steps 1–7" in text and "2: steps 6–12" in text
     assert "figures are of segment 2, --segment N for another" in text
-    assert "step 6 → 12" in text
+    assert "step 6 → 12" in text and "6 steady" in text  # the resumed run's first step is its warm-up
+    assert "(not step 6, the resumed run's first, not validating or saving)" in text
     chosen = json.loads(invoke("report", str(log), "--segment", "1", "--json").output)[0]
     assert chosen["segment"] == 1 and chosen["last_step"] == 7
     bad = invoke("report", str(log), "--segment", "3")

@@ -134,10 +134,11 @@ def basis_note(data: dict[str, Any]) -> str:
     """What the figures are taken over: the steady steps, or every step seen when there is none yet."""
     steady, seen = data["steady_steps"], data["steps_seen"]
     shares = "time shares are of their total step time"
+    first = "step 1" if data["first_step"] in (1, None) else f"step {data['first_step']}, the resumed run's first"
     if steady:
-        return f"figures are medians over {steady} steady step(s) (not step 1, not validating or saving); {shares}"
+        return f"figures are medians over {steady} steady step(s) (not {first}, not validating or saving); {shares}"
     over = f"step {data['first_step']}'s own" if seen == 1 else f"medians over all {seen} steps seen"
-    return f"no steady step yet (not step 1, not validating or saving): figures are {over}, warm-up included; {shares}"
+    return f"no steady step yet (not {first}, not validating or saving): figures are {over}, warm-up included; {shares}"
 
 
 def sparks(run: Any, extra: tuple[str, ...]) -> dict[str, str]:

@@ -362,9 +362,10 @@ class Series:
 
     @classmethod
     def of(cls, steps: Iterable[Step]) -> Series:
-        """Training steps (validation-only lines dropped), by step number."""
+        """Training steps (validation-only lines dropped), by step number. The first one is never steady:
+        it is step 1's warm-up, or a resumed run's (its first step loads the save and starts the engines)."""
         training = sorted((s for s in steps if s.is_training), key=lambda s: s.step)
-        return cls(training, [s for s in training if s.is_steady])
+        return cls(training, [s for s in training[1:] if s.is_steady])
 
     def basis(self) -> list[Step]:
         """The steps steady-state figures are taken over: the steady ones, else all (a short run)."""
