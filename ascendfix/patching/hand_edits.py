@@ -38,7 +38,8 @@ def find(patch: Patch, pfile: PatchFile, code: bytes, checkout: Path | None = No
     """The guide's hand edit of ``pfile`` that ``code`` holds, or None when no form finds an edited site.
 
     ``checkout``: the git checkout that holds the file, where upstream's bytes can be read to name what
-    else differs. The first complete, proven hand edit wins; else the first form that found one.
+    else differs. The first complete, proven hand edit wins; else the first form that found one. A
+    refusal's ``hint`` is empty where the engine's fix for its ``reason_code`` applies.
     """
     found = []
     for edit in patch.hand_edits:
@@ -69,9 +70,9 @@ def _match(patch: Patch, pfile: PatchFile, edit: HandEdit, code: bytes, checkout
     if marker(patch.id).encode() in code:
         reason = (
             f"{rel} holds ascendfix's {patch.id} and {section} hand edit ({edited}), which still decides what the "
-            "code does: remove the hand edit, or revert and apply again"
+            "code does"
         )
-        hint = f"ascendfix revert --only {patch.id}; then ascendfix apply"
+        hint = f"delete {edited} of {rel} (the hand edit): ascendfix's patch is then applied as it wrote it"
         return Found(edit, State.DRIFTED, reason, reason_code=ReasonCode.HAND_EDIT_AND_MORE, hint=hint)
     if back.pending or back.done != pfile.sites:
         return _partial(patch, pfile, edit, code, back.done, back.pending, edited)
@@ -82,7 +83,7 @@ def _match(patch: Patch, pfile: PatchFile, edit: HandEdit, code: bytes, checkout
         again = None
     if again != code:
         reason = f"{rel}: {edited} look like {section} hand edit, but not exactly its text: {edit.text!r}"
-        return Found(edit, State.DRIFTED, reason, reason_code=ReasonCode.HAND_EDIT_AND_MORE, hint=_restore(pfile))
+        return Found(edit, State.DRIFTED, reason, reason_code=ReasonCode.HAND_EDIT_AND_MORE)
     label = pfile.preimage_label(digest(original))
     if label is None:
         return _and_more(patch, pfile, edit, code, original, edited, checkout)
@@ -105,7 +106,7 @@ def _partial(
     found = done + pending
     if found != pfile.sites:
         reason = f"{pfile.path}: {section} hand edit at {edited}; expected {pfile.sites} site(s), found {found}"
-        return Found(edit, State.DRIFTED, reason, reason_code=ReasonCode.UNSUPPORTED_UPSTREAM, hint=_restore(pfile))
+        return Found(edit, State.DRIFTED, reason, reason_code=ReasonCode.UNSUPPORTED_UPSTREAM)
     reason = (
         f"{pfile.path}: {section} hand edit at {done} of {pfile.sites} sites ({edited}; not at {rest}): "
         f"{patch.id} changes its sites together or not at all"
@@ -131,7 +132,7 @@ def _and_more(
             f"known: {known}), so a line other than {edited} differs from upstream's"
         )
     reason = f"{pfile.path} holds {section} hand edit ({edited}) and something else: {what}"
-    return Found(edit, State.DRIFTED, reason, reason_code=ReasonCode.HAND_EDIT_AND_MORE, hint=_restore(pfile))
+    return Found(edit, State.DRIFTED, reason, reason_code=ReasonCode.HAND_EDIT_AND_MORE)
 
 
 def _forward(patch: Patch, edit: HandEdit, original: bytes) -> bytes | None:
@@ -139,10 +140,6 @@ def _forward(patch: Patch, edit: HandEdit, original: bytes) -> bytes | None:
         return edit.form.build().apply(original, patch.id).code
     except TransformError:
         return None
-
-
-def _restore(pfile: PatchFile) -> str:
-    return f"restore {pfile.path} to upstream's (git checkout, or reinstall the package); then ascendfix apply"
 
 
 def _from_git(checkout: Path, pfile: PatchFile) -> bytes | None:
