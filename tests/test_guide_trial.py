@@ -13,7 +13,7 @@ import pytest
 from ascendfix import cli
 from ascendfix.doctor import host, patches, pyenv
 from ascendfix.doctor.context import Context
-from ascendfix.patching import engine
+from ascendfix.patching import engine, locate
 from ascendfix.patching.locate import Distribution
 from ascendfix.profile import manifest
 from click.testing import CliRunner
@@ -37,7 +37,10 @@ def torch_site(tmp_path, monkeypatch):
     shutil.copytree(upstream.torch_tree("2.7.1"), site, ignore=shutil.ignore_patterns(".complete"))
     dist_info = site / "torch-2.7.1.dist-info"
     dist_info.mkdir()
-    rows = [f"{rel},sha256={record_digest((site / rel).read_bytes())},1" for rel in (upstream.SHARD_INTERNALS, upstream.DEFAULT_PLANNER)]
+    rows = [
+        f"{rel},sha256={record_digest((site / rel).read_bytes())},1"
+        for rel in (upstream.SHARD_INTERNALS, upstream.DEFAULT_PLANNER)
+    ]
     (dist_info / "RECORD").write_text("\n".join(rows) + "\n")
     os.utime(dist_info / "RECORD", ns=(1, 1))  # installed before the edits
     shards, planner = site / upstream.SHARD_INTERNALS, site / upstream.DEFAULT_PLANNER
@@ -67,7 +70,9 @@ def test_doctor_gives_one_fix_for_a_hand_edited_file_and_apply_takes_it(torch_si
     assert integrity.status == "warn" and integrity.fix == apply + "  # adopts the hand edits"
     assert "pip install" not in integrity.fix
     text = "\n".join(integrity.messages)
-    assert f"torch 2.7.1: hand-edited as the guide says, over the wheel's own bytes: {upstream.SHARD_INTERNALS} " in text
+    assert (
+        f"torch 2.7.1: hand-edited as the guide says, over the wheel's own bytes: {upstream.SHARD_INTERNALS} " in text
+    )
     # the fix works: apply adopts both files, and both checks pass
     selection = engine.select(ctx.profile, "npu", roots={"torch": torch_site})
     assert [s.action for s in engine.apply(selection)] == ["adopted", "adopted"]
@@ -98,8 +103,8 @@ def test_a_package_that_is_not_there_is_not_found_not_drifted(tmp_path):
 
 def test_the_reinstall_names_the_version_the_dist_info_records(tmp_path):
     (tmp_path / "verl-0.5.0.dist-info").mkdir()
-    assert engine.reinstall_spec("verl", tmp_path) == "verl==0.5.0"
-    assert engine.reinstall_spec("torch", tmp_path) == "torch"  # none recorded: no made-up version
+    assert locate.reinstall_spec("verl", tmp_path) == "verl==0.5.0"
+    assert locate.reinstall_spec("torch", tmp_path) == "torch"  # none recorded: no made-up version
 
 
 def test_a_per_site_nic_is_asked_for_not_guessed(monkeypatch):
@@ -115,7 +120,9 @@ def test_a_per_site_nic_is_asked_for_not_guessed(monkeypatch):
 def test_help_summaries_are_whole_clauses():
     shown = CliRunner().invoke(cli.main, ["--help"], env={"COLUMNS": "100"}).output
     listed = " ".join(shown.split("Commands:")[1].split())
-    assert "Compare CANDIDATE with BASELINE (e.g. NPU against H100) as the guide's 4.2 table: higher is better." in listed
+    assert (
+        "Compare CANDIDATE with BASELINE (e.g. NPU against H100) as the guide's 4.2 table: higher is better." in listed
+    )
     assert "..." not in listed.replace("[ARGS...]", "")
     for name in cli.COMMANDS:
         said = cli.summary(cli.main.get_command(None, name))

@@ -57,7 +57,7 @@ GUIDE_7_2 = [
     (DAPO, "gen_batch = gen_batch.repeat(repeat_times=self.config.actor_rollout_ref.rollout.n, interleave=True)\n"),
     (DAPO, "new_batch = new_batch.repeat(repeat_times=self.config.actor_rollout_ref.rollout.n, interleave=True)\n"),
 ]
-SHARDS_DOC_END = "        ``ValueError`` if there's overlap in any two shards.\n    \"\"\"\n"
+SHARDS_DOC_END = '        ``ValueError`` if there\'s overlap in any two shards.\n    """\n'
 PLANNER_DEF = "def _validate_global_plan(global_plan: list[SavePlan], metadata: Metadata) -> bool:\n"
 
 
@@ -145,7 +145,9 @@ def test_status_names_the_guides_five_edits_apply_adopts_them_and_revert_gives_u
     assert SHARDS_DOC_END + "    return\n" not in shards and "def _ascendfix_" in shards  # validation runs again
     assert PLANNER_DEF + "    return True\n" not in planner and "def _ascendfix_" in planner
     device = (verl / DEVICE).read_text()
-    assert "#is_cuda_available" not in device and "is_cuda_available = False  # ascendfix: verl-cuda-probe-off" in device
+    assert (
+        "#is_cuda_available" not in device and "is_cuda_available = False  # ascendfix: verl-cuda-probe-off" in device
+    )
 
     reverted = engine.revert(select(profile, verl, site, device=None))
     assert {s.action for s in reverted} == {"reverted"}
@@ -180,10 +182,8 @@ def test_a_partial_hand_edit_is_refused_naming_the_site_left(trees):
     before = shas(verl, site, pristine)
     (status,) = [s for s in engine.status(select(profile, verl, site)) if s.id == "verl-grpo-no-interleave"]
     assert (status.state, status.reason_code) == ("partial", "partial-hand-edit")
-    line = 1 + (verl / TRAINER).read_text().splitlines().index(
-        "                    " + GUIDE_7_2[2][1].strip()
-    )
-    assert f"the guide's 7.2 hand edit at 2 of 3 sites" in status.reason and f"not at line {line})" in status.reason
+    line = 1 + (verl / TRAINER).read_text().splitlines().index("                    " + GUIDE_7_2[2][1].strip())
+    assert "the guide's 7.2 hand edit at 2 of 3 sites" in status.reason and f"not at line {line})" in status.reason
     assert status.hint == f"edit line {line} as the guide's 7.2 says, or restore the file; then ascendfix apply"
     with pytest.raises(RefusedError, match="verl-grpo-no-interleave: partial: .*2 of 3 sites"):
         engine.apply(select(profile, verl, site))

@@ -242,6 +242,9 @@ def test_cli_run_hints_are_one_line_and_minus_v_adds_the_why(tmp_path, monkeypat
     assert verbose[at + 1].strip().startswith("Validating Qwen3-235B-A22B before step 1 is a full rollout")
 
 
+DAPO_FILTER = "trainer.device=npu algorithm.filter_groups.enable=True"
+
+
 def test_an_unapplied_patch_is_blamed_only_on_a_rule_that_refuses_because_of_it(tmp_path):
     """The rl-plugin rule refuses with or without the torch patch: the patch is a problem of its own, not a
     choice that rule made; the DAPO rule refuses only once its patch is applied: that one is the reason."""
@@ -259,7 +262,9 @@ def test_an_unapplied_patch_is_blamed_only_on_a_rule_that_refuses_because_of_it(
     assert not any("as rule" in h.message for h in result.hints)
 
     states["verl-dapo-no-interleave"] = ("not-applied", "")
-    dapo = write_script(tmp_path, "python3 -m recipe.dapo.main_dapo trainer.device=npu algorithm.filter_groups.enable=True\n")
+    dapo = write_script(
+        tmp_path, "python3 -m recipe.dapo.main_dapo trainer.device=npu algorithm.filter_groups.enable=True\n"
+    )
     result = run_preflight(PROFILE, "npu", ["bash", str(dapo)], {}, seams)
     hints = [h.message for h in result.hints]
     assert "verl-dapo-no-interleave is not applied, as rule dapo-no-interleave-filter-groups requires" in hints
@@ -269,7 +274,9 @@ def test_a_hand_edited_patch_is_in_effect_for_the_rules_and_a_hint_to_adopt(tmp_
     states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
     states["verl-dapo-no-interleave"] = ("hand-edited", "hand-edited (the guide's 7.2): recipe/dapo/...")
     seams = Seams(lambda p, d: [], lambda p, d: states)
-    dapo = write_script(tmp_path, "python3 -m recipe.dapo.main_dapo trainer.device=npu algorithm.filter_groups.enable=True\n")
+    dapo = write_script(
+        tmp_path, "python3 -m recipe.dapo.main_dapo trainer.device=npu algorithm.filter_groups.enable=True\n"
+    )
     result = run_preflight(PROFILE, "npu", ["bash", str(dapo)], {}, seams)
     assert any("verl-dapo-no-interleave is hand-edited" in p.message for p in result.problems)  # the DAPO rule
     dapo.write_text(dapo.read_text().replace("enable=True", "enable=False"))

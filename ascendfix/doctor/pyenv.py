@@ -416,7 +416,9 @@ def check_integrity(ctx: Context) -> Finding:
                 ours.append(f"{rel} ({', '.join(patches)})")
             elif code is not None and rl_plugin.original_of(rel, restored, lambda b, d=digest: _digest(b) == d):
                 plugin.append(rel + (f" (and {', '.join(patches)})" if patches else ""))
-            elif code is not None and (guide := hand_edited(ctx.profile, rel, code, lambda b, d=digest: _digest(b) == d)):
+            elif code is not None and (
+                guide := hand_edited(ctx.profile, rel, code, lambda b, d=digest: _digest(b) == d)
+            ):
                 by_hand.append(f"{rel} (the guide's {guide})")
             else:
                 foreign.append(rel + (" (missing)" if code is None else ""))

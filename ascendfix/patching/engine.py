@@ -16,7 +16,7 @@ from typing import NamedTuple
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.patching import hand_edits, journal
 from ascendfix.patching.journal import PlannedWrite, Record, Store, digest
-from ascendfix.patching.locate import Target, locate
+from ascendfix.patching.locate import Target, locate, reinstall_spec
 from ascendfix.profile.manifest import Patch, PatchFile, Profile, Variant
 from ascendfix.states import Action, ReasonCode, State
 from ascendfix.transforms.base import Outcome, TransformError, marker
@@ -296,28 +296,6 @@ def _hint(code: ReasonCode, patch: Patch, target: Target | None, rel: str) -> st
     if code == ReasonCode.UNSUPPORTED_UPSTREAM:
         return f"this {patch.package} release is not one {patch.id} knows: pin the profile's version, or drop the patch"
     return f"pip install --force-reinstall --no-deps {reinstall_spec(patch.package, root)}; then ascendfix apply"
-
-
-def reinstall_spec(package: str, root: Path | None) -> str:
-    """``package==<version>`` as the dist-info in ``root`` records it, else the bare name."""
-    version = installed_version(package, root) if root is not None else None
-    return f"{package}=={version}" if version else package
-
-
-def installed_version(package: str, root: Path) -> str | None:
-    """The version of ``package`` that ``root`` (a site-packages folder) holds, from its dist-info folder's name."""
-    import re
-
-    wanted = re.sub(r"[-_.]+", "_", package).lower()
-    try:
-        folders = [p for p in root.iterdir() if p.name.endswith(".dist-info") and not p.is_symlink()]
-    except OSError:
-        return None
-    for folder in sorted(folders):
-        name, _, version = folder.name.removesuffix(".dist-info").partition("-")
-        if re.sub(r"[-_.]+", "_", name).lower() == wanted and re.fullmatch(r"[0-9A-Za-z.+!_-]+", version):
-            return version
-    return None
 
 
 def _aggregate(patch: Patch, evaluated: list[Evaluated], target: Target | None = None) -> PatchStatus:

@@ -118,7 +118,7 @@ def _imports_plugin(node: ast.stmt) -> bool:
 
 
 def _from_module(node: ast.ImportFrom) -> str:
-    """The absolute module a ``from ... import`` of ``verl/__init__.py`` reads (``.utils.device``: verl.utils.device)."""
+    """The absolute module a ``from ... import`` of ``verl/__init__.py`` reads (``.utils.device``: its device)."""
     if node.level == 0:
         return node.module or ""
     return "verl" + (f".{node.module}" if node.module else "") if node.level == 1 else ""

@@ -14,7 +14,9 @@ from ascendfix.transforms.return_early import ReturnEarly
 from ascendfix.transforms.set_assignment import SetAssignment
 from ascendfix.transforms.set_keyword import SetKeyword
 
-TRANSFORMS: dict[str, type[Transform]] = {t.name: t for t in (SetAssignment, ReturnEarly, SetKeyword, FastOverlapScan, CommentOutAssignment)}
+TRANSFORMS: dict[str, type[Transform]] = {
+    t.name: t for t in (SetAssignment, ReturnEarly, SetKeyword, FastOverlapScan, CommentOutAssignment)
+}
 
 
 def names() -> list[str]:
