@@ -33,6 +33,7 @@ STATE_STYLE = {
     State.NOT_APPLICABLE: {"dim": True},
     State.DRIFTED: {"fg": "red"},
     State.PARTIAL: {"fg": "red"},
+    State.HAND_EDITED: {"fg": "yellow"},
 }
 
 
@@ -77,6 +78,7 @@ def render_statuses(statuses: list[engine.PatchStatus]) -> None:
     for s in statuses:  # ids, reasons and warnings may carry names read from a state folder: cleaned
         action = f" ({s.action})" if s.action and s.action not in (Action.UNCHANGED, Action.SKIPPED) else ""
         variant = f" [{clean(s.variant)}]" if s.variant and s.variant != manifest.DEFAULT_VARIANT else ""
+        variant += f" (the guide's {clean(s.guide)})" if s.guide else ""
         head = click.style(f"{s.state:15}", **STATE_STYLE.get(s.state, {}))
         click.echo(f"{head} {clean(s.id)}{variant}{action}")
         if s.reason:
@@ -108,7 +110,7 @@ def apply(profile, device, python, roots, only, variants, dry_run, strict, as_js
             planned = sum(s.action == Action.WOULD_APPLY for s in report.statuses)
             click.echo(f"\n{planned} patch(es) would be applied (dry run)")
         else:
-            wrote = sum(s.action in (Action.APPLIED, Action.SWITCHED) for s in report.statuses)
+            wrote = sum(s.action in (Action.APPLIED, Action.SWITCHED, Action.ADOPTED) for s in report.statuses)
             click.echo(f"\n{wrote} patch(es) applied")
 
     render(report, as_json, human)
@@ -135,7 +137,7 @@ def revert(profile, python, roots, only, as_json) -> None:
 @target_options
 @json_option
 def status(profile, device, python, roots, as_json) -> None:
-    """Show each patch's state: applied, not-applied, not-applicable, drifted or partial."""
+    """Show each patch's state: applied, not-applied, hand-edited, not-applicable, drifted or partial."""
     sel = selection(profile, device, roots, python)
     report = PatchReport(sel, engine.status(sel, on_wait=tell_lock_wait))
     render(report, as_json, lambda r: render_statuses(r.statuses))

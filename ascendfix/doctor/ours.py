@@ -1,9 +1,14 @@
-"""Tell ascendfix's own edits from anyone else's: undo our patches in memory and compare."""
+"""Tell ascendfix's own edits (and the guide's hand edits, which apply adopts) from anyone else's: undo them in
+memory and compare."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from ascendfix.patching import hand_edits
 from ascendfix.patching.engine import undo_patch
 from ascendfix.profile.manifest import Profile
+from ascendfix.states import State
 from ascendfix.transforms.base import MARKER_PREFIX, marker
 
 
@@ -22,3 +27,16 @@ def without_patches(profile: Profile, path: str, code: bytes) -> tuple[bytes, li
             code = outcome.code
             found.append(patch.id)
     return code, found
+
+
+def hand_edited(profile: Profile, path: str, code: bytes, is_original: Callable[[bytes], bool]) -> str | None:
+    """The guide's section whose hand edit ``code`` (the file at ``path``) is, over an original that
+    ``is_original`` accepts (its RECORD's hash) and that ``apply`` adopts; None when it is not one."""
+    for patch in profile.patches.values():
+        for pfile in patch.files:
+            if pfile.path != path or not patch.hand_edits:
+                continue
+            found = hand_edits.find(patch, pfile, code)
+            if found is not None and found.state == State.HAND_EDITED and is_original(found.original):
+                return found.edit.guide
+    return None

@@ -174,6 +174,15 @@ def _hint_missing(override: str, overrides: Mapping[str, str]) -> bool:
     return bool(sep) and overrides[key].strip("'\"").lower() != value.lower()
 
 
+def rules_broken_by_applying(
+    profile: Profile, facts: rules.Facts, device: str, pid: str, refused: set[str]
+) -> list[str]:
+    """The rules that refuse once patch ``pid`` is applied and do not refuse now, without it (``refused``):
+    only those are why it is left out. A rule that refuses either way is not about the patch."""
+    applied = facts._replace(patch_states={**(facts.patch_states or {}), pid: State.APPLIED})
+    return [h.rule for h in rules.evaluate(profile.rules, applied, device).refusals if h.rule not in refused]
+
+
 def run_preflight(
     profile: Profile,
     device: str,
@@ -224,10 +233,11 @@ def run_preflight(
             because = f" ({reason})" if reason else ""
             if state in (State.DRIFTED, State.PARTIAL):
                 result.problems.append(Finding("patches", f"patch {pid} is {state}{because}: see `ascendfix status`"))
+            elif state == State.HAND_EDITED:  # the guide's edit, in effect: adopting it is the fix, not a blocker
+                result.hints.append(Finding("patches", f"patch {pid}: {reason or state}"))
             elif state == State.NOT_APPLIED:
                 # left out on purpose when applying it would break a rule (DAPO + filter_groups)
-                applied = facts._replace(patch_states={**facts.patch_states, pid: State.APPLIED})
-                blocking = [h.rule for h in rules.evaluate(profile.rules, applied, device).refusals]
+                blocking = rules_broken_by_applying(profile, facts, device, pid, refused)
                 if blocking:
                     result.hints.append(Finding("patches", f"{pid} is not applied, as rule {blocking[0]} requires"))
                 else:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ascendfix.errors import RefusedError, UsageError
-from ascendfix.patching import journal
+from ascendfix.patching import hand_edits, journal
 from ascendfix.patching.journal import PlannedWrite, Record, Store, digest
-from ascendfix.patching.locate import Target, locate
+from ascendfix.patching.locate import Target, locate, reinstall_spec
 from ascendfix.profile.manifest import Patch, PatchFile, Profile, Variant
 from ascendfix.states import Action, ReasonCode, State
 from ascendfix.transforms.base import Outcome, TransformError, marker
@@ -34,6 +34,8 @@ class FileStatus(NamedTuple):
     variant: str | None = None  # the variant this file holds, when applied
     code: bytes | None = None  # what is on disk
     reason_code: ReasonCode | None = None  # why it is drifted or partial
+    guide: str | None = None  # the guide's section whose hand edit the file holds
+    hint: str = ""  # the fix a hand edit calls for (else the engine's, by reason_code)
 
 
 class PatchStatus(NamedTuple):
@@ -49,6 +51,7 @@ class PatchStatus(NamedTuple):
     writes: tuple[PlannedWrite, ...] = ()
     reason_code: ReasonCode | None = None
     hint: str = ""  # the command that fixes it
+    guide: str | None = None  # hand-edited: the guide's section whose edit the files hold
 
     def to_json(self) -> dict:
         """The JSON contract: id, state, reason, files[path, sha256, state]; plus variant, action, reason_code
@@ -63,6 +66,10 @@ class PatchStatus(NamedTuple):
         if self.reason_code:
             data["reason_code"] = self.reason_code
             data["hint"] = self.hint
+        elif self.hint:
+            data["hint"] = self.hint
+        if self.guide:
+            data["guide"] = self.guide
         if self.action:
             data["action"] = self.action
         if self.warnings:
@@ -176,12 +183,20 @@ def _evaluate_file(
     chosen, asked = selection.variant(patch), patch.id in selection.variants
     want = pfile.sites
     record = records.get(pfile.path)
+    checkout = target.root if target.is_checkout else None
     if record is not None and record.patch == patch.id and sha == record.patched_sha256:
+        held_by_hand = pfile.preimage_label(record.original_sha256) is None and patch.hand_edits
+        found = hand_edits.find(patch, pfile, code, checkout) if held_by_hand else None
+        if found is not None:  # written over a hand edit (an older ascendfix): the hand edit still decides
+            return _hand_edited(selection, patch, pfile, base, found, chosen)
         if not asked or record.variant == chosen.name:
             return base._replace(state=State.APPLIED, variant=record.variant, reason_code=None), None
         original = store.load_backup(pfile.path, record.original_sha256)
         if original is not None and prover(selection.profile)(pfile.path, original, code):
             return _switch(base, selection.profile, patch, chosen, record.variant, original, want)
+    found = hand_edits.find(patch, pfile, code, checkout) if label is None and patch.hand_edits else None
+    if found is not None:
+        return _hand_edited(selection, patch, pfile, base, found, chosen)
     try:
         outcome = chosen.build().apply(code, patch.id)
         state, reason = sites_state(outcome, want, pfile.path, patch.id)
@@ -207,6 +222,27 @@ def _evaluate_file(
     if state == State.PARTIAL:
         return base._replace(state=State.PARTIAL, reason=reason, reason_code=ReasonCode.PARTIALLY_PATCHED), None
     return base._replace(reason=reason), None
+
+
+def _hand_edited(
+    selection: Selection, patch: Patch, pfile: PatchFile, base: FileStatus, found: hand_edits.Found, chosen: Variant
+) -> Evaluated:
+    """A file that holds the guide's hand edit: adopted (the chosen variant applied to its proven upstream
+    original, which becomes the backup) when the edit is complete and proven, else why it is refused."""
+    if found.state != State.HAND_EDITED or found.original is None:
+        status = base._replace(state=found.state, reason=found.reason, reason_code=found.reason_code)
+        return status._replace(hint=found.hint), None
+    try:
+        outcome = chosen.build().apply(found.original, patch.id)
+        state, reason = sites_state(outcome, pfile.sites, pfile.path, patch.id)
+    except TransformError as e:
+        state, reason = None, f"{pfile.path}: {e}"
+    if state != State.NOT_APPLIED:
+        return base._replace(reason=f"{found.reason}; but {chosen.name} does not apply to it: {reason}"), None
+    record = _record(selection.profile, patch, chosen, found.original, outcome.code)
+    planned = PlannedWrite(pfile.path, outcome.code, record, original=found.original, expected_sha256=base.sha256)
+    adopted = base._replace(state=State.HAND_EDITED, reason=found.reason, preimage=found.label, reason_code=None)
+    return adopted._replace(guide=found.edit.guide, hint=found.hint), planned
 
 
 def sites_state(outcome: Outcome, want: int, rel: str, patch_id: str) -> tuple[State, str]:
@@ -259,7 +295,7 @@ def _hint(code: ReasonCode, patch: Patch, target: Target | None, rel: str) -> st
         return f"git -C {root} diff -- {rel}  # then: git -C {root} checkout -- {rel}; ascendfix apply"
     if code == ReasonCode.UNSUPPORTED_UPSTREAM:
         return f"this {patch.package} release is not one {patch.id} knows: pin the profile's version, or drop the patch"
-    return f"pip install --force-reinstall --no-deps {patch.package}==<its version>; then ascendfix apply"
+    return f"pip install --force-reinstall --no-deps {reinstall_spec(patch.package, root)}; then ascendfix apply"
 
 
 def _aggregate(patch: Patch, evaluated: list[Evaluated], target: Target | None = None) -> PatchStatus:
@@ -270,7 +306,11 @@ def _aggregate(patch: Patch, evaluated: list[Evaluated], target: Target | None =
         state = State.NOT_APPLICABLE
     elif State.DRIFTED in states:
         state = State.DRIFTED
-    elif State.PARTIAL in states or states - {State.NOT_APPLICABLE} == {State.APPLIED, State.NOT_APPLIED}:
+    elif State.PARTIAL in states:
+        state = State.PARTIAL
+    elif State.HAND_EDITED in states:  # apply adopts the hand-edited files and patches the rest
+        state = State.HAND_EDITED
+    elif states - {State.NOT_APPLICABLE} == {State.APPLIED, State.NOT_APPLIED}:
         state = State.PARTIAL
     else:
         (state,) = states - {State.NOT_APPLICABLE}
@@ -282,9 +322,21 @@ def _aggregate(patch: Patch, evaluated: list[Evaluated], target: Target | None =
     variant = variants.pop() if len(variants) == 1 else None
     bad = next((f for f in files if f.reason_code and f.state in (State.DRIFTED, State.PARTIAL)), None)
     code = bad.reason_code if bad is not None and state in (State.DRIFTED, State.PARTIAL) else None
-    hint = _hint(code, patch, target, bad.path) if code else ""
+    hint = (bad.hint or _hint(code, patch, target, bad.path)) if code else ""
+    by_hand = next((f for f in files if f.guide), None) if state == State.HAND_EDITED else None
+    if by_hand is not None:
+        hint = by_hand.hint
     return PatchStatus(
-        patch.id, state, reasons, tuple(files), warnings, variant=variant, writes=writes, reason_code=code, hint=hint
+        patch.id,
+        state,
+        reasons,
+        tuple(files),
+        warnings,
+        variant=variant,
+        writes=writes,
+        reason_code=code,
+        hint=hint,
+        guide=by_hand.guide if by_hand else None,
     )
 
 
@@ -348,6 +400,8 @@ def prover(profile: Profile) -> journal.Prove:
         sha = digest(candidate)
         if any(pfile.preimage_label(sha) for _, pfile in known):
             return True
+        if any(hand_edits.adoptable(patch, pfile, candidate) for patch, pfile in known if patch.hand_edits):
+            return True  # exactly the guide's hand edit of a known original (what an adoption replaced)
         if current is None:
             return False
         for patch, _ in known:
@@ -418,7 +472,7 @@ def _plan(selection: Selection, statuses: list[PatchStatus], strict: bool, dry_r
             f"{path}: not a known original of {s.id}; its sites matched exactly" for path in unknown
         )
         caveat = selection.profile.patches[s.id].caveat
-        if caveat and s.state == State.NOT_APPLIED:
+        if caveat and s.state in (State.NOT_APPLIED, State.HAND_EDITED):
             warnings += (" ".join(caveat.split()),)
         if strict and unknown:
             problems.append(f"{s.id}: {unknown[0]} is not a known original (sha256 differs) and --strict is set")
@@ -468,8 +522,8 @@ def _applied(s: PatchStatus) -> PatchStatus:
         else f
         for f in s.files
     )
-    action = Action.SWITCHED if s.state == State.APPLIED else Action.APPLIED
-    return s._replace(state=State.APPLIED, files=files, action=action, variant=variant, reason="")
+    action = {State.APPLIED: Action.SWITCHED, State.HAND_EDITED: Action.ADOPTED}.get(s.state, Action.APPLIED)
+    return s._replace(state=State.APPLIED, files=files, action=action, variant=variant, reason="", hint="", guide=None)
 
 
 def revert(selection: Selection, on_wait: journal.OnWait | None = None) -> list[PatchStatus]:

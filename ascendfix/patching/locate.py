@@ -222,3 +222,25 @@ def targets_from_probe(
         else:
             targets[name] = Target(name, None, f"not installed in {where} (pass --root {name}=DIR)")
     return targets
+
+
+def reinstall_spec(package: str, root: Path | None) -> str:
+    """``package==<version>`` as the dist-info in ``root`` records it, else the bare name."""
+    version = installed_version(package, root) if root is not None else None
+    return f"{package}=={version}" if version else package
+
+
+def installed_version(package: str, root: Path) -> str | None:
+    """The version of ``package`` that ``root`` (a site-packages folder) holds, from its dist-info folder's name."""
+    import re
+
+    wanted = re.sub(r"[-_.]+", "_", package).lower()
+    try:
+        folders = [p for p in root.iterdir() if p.name.endswith(".dist-info") and not p.is_symlink()]
+    except OSError:
+        return None
+    for folder in sorted(folders):
+        name, _, version = folder.name.removesuffix(".dist-info").partition("-")
+        if re.sub(r"[-_.]+", "_", name).lower() == wanted and re.fullmatch(r"[0-9A-Za-z.+!_-]+", version):
+            return version
+    return None

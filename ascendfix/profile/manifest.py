@@ -145,6 +145,14 @@ class Variant(NamedTuple):
 DEFAULT_VARIANT = "default"
 
 
+class HandEdit(NamedTuple):
+    """The guide's own edit of a patch's sites, as a team types it by hand: a known state that apply adopts."""
+
+    guide: str  # the guide's section ("5.1")
+    text: str  # the guide's text of the edit (its code, or its words where it shows only a picture)
+    form: Variant  # the transform whose forward is the hand edit (no marker) and whose inverse undoes it
+
+
 class Superseded(NamedTuple):
     """From which release of the patch's package a better lever than the patch exists, and what it is."""
 
@@ -172,6 +180,7 @@ class Patch(NamedTuple):
     caveat: str | None = None  # warned on apply (e.g. a setting the patch does not go with)
     superseded: Superseded | None = None  # doctor's hazards check warns from that release on
     drop_probe: str | None = None  # a key of DROP_PROBES: drop_when, checked on a release
+    hand_edits: tuple[HandEdit, ...] = ()  # the guide's hand edits of these files (``[[hand_edits]]``)
 
 
 class Profile(NamedTuple):
@@ -415,11 +424,24 @@ def load_patch(path: Path) -> Patch:
         caveat=top.text("caveat", required=False),
         superseded=_superseded(top.table("superseded", required=False)),
         drop_probe=top.text("drop_probe", required=False),
+        hand_edits=_hand_edits(top, path.parent),
     )
     if patch.drop_probe is not None and patch.drop_probe not in DROP_PROBES:
         top.fail("drop_probe", f"unknown probe {patch.drop_probe!r} (known: {', '.join(DROP_PROBES)})")
     top.done()
     return patch
+
+
+def _hand_edits(top: _Table, folder: Path) -> tuple[HandEdit, ...]:
+    """``[[hand_edits]]``: each the guide's section, its text, and the transform (a form with no marker) it is."""
+    edits = []
+    for t in top.tables("hand_edits", required=False):
+        guide = t.text("guide")
+        if not all(part.isdigit() for part in guide.split(".")):
+            t.fail(t.field("guide"), f"{guide!r} is not a section of the guide (e.g. 5.1)")
+        edits.append(HandEdit(guide, t.text("text").strip(), _variant(t.table("transform"), "hand-edit", "", folder)))
+        t.done()
+    return tuple(edits)
 
 
 def _superseded(t: _Table | None) -> Superseded | None:
