@@ -28,7 +28,7 @@ from tests import upstream
 REPO = Path(__file__).resolve().parent.parent
 NO_TORCH = "torch is not installed (pip install torch==2.13.0: the CPU build is enough)"
 NO_MCORE = "megatron-core is not installed (pip install megatron-core==0.12.1 psutil: it installs on CPU)"
-JSON_KEYS = ["checkpoint", "ok", "tensors", "chunks", "files", "bytes", "problems"]
+JSON_KEYS = ["checkpoint", "ok", "tensors", "chunks", "files", "bytes", "proven_bytes", "problems", "warnings"]
 
 DCP_SAVE = """
 import os, sys
@@ -178,7 +178,9 @@ def test_a_four_rank_dcp_save_is_complete(dcp):
         "chunks": 8,
         "files": 4,
         "bytes": sum(f.stat().st_size for f in data_files),
+        "proven_bytes": None,
         "problems": [],
+        "warnings": [],
     }
     assert len(data_files) == 4
 

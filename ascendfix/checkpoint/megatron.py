@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import NamedTuple
 
-from ascendfix.checkpoint import pickles
+from ascendfix.checkpoint import bounded, pickles
 from ascendfix.checkpoint.layout import Tensor
 from ascendfix.checkpoint.report import Problem
 from ascendfix.errors import UsageError
@@ -49,7 +49,7 @@ def layout_problems(folder: Path, megatron_expected: bool, quick: bool) -> list[
         return []
     problems = _config_file(folder / CONFIG)
     common = folder / COMMON
-    if not common.exists():
+    if not os.path.lexists(common):
         problems.append(Problem("missing-file", "file", COMMON, "missing: Megatron's common state (written by rank 0)"))
     elif not quick:
         problems += _common_file(common)
@@ -77,6 +77,7 @@ def _config_file(path: Path) -> list[Problem]:
 
 
 def _common_file(path: Path) -> list[Problem]:
+    bounded.note(COMMON)
     try:
         found = pickles.read_torch_zip(path)
     except pickles.UnsafePickle as e:
