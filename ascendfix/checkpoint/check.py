@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import stat
+from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
-from operator import add, lt, sub
+from operator import add, lt
 from pathlib import Path
 
 from ascendfix.checkpoint import bounded, frames, geometry, layout, leftovers, megatron, pickles
@@ -150,19 +151,18 @@ def _stored_once(name: str, chunks: list, offsets: list) -> list[Problem]:
 
 def _files(folder: Path, entries: layout.Entries) -> tuple[list[Problem], int, int]:
     """Each entry's file: inside the folder, a plain file, long enough; no shared bytes; no stray data file;
-    each entry's zip frame there (:mod:`ascendfix.checkpoint.frames`)."""
-    problems = []
-    by_file: dict[str, list[int]] = {}  # file -> its entries' indices
+    each entry's zip frame there (:mod:`ascendfix.checkpoint.frames`), the files read in parallel."""
+    by_file: dict[str, list[tuple[int, int]]] = {}  # file -> its entries, as runs (first index, count)
     at = 0
     for path, run in groupby(entries.paths):  # a rank's entries come together: one run per file, mostly
         count = len(list(run))
-        by_file.setdefault(path, []).extend(range(at, at + count))
+        by_file.setdefault(path, []).append((at, at + count))
         at += count
-    total = 0
-    for path in sorted(by_file):
-        found, size = _file(folder, path, by_file[path], entries)
-        problems += found
-        total += size
+    paths = sorted(by_file)
+    with ThreadPoolExecutor(min(_READERS, max(1, len(paths)))) as pool:  # reads release the GIL
+        found = list(pool.map(lambda path: _file(folder, path, by_file[path], entries), paths))
+    problems = [p for file_problems, _ in found for p in file_problems]
+    total = sum(size for _, size in found)
     try:
         names = os.listdir(folder)
     except OSError:
@@ -172,8 +172,12 @@ def _files(folder: Path, entries: layout.Entries) -> tuple[list[Problem], int, i
     return problems, len(by_file), total
 
 
-def _file(folder: Path, path: str, indices: list[int], entries: layout.Entries) -> tuple[list[Problem], int]:
-    """One data file's problems (its entries: ``indices``), and its size."""
+_READERS = 8
+
+
+def _file(folder: Path, path: str, runs: list[tuple[int, int]], entries: layout.Entries) -> tuple[list, int]:
+    """One data file's problems (its entries: the index ``runs``), and its size."""
+    count = sum(b - a for a, b in runs)
     if not _contained(path):
         return [Problem("unsafe-path", "file", path, "a storage entry names a file outside the folder")], 0
     if "/" in path and _through_link(folder, path):
@@ -181,7 +185,7 @@ def _file(folder: Path, path: str, indices: list[int], entries: layout.Entries) 
     try:
         fd = os.open(folder / path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        return [Problem("missing-file", "file", path, f"missing; it holds {_entries_word(len(indices))}")], 0
+        return [Problem("missing-file", "file", path, f"missing; it holds {_entries_word(count)}")], 0
     except OSError as e:
         if os.path.islink(folder / path):
             return [Problem("unsafe-path", "file", path, "a symbolic link: not followed")], 0
@@ -190,32 +194,37 @@ def _file(folder: Path, path: str, indices: list[int], entries: layout.Entries) 
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return [Problem("unsafe-path", "file", path, "not a plain file: not followed")], 0
-        starts = [entries.starts[i] for i in indices]
-        stops = list(map(add, starts, (entries.lengths[i] for i in indices)))
-        if starts != sorted(starts):  # a writer's entries come in file order: then no sort is needed
-            order = sorted(range(len(starts)), key=starts.__getitem__)
-            indices, starts, stops = ([column[k] for k in order] for column in (indices, starts, stops))
-        problems = []
-        end = max(stops)
-        if info.st_size < end:
-            short = sum(1 for e in stops if e > info.st_size)
-            detail = f"{info.st_size:,} bytes, but its entries reach byte {end:,}: truncated ({short} entries cut)"
-            problems.append(Problem("truncated", "file", path, detail))
-        shared = sum(map(lt, starts[1:], stops))
-        if shared:
-            detail = f"{shared} storage entr{'y shares' if shared == 1 else 'ies share'} bytes with the one before"
-            problems.append(Problem("duplicate", "file", path, detail))
-        inside = [k for k, e in enumerate(stops) if e <= info.st_size]
-        if len(inside) < len(stops):
-            indices, starts, stops = ([column[k] for k in inside] for column in (indices, starts, stops))
-        lengths = list(map(sub, stops, starts))
-        try:
-            bad = frames.frame_problems(fd, starts, lengths)
-        except OSError as e:
-            return [*problems, Problem("unreadable", "file", path, f"cannot read it ({e.strerror})")], info.st_size
-        return problems + record_problems(path, [(indices[b.index], b.what) for b in bad], entries), info.st_size
+        return _frames(fd, path, info.st_size, runs, entries), info.st_size
     finally:
         os.close(fd)
+
+
+def _frames(fd: int, path: str, size: int, runs: list[tuple[int, int]], entries: layout.Entries) -> list[Problem]:
+    """The file's sizes, shared bytes and records' frames."""
+    starts = [s for a, b in runs for s in entries.starts[a:b]] if len(runs) > 1 else entries.starts[slice(*runs[0])]
+    lengths = [n for a, b in runs for n in entries.lengths[a:b]] if len(runs) > 1 else entries.lengths[slice(*runs[0])]
+    indices: list[int] | range = [i for a, b in runs for i in range(a, b)] if len(runs) > 1 else range(*runs[0])
+    stops = list(map(add, starts, lengths))
+    if starts != sorted(starts):  # a writer's entries come in file order: then no sort is needed
+        order = sorted(range(len(starts)), key=starts.__getitem__)
+        indices, starts, lengths, stops = ([column[k] for k in order] for column in (indices, starts, lengths, stops))
+    problems = []
+    end = max(stops)
+    if size < end:
+        short = sum(1 for e in stops if e > size)
+        detail = f"{size:,} bytes, but its entries reach byte {end:,}: truncated ({short} entries cut)"
+        problems.append(Problem("truncated", "file", path, detail))
+        inside = [k for k, e in enumerate(stops) if e <= size]
+        indices, starts, lengths = ([column[k] for k in inside] for column in (indices, starts, lengths))
+    shared = sum(map(lt, starts[1:], stops))
+    if shared:
+        detail = f"{shared} storage entr{'y shares' if shared == 1 else 'ies share'} bytes with the one before"
+        problems.append(Problem("duplicate", "file", path, detail))
+    try:
+        bad = frames.frame_problems(fd, starts, lengths)
+    except OSError as e:
+        return [*problems, Problem("unreadable", "file", path, f"cannot read it ({e.strerror})")]
+    return problems + record_problems(path, [(indices[b.index], b.what) for b in bad], entries)
 
 
 def record_problems(path: str, bad: list[tuple[int, str]], entries: layout.Entries, kind: str = "corrupt") -> list:
