@@ -19,7 +19,7 @@ from ascendfix.checkpoint.report import Problem
 _RSYNC_PARTIAL = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9]{6}")
 _PARTIAL_SUFFIXES = (".tmp", ".partial")
 FAR_SECONDS = 3600.0  # at least this far from the others' median
-_SPREAD_FACTOR = 4  # and this many times the spread of the middle 80% of the files
+_SPREAD_FACTOR = 4  # and this many times the spread of the middle half of the files
 
 
 def partial_copies(names: list[str]) -> list[Problem]:
@@ -49,10 +49,9 @@ def stray_mtimes(folder: Path, names: list[str]) -> list[Problem]:
     if len(times) < 4:
         return []
     ordered = sorted(times.values())
-    cut = len(ordered) // 10
-    middle = ordered[cut : len(ordered) - cut]
+    quarter = len(ordered) // 4
     median = statistics.median(ordered)
-    far = max(FAR_SECONDS, _SPREAD_FACTOR * (middle[-1] - middle[0]))
+    far = max(FAR_SECONDS, _SPREAD_FACTOR * (ordered[-1 - quarter] - ordered[quarter]))
     warnings = []
     for name in sorted(times):
         apart = times[name] - median
