@@ -832,3 +832,21 @@ def test_a_symlinked_folder_inside_an_entry_path_is_not_followed(tmp_path):
     (folder / "sub").symlink_to(tmp_path / "elsewhere")
     problems, _, _ = check._files(folder, layout.Entries(["w"], [(0,)], ["sub/x.distcp"], [0], [64]))
     assert [(p.kind, p.detail) for p in problems] == [("unsafe-path", "a symbolic link in its folders: not followed")]
+
+
+@pytest.mark.slow
+def test_preflight_checks_the_save_verl_resumes_from(dcp, tmp_path):
+    top = tmp_path / "checkpoints"
+    assert preflight.resume_folders({"trainer.default_local_dir": str(top)}) == {}  # nothing saved yet
+    shutil.copytree(dcp, top / "global_step_3" / "actor" / "dist_ckpt")
+    (top / "latest_checkpointed_iteration.txt").write_text("3")
+    found = preflight.resume_folders({"trainer.default_local_dir": str(top)})
+    assert found == {str(top): ["trainer.default_local_dir"]}
+    assert preflight.resume_folders({"trainer.default_local_dir": str(top), "trainer.resume_mode": "disable"}) == {}
+    seam = preflight.default_seams().checkpoint_problems
+    assert seam(top) == []
+    (top / "global_step_3" / "actor" / "dist_ckpt" / "__0_0.distcp").unlink()
+    assert [m.split(" ", 2)[:2] for m in seam(top)] == [
+        ["incomplete-save", "latest_checkpointed_iteration.txt:"],
+        ["missing-file", "__0_0.distcp:"],
+    ]
