@@ -250,7 +250,7 @@ def run_preflight(
         unknown = f"rule {rid} not checked: the patch states, modules or files it needs are unknown"
         result.hints.append(Finding("rules", unknown))
     if full and seams.checkpoint_problems is not None:
-        for folder, keys in checkpoint_folders(overrides).items():
+        for folder, keys in {**checkpoint_folders(overrides), **resume_folders(overrides)}.items():
             for message in seams.checkpoint_problems(Path(folder)):
                 result.problems.append(Finding("checkpoint", f"{keys[0]}={folder}: {message}"))
         for key in (k for k, v in overrides.items() if k.endswith(CHECKPOINT_PATH) and "$" in v):
@@ -295,6 +295,24 @@ def checkpoint_folders(overrides: Mapping[str, str]) -> dict[str, list[str]]:
             continue
         folders.setdefault(folder, []).append(key)
     return folders
+
+
+def resume_folders(overrides: Mapping[str, str]) -> dict[str, list[str]]:
+    """The save verl resumes from: ``trainer.resume_from_path`` with ``resume_mode`` ``resume_path``, or with
+    ``auto`` (the default) ``trainer.default_local_dir`` when its latest_checkpointed_iteration.txt is there."""
+    mode = overrides.get("trainer.resume_mode", "auto").strip("'\"").lower()
+    if mode == "resume_path":
+        key = "trainer.resume_from_path"
+    elif mode == "auto":
+        key = "trainer.default_local_dir"
+    else:
+        return {}
+    folder = overrides.get(key, "").strip().strip("'\"")
+    if not folder or "$" in folder or folder.lower() in ("null", "none"):
+        return {}
+    if mode == "auto" and not (Path(folder) / "latest_checkpointed_iteration.txt").exists():
+        return {}  # nothing saved yet: verl starts afresh
+    return {folder: [key]}
 
 
 def _int(overrides: Mapping[str, str], key: str) -> int | None:
@@ -378,11 +396,13 @@ def default_seams(
         return raysmoke.job_problems(profile, device, overrides, environ)
 
     def checkpoint_problems(folder: Path) -> list[str]:
-        from ascendfix.checkpoint import check
+        from ascendfix.checkpoint import verl
         from ascendfix.errors import UsageError
 
+        if not folder.is_dir():
+            return [f"{folder}: not a folder (the checkpoint is not there)"]
         try:
-            report = check.check(folder, quick=True)
+            report = verl.check_save(folder, quick=True)
         except UsageError as e:
             return [str(e)]
         return [f"{p.kind} {p.subject}: {p.detail}" for p in report.problems]
