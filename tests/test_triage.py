@@ -22,6 +22,8 @@ from ascendfix import cli
 from ascendfix.job import triage, triage_scan
 from click.testing import CliRunner
 
+from tests import triage_fixtures as fixtures
+
 ROOT = Path(__file__).resolve().parent.parent
 CYAN, RESET = "\x1b[36m", "\x1b[0m"
 
@@ -562,3 +564,194 @@ def test_a_real_ray_job_that_fails_is_triaged_from_its_run_and_session_folders(t
         assert result.later >= 1  # the actor's death, as Ray reports it
     run = triage.triage(tmp_path / "runs")
     assert set(run.by_code) >= {"EJ0002", "RAY_ACTOR_DIED"}
+
+
+# --- the failures this stack really prints, one folder each ---------------------------------------
+
+
+def first_of(logs: Path) -> dict:
+    """The CLI's first finding, asserting the exit code that goes with a failure."""
+    code, data = run_json(logs)
+    assert code == 1, data
+    return data["first"]
+
+
+def fix_of(code: str) -> str:
+    return next(fp.fix for fp in triage.fingerprints() if fp.code == code)
+
+
+def test_a_clean_ray_jobs_teardown_notices_are_no_failure(tmp_path):
+    code, data = run_json(fixtures.clean_ray_teardown(tmp_path))
+    assert code == 0 and data["first"] is None and data["by_code"] == {}
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (fixtures.ray_oom, ("RAY_OOM", "10.0.0.9", None, None)),  # the dead worker's pid is not in the line
+        (fixtures.raylet_oom, ("RAY_OOM", "10.0.0.11", None, None)),
+    ],
+)
+def test_host_out_of_memory_is_named_when_ray_or_the_raylet_says_it(tmp_path, make, expected):
+    first = first_of(make(tmp_path))
+    assert (first["code"], first["node"], first["pid"], first["rank"]) == expected
+    assert first["fix"] == fix_of("RAY_OOM") and "host memory" in first["fix"]
+
+
+def test_the_kernels_oom_killer_is_read_from_dmesg_and_kern_log_with_their_node(tmp_path):
+    first = first_of(fixtures.kernel_oom(tmp_path))
+    assert (first["code"], first["node"], first["pid"]) == ("LINUX_OOM", "node07", 4101)
+    assert first["time"] == "2025-08-05T14:10:01" and first["file"] == "node07/dmesg-T.txt"
+    (tmp_path / "node07" / "dmesg-T.txt").unlink()
+    first = first_of(tmp_path)
+    assert (first["code"], first["node"], first["pid"], first["fix"]) == (
+        "LINUX_OOM",
+        "gpu-b08",
+        77,
+        fix_of("LINUX_OOM"),
+    )
+
+
+@pytest.mark.parametrize("cann_first", [False, True])
+def test_verls_hccl_burst_joins_across_the_missing_rank_and_takes_the_workers_pid(tmp_path, cann_first):
+    first = first_of(fixtures.verl_hccl_burst(tmp_path, cann_first))
+    assert (first["code"], first["node"], first["pid"], first["rank"]) == ("EJ0001", "10.0.0.5", 468348, 2)
+    assert first["fix"] == fix_of("EJ0001") and "wait 10 s" in first["fix"]
+    _, data = run_json(tmp_path)
+    assert data["later"] == 0 and data["by_code"] == {"ERR02200": 1, "EJ0001": 1}
+
+
+def test_a_pid_that_reads_like_a_code_is_no_code(tmp_path):
+    write(
+        tmp_path / "worker-aa-01000000-507046.err",
+        "EJ0001: [PID: 507046] 2025-04-24-16:14:56.101.202 Failed to initialize the HCCP process.\n"
+        "[ERROR] 2025-04-24-16:14:56 (PID:507046, Device:0, RankID:3) ERR02200 DIST call hccl api failed.\n",
+    )
+    first = first_of(tmp_path)
+    assert (first["code"], first["pid"], first["rank"]) == ("EJ0001", 507046, 3)
+    _, data = run_json(tmp_path)
+    assert "507046" not in data["by_code"]
+
+
+def test_a_job_stuck_on_a_gpu_request_is_a_finding_that_names_trainer_device(tmp_path):
+    first = first_of(fixtures.unschedulable(tmp_path))
+    assert first["code"] == "RAY_UNSCHEDULABLE_GPU" and "{CPU: 1, GPU: 1}" in first["message"]
+    assert "trainer.device=npu" in first["fix"] and first["time"] == "2025-08-05T14:02:26.872000"
+
+
+def test_a_request_no_node_can_fulfil_names_the_resources_asked(tmp_path):
+    fixtures.unschedulable(tmp_path, "{CPU: 64, NPU: 8}")
+    (tmp_path / "monitor.log").unlink()
+    first = first_of(tmp_path)
+    assert first["code"] == "RAY_UNSCHEDULABLE" and "{CPU: 64, NPU: 8}" in first["message"]
+    assert first["fix"] == fix_of("RAY_UNSCHEDULABLE")
+
+
+@pytest.mark.parametrize("code", ["107022", "507053", "507054", "507055", "507056", "507057", "507904"])
+def test_hardware_faults_say_isolate_the_card_or_node(code):
+    fp = next(fp for fp in triage.fingerprints() if fp.code == code)
+    assert "Isolate the" in fp.fix and "do not retune" in fp.fix
+
+
+def test_the_device_side_error_wins_over_a_slow_clocks_consequences_and_the_skew_is_said(tmp_path):
+    logs = fixtures.plog_device_error_with_skew(tmp_path)
+    code, data = run_json(logs)
+    first = data["first"]
+    assert code == 1 and (first["code"], first["node"], first["pid"], first["rank"]) == (
+        "DEVICE_EXCEPTION",
+        "node02",
+        2201,
+        None,
+    )
+    assert first["time"] == "2025-04-08T18:07:19.001002" and first["fix"] == fix_of("DEVICE_EXCEPTION")
+    assert set(data["clock_skew"]) == {"node04"} and 3590 < data["clock_skew"]["node04"] < 3610
+    assert "clock skew: node node04" in invoke("triage", str(logs)).output
+
+
+def test_a_timeout_that_names_its_peer_is_that_peers_consequence_whatever_the_stamps(tmp_path):
+    first = first_of(fixtures.pointed_at(tmp_path))
+    assert (first["code"], first["node"], first["pid"], first["rank"]) == ("EJ0002", "10.0.0.4", 307, 7)
+    assert first["fix"] == fix_of("EJ0002")
+
+
+def test_torchruns_root_cause_block_wins_over_rank_0s_lost_peer(tmp_path):
+    first = first_of(fixtures.torchrun_sigkill(tmp_path))
+    # torch elastic's own line, stamped first, in one burst with the block below it (its host and rank)
+    assert (first["code"], first["node"], first["pid"], first["rank"]) == ("TORCHRUN_SIGNAL", "node01", 12345, 3)
+    assert first["time"] == "2024-06-18T10:21:36.480000" and "dmesg" in first["fix"]
+    lines = (tmp_path / "train.log").read_text().splitlines()
+    (tmp_path / "train.log").write_text("\n".join(line for line in lines if "failed (exitcode" not in line) + "\n")
+    first = first_of(tmp_path)  # the block alone: its time, host and rank
+    assert (first["code"], first["node"], first["pid"], first["rank"]) == ("TORCHRUN_SIGNAL", "node01", 12345, 3)
+    assert first["time"] == "2024-06-18T10:21:36" and first["fix"] == fix_of("TORCHRUN_SIGNAL")
+
+
+def test_a_ray_task_error_is_named_by_the_exception_it_wraps(tmp_path):
+    first = first_of(fixtures.ray_task_error(tmp_path))
+    assert (first["code"], first["node"], first["pid"], first["rank"]) == ("KeyError", "10.0.0.5", 4101, None)
+    lines = (tmp_path / "job-driver-raysubmit_3.log").read_text().splitlines()[:-1]
+    (tmp_path / "job-driver-raysubmit_3.log").write_text("\n".join(lines) + "\n")  # without the inner line
+    first = first_of(tmp_path)
+    assert (first["code"], first["pid"]) == ("KeyError", 4101) and first["fix"] == fix_of("RAY_TASK_ERROR")
+
+
+def test_vllms_sleep_mode_assertion_is_named_and_the_oom_advice_avoids_it(tmp_path):
+    first = first_of(fixtures.sleep_mode_assert(tmp_path))
+    assert (first["code"], first["node"], first["pid"]) == ("SLEEP_MODE_ALLOC", "10.0.0.6", 5005)
+    assert "PYTORCH_NPU_ALLOC_CONF" in first["fix"]
+    for code in ("CUDA_OOM", "NPU_OOM"):
+        assert "Do not" in fix_of(code) and "sleep mode" in fix_of(code)
+
+
+def test_the_advice_names_the_right_knobs():
+    assert "ACL_STREAM_TIMEOUT" in fix_of("507046") and "ACL_DEVICE_SYNC_TIMEOUT" in fix_of("507046")
+    assert "sysctl -w net.ipv4.ip_local_reserved_ports=60000-60015" in fix_of("EJ0003")
+    for code in ("HCCL_WATCHDOG", "EI0002"):
+        assert "HCCL_ASYNC_ERROR_HANDLING=0" in fix_of(code) and "HCCL_EXEC_TIMEOUT" in fix_of(code)
+
+
+# --- reading its own input ------------------------------------------------------------------------
+
+
+def test_a_file_or_folder_it_cannot_read_is_named_and_exits_1(tmp_path, monkeypatch):
+    base = Path(tempfile.mkdtemp(prefix="aftriage-"))  # root reads everything: the read runs as nobody
+    try:
+        write(base / "train.log", "step:1 - loss:0.5\n")
+        write(base / "plog" / "plog-1_1.log", "EJ0002: [PID: 1] 2025-04-08-18:00:00.000.000 The network port is down\n")
+        write(base / "secret" / "x.log", "")
+        for path in (base, base / "plog"):
+            path.chmod(0o755)
+        (base / "train.log").chmod(0o644)
+        (base / "plog" / "plog-1_1.log").chmod(0o640)  # as CANN writes them for HwHiAiUser
+        (base / "secret").chmod(0o700)
+        triage.fingerprints()  # read the table first, as the user that can
+        root = os.geteuid() == 0
+        if root:
+            os.setegid(65534)
+            os.seteuid(65534)
+        try:
+            result = triage.triage(base)
+        finally:
+            if root:
+                os.seteuid(0)
+                os.setegid(0)
+        assert result.first is None and result.failed
+        assert {path for path, _ in result.skipped} == {"plog/plog-1_1.log", "secret"}
+        assert all(why == "Permission denied" for _, why in result.skipped)
+        monkeypatch.setattr(triage, "triage", lambda logdir: result)
+        cli_result = invoke("triage", str(base))
+        assert cli_result.exit_code == 1 and "not read  plog/plog-1_1.log: Permission denied" in cli_result.output
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_growing_log_is_read_up_to_its_size_when_opened(tmp_path, monkeypatch):
+    monkeypatch.setattr(triage_scan, "BLOCK", 1024)
+    log = write(tmp_path / "train.log", FORMATS["ray"](datetime(2025, 4, 8, 18, 30)) + "noise\n" * 1000)
+    size = log.stat().st_size
+    scan = triage_scan.FileScan(log, "train.log", None, None, triage_scan.Table(triage.fingerprints()))
+    found = scan.findings()
+    assert next(found).code == "RAY_WORKER_DIED"
+    with open(log, "a") as f:  # the job keeps writing while triage reads
+        f.write(FORMATS["ray"](datetime(2025, 4, 8, 18, 31)) * 10)
+    assert list(found) == [] and scan.size == size

@@ -70,7 +70,8 @@ _HEADER = re.compile(
 )
 # a header that says INFO or DEBUG: Ray's "[... I 12 34]", logging's "INFO", glog's "[I1120", CANN's "[INFO]"
 _INFO = re.compile(
-    r"^(?:\[20[^\]]* [ID] \d|20\S+ [\d:,]+\s+(?:INFO|DEBUG)\b|\[?[ID]\d{3,4} |(?:INFO|DEBUG) \d\d-|\[(?:INFO|DEBUG|EVENT|TRACE)\] )"
+    r"^(?:\[20[^\]]* [ID] \d|20\S+ [\d:,]+\s+(?:INFO|DEBUG)\b|\[?[ID]\d{3,4} |(?:INFO|DEBUG) \d\d-"
+    r"|\[(?:INFO|DEBUG|EVENT|TRACE)\] )"
 )
 
 
