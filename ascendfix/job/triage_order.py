@@ -5,9 +5,9 @@ burst: torch_npu prints ``RuntimeError``, then ``ERR02200`` with the rank, then 
 that says why (with the worker's pid). A line joins a burst when it names no other rank and no
 other pid (a line that names neither joins the nearest burst above it); the pid a message names
 wins over the Ray prefix's (the relaying process). A line that names only a pid and a burst that
-names only a rank (or the other way round) stay apart: torchrun's agent below rank 0's error. A burst is named by its most specific
-fingerprint (the table's order) and timed by that line's own stamp, else by the earliest stamp
-in it; a burst without any stamp has no time and sorts after every timed one.
+names only a rank (or the other way round) stay apart: torchrun's agent below rank 0's error.
+A burst is named by its most specific fingerprint (the table's order) and timed by that line's
+own stamp, else by the earliest stamp in it; a burst without any stamp has no time and sorts after every timed one.
 
 The earliest burst is the first failure, with two corrections:
 
