@@ -755,3 +755,90 @@ def test_a_growing_log_is_read_up_to_its_size_when_opened(tmp_path, monkeypatch)
     with open(log, "a") as f:  # the job keeps writing while triage reads
         f.write(FORMATS["ray"](datetime(2025, 4, 8, 18, 31)) * 10)
     assert list(found) == [] and scan.size == size
+
+
+# --- real Ray jobs, each in a network namespace of its own ----------------------------------------
+
+OOM_JOB = textwrap.dedent(
+    """
+    import sys, time
+    import ray
+
+    @ray.remote(num_cpus=0, max_restarts=0)
+    class Hog:  # holds more and more host memory until Ray's memory monitor kills it
+        def grow(self):
+            chunks = []
+            while True:
+                chunks.append(bytearray(64 << 20))
+                time.sleep(0.05)
+
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])
+    try:
+        ray.get(Hog.remote().grow.remote(), timeout=240)
+    except ray.exceptions.GetTimeoutError:
+        sys.exit(4)
+    except Exception as e:
+        print("driver saw", type(e).__name__, file=sys.stderr)
+        sys.exit(3)
+    """
+)
+
+CLEAN_JOB = textwrap.dedent(
+    """
+    import sys
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Worker:
+        def step(self, i):
+            return i * i
+
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])
+    workers = [Worker.remote() for _ in range(4)]
+    print(sum(ray.get([w.step.remote(i) for i, w in enumerate(workers)])))
+    for w in workers:
+        ray.kill(w)
+    ray.shutdown()
+    """
+)
+
+
+def run_in_netns(tmp_path_factory, script: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run a Ray job script under `unshare -n` (only `lo`, brought up), its Ray folder in pytest's temp dir."""
+    pytest.importorskip("ray")
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs unshare and ip for a network namespace")
+    work = tmp_path_factory.mktemp("r")  # short: Ray's socket paths must stay under 107 bytes
+    (work / "job.py").write_text(script)
+    ray_dir = work / "ray"
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work), "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.run(
+        ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" job.py "$1"', sys.executable, str(ray_dir)],
+        cwd=work,
+        env=environ | env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0 and "unshare" in proc.stderr and "Operation not permitted" in proc.stderr:
+        pytest.skip("no permission for a network namespace here")
+    return proc, ray_dir / "session_latest" / "logs"
+
+
+@pytest.mark.slow
+def test_a_real_ray_actor_killed_by_the_memory_monitor_is_named_out_of_memory(tmp_path_factory):
+    threshold = {"RAY_memory_usage_threshold": "0.05", "RAY_memory_monitor_refresh_ms": "50"}
+    proc, logs = run_in_netns(tmp_path_factory, OOM_JOB, threshold)
+    assert proc.returncode == 3 and "OutOfMemoryError" in proc.stderr, proc.stderr[-2000:]
+    code, data = run_json(logs)
+    assert code == 1 and data["first"]["code"] == "RAY_OOM", data
+    assert data["first"]["node"] == "127.0.0.1" and data["skipped"] == []
+    assert "host memory" in data["first"]["fix"]
+
+
+@pytest.mark.slow
+def test_a_real_clean_four_actor_ray_job_is_no_failure(tmp_path_factory):
+    proc, logs = run_in_netns(tmp_path_factory, CLEAN_JOB, {})
+    assert proc.returncode == 0 and proc.stdout.split()[-1] == "14", proc.stderr[-2000:]
+    code, data = run_json(logs)
+    assert code == 0 and data["first"] is None and data["skipped"] == [], data

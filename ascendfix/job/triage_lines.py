@@ -92,6 +92,7 @@ class Finding:
     pids: frozenset[int] = frozenset()  # every pid the line names (the message's, the Ray prefix's, the file's)
     message_pid: bool = False  # ``pid`` is the one the message names (it wins over a relaying prefix's)
     points_to: int | None = None  # the rank it says it waited for (``remote rank: [N]``, dstRank)
+    origin: str | None = None  # the Ray prefix's process (``WorkerDict pid=3007``, ``raylet``): who relayed it
 
     def to_json(self) -> dict[str, Any]:
         """The issue's ``first`` object."""
@@ -204,6 +205,7 @@ def parse(raw: bytes, table: Table, file: str, file_pid: int | None, node: str |
         frozenset(p for p in (message_pid, prefix_pid, file_pid) if p is not None),
         message_pid is not None,
         _pointer(text, rank),
+        inner.split(",")[0].strip() if inner is not None else None,
     )
 
 

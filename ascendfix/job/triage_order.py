@@ -1,13 +1,14 @@
 """triage's ordering: lines into bursts, bursts into the first failure and its consequences.
 
-Findings from one process within :data:`BURST_LINES` lines of each other in one file are one
-burst: torch_npu prints ``RuntimeError``, then ``ERR02200`` with the rank, then the CANN code
-that says why (with the worker's pid). A line joins a burst when it names no other rank and no
-other pid (a line that names neither joins the nearest burst above it); the pid a message names
-wins over the Ray prefix's (the relaying process). A line that names only a pid and a burst that
-names only a rank (or the other way round) stay apart: torchrun's agent below rank 0's error.
-A burst is named by its most specific fingerprint (the table's order) and timed by that line's
-own stamp, else by the earliest stamp in it; a burst without any stamp has no time and sorts after every timed one.
+Findings from one process (relayed under the same Ray prefix, or none) within :data:`BURST_LINES`
+lines of each other in one file are one burst: torch_npu prints ``RuntimeError``, then
+``ERR02200`` with the rank, then the CANN code that says why (with the worker's pid). A line
+joins a burst when it names no other rank and no other pid (a line that names neither joins the
+nearest burst above it); the pid a message names wins over the Ray prefix's (the relaying
+process). A line that names only a pid and a burst that names only a rank (or the other way
+round) stay apart: torchrun's agent below rank 0's error. A burst is named by its most specific
+fingerprint (the table's order) and timed by that line's own stamp, else by the earliest stamp in
+it; a burst without any stamp has no time and sorts after every timed one.
 
 The earliest burst is the first failure, with two corrections:
 
@@ -62,13 +63,15 @@ class Burst:
         return self.codes.total()
 
     def joins(self, f: Finding) -> bool:
-        """No other rank, no other pid (a line may not say them), close enough below; but a line that says
+        """Relayed by the same process (the same Ray prefix, or none), no other rank, no other pid (a line may
+        not say them), close enough below; but a line that says
         only a pid does not join a burst that says only a rank, nor the other way round (nothing ties them)."""
         rank_ok = f.rank is None or self.rank is None or f.rank == self.rank
         pid_ok = not f.pids or not self.pids or bool(f.pids & self.pids)
         says = (f.rank is not None, bool(f.pids))
         apart = says in ((True, False), (False, True)) and (self.rank is not None, bool(self.pids)) == says[::-1]
-        return rank_ok and pid_ok and not apart and f.line - self.last_line <= BURST_LINES
+        same_origin = f.origin == self.best.origin
+        return same_origin and rank_ok and pid_ok and not apart and f.line - self.last_line <= BURST_LINES
 
     def take(self, f: Finding) -> None:
         """Add a finding: the most specific names the burst, the earliest stamp times it."""
