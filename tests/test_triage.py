@@ -842,3 +842,95 @@ def test_a_real_clean_four_actor_ray_job_is_no_failure(tmp_path_factory):
     assert proc.returncode == 0 and proc.stdout.split()[-1] == "14", proc.stderr[-2000:]
     code, data = run_json(logs)
     assert code == 0 and data["first"] is None and data["skipped"] == [], data
+
+
+# --- the profile's hints of the same audit ---------------------------------------------------------
+
+
+def verl_batch_check():
+    """verl 0.5.0's own `_validate_config` (its sdist), up to the real_train_batch_size assertion, as a function."""
+    import ast
+    import types
+
+    from tests.upstream import verl_checkout
+
+    source = (verl_checkout("0.5.0") / "verl" / "trainer" / "ppo" / "ray_trainer.py").read_text()
+    tree = ast.parse(source)
+    method = next(
+        node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "_validate_config"
+    )
+    assert method.lineno == 391  # the lines the hint cites
+    body = []
+    for statement in method.body:
+        body.append(statement)
+        if isinstance(statement, ast.Assert) and "real_train_batch_size" in ast.unparse(statement.test):
+            break
+    function = ast.FunctionDef(name="check", args=method.args, body=body, decorator_list=[], returns=None)
+    module = ast.Module(body=[function], type_ignores=[])
+    ast.fix_missing_locations(module)
+    space: dict = {}
+    exec(compile(module, "ray_trainer.py", "exec"), space)
+
+    def check(o: dict[str, int]) -> bool:
+        ns = types.SimpleNamespace
+        megatron = ns(
+            tensor_model_parallel_size=o["tp"], pipeline_model_parallel_size=o["pp"], context_parallel_size=o["cp"]
+        )
+        actor = ns(strategy="megatron", megatron=megatron, ppo_micro_batch_size_per_gpu=o["micro"])
+        config = ns(
+            trainer=ns(n_gpus_per_node=8, nnodes=o["nodes"]),
+            actor_rollout_ref=ns(actor=actor, rollout=ns(n=o["n"])),
+            data=ns(train_batch_size=o["prompts"]),
+        )
+        try:
+            space["check"](ns(config=config))
+        except AssertionError:
+            return False
+        return True
+
+    return check
+
+
+def test_batch_size_hints_mirror_verls_megatron_check():
+    from ascendfix.job.preflight import batch_size_hints
+
+    verl_accepts = verl_batch_check()
+    cases = [
+        dict(prompts=p, n=n, nodes=nodes, tp=tp, pp=pp, cp=cp, micro=micro)
+        for p in (128, 100, 96)
+        for n in (16, 3)
+        for nodes in (16, 3)
+        for tp, pp, cp in ((4, 8, 1), (8, 1, 1), (4, 8, 3), (1, 1, 1))
+        for micro in (1, 2)
+    ]
+    outcomes = set()
+    for case in cases:
+        overrides = {
+            "data.train_batch_size": str(case["prompts"]),
+            "actor_rollout_ref.rollout.n": str(case["n"]),
+            "trainer.nnodes": str(case["nodes"]),
+            "trainer.n_gpus_per_node": "8",
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": str(case["tp"]),
+            "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size": str(case["pp"]),
+            "actor_rollout_ref.actor.megatron.context_parallel_size": str(case["cp"]),
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": str(case["micro"]),
+        }
+        accepted = verl_accepts(case)
+        assert (batch_size_hints(overrides) == []) == accepted, case
+        outcomes.add(accepted)
+    assert outcomes == {True, False}
+    guide = dict(prompts=128, n=16, nodes=16, tp=4, pp=8, cp=1, micro=1)  # the guide's 3.3.2 job passes
+    assert verl_accepts(guide)
+
+
+def test_the_h100_deepep_hint_comes_with_the_flex_dispatcher_and_their_plus():
+    from ascendfix.job import preflight
+    from ascendfix.profile import manifest
+
+    key = "+actor_rollout_ref.actor.megatron.override_transformer_config."
+    hints = [h.override for h in manifest.load_profile("verl-796871d").hints if "cuda" in h.devices]
+    deepep, flex = f"{key}moe_enable_deepep=True", f"{key}moe_token_dispatcher_type=flex"
+    assert deepep in hints and flex in hints and hints.index(flex) == hints.index(deepep) + 1
+    overrides = {deepep.lstrip("+").partition("=")[0]: "True"}  # as the script scan keys `+key=value`
+    assert not preflight._hint_missing(deepep, overrides)  # set: not hinted again
+    assert preflight._hint_missing(flex, overrides)  # DeepEP without flex: the flex hint still shows
