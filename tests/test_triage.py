@@ -500,10 +500,12 @@ def test_every_fingerprint_has_a_cause_a_fix_and_a_source():
 @pytest.mark.parametrize("code", sorted(EXAMPLES))
 def test_each_fingerprint_fires_on_its_example_through_the_prefilter(tmp_path, code):
     line = EXAMPLES[code].encode()
-    picked = triage.PREFILTER.search(line) or any(n in line for n in triage.NEEDLES)
+    name = "kern.log" if code == "LINUX_OOM" else "a.log"  # the kernel's words are looked for in kernel logs
+    needles = triage.KERNEL_NEEDLES if code == "LINUX_OOM" else triage.NEEDLES
+    picked = triage.PREFILTER.search(line) or any(n in line for n in needles)
     assert picked, "the pre-filter would never show it this line"
     above = "Traceback (most recent call last):\n" if code in ("python", "RAY_TASK_ERROR", "SLEEP_MODE_ALLOC") else ""
-    write(tmp_path / "a.log", above + EXAMPLES[code] + "\n")
+    write(tmp_path / name, above + EXAMPLES[code] + "\n")
     first = triage.triage(tmp_path).first
     inner = {"CANN": "EH9999", "ERR": "ERR02005", "python": "ValueError", "RAY_TASK_ERROR": "KeyError"}
     assert first.code == inner.get(code, {"EI0019": "EI0020"}.get(code, code))
@@ -516,6 +518,7 @@ def test_needles_are_the_literals_each_alternative_starts_with():
     assert triage.needles(r"Create (?:Dest|Src) error|LinkEstablish\]wait") == ("Create ", "LinkEstablish]wait")
     assert triage.needles(r"Killed?|Out of") == ("Kille", "Out of")  # the "d" is optional
     assert triage.needles(r"EJ0002|up") == ()  # one alternative too short to search for: always run
+    assert triage.needles(r"(?<=code is )507046(?!\d)|(?<=ret\()507046") == ("507046", "507046")  # lookbehind: before
     assert triage.needles(r"(?P<code>E[A-Z0-9]\d{4})") == () and triage.needles(r"^Error") == ()
 
 

@@ -94,6 +94,12 @@ class Finding:
     points_to: int | None = None  # the rank it says it waited for (``remote rank: [N]``, dstRank)
     origin: str | None = None  # the Ray prefix's process (``WorkerDict pid=3007``, ``raylet``): who relayed it
 
+    def placed(self, line: int, time: datetime | None) -> Finding:
+        """This finding at a line and time (a parsed line is shared by its repeats: each gets its own copy)."""
+        copy = object.__new__(Finding)
+        copy.__dict__.update(self.__dict__, line=line, time=time)  # a frozen dataclass's copy, without __init__
+        return copy
+
     def to_json(self) -> dict[str, Any]:
         """The issue's ``first`` object."""
         return {

@@ -2,7 +2,7 @@
 
 Files are read in :data:`BLOCK` blocks, up to the size they had when opened (a log that grows
 while it is read still ends); a few fast searches pick the lines that can matter
-(:data:`PREFILTER` and :data:`NEEDLES`), and only those are decoded and parsed; a line is
+(:data:`PREFILTER`, and :func:`needles_for` the file), and only those are decoded and parsed; a line is
 looked at up to :data:`MAX_LINE` bytes, and a partial line longer than that is not carried into
 the next block (as ``run``'s live pump caps one). Symlinks are never followed, binary files (a
 NUL in the first 8 KiB) are skipped, and a file or folder that cannot be read is named.
@@ -25,21 +25,32 @@ MAX_LINE = 1 << 16
 LOOKBACK = 1 << 16
 ABOVE = 1024  # how far above a line a fingerprint's ``above`` pattern is looked for
 SNIFF = 8192
+_PARSED, _PARSED_LINE = 4096, 512  # distinct short lines whose parse is kept, per file (at most 2 MiB)
+_UNSEEN = object()
 
 # "E" then rror / RROR / xception / RR<digit> / a CANN code / a glog stamp / Ray's error level
 # ("[2025-04-08 18:07:20,444 E 1234 5678]"); one regex with a literal first byte is as fast as a
 # substring search. NEEDLES are the failures printed without any of these (searched with find).
 PREFILTER = re.compile(rb"E(?:rror|RROR|xception|RR\d|[A-Z0-9]\d{4}|\d{3,4} \d| \d+ \d+\])")
+# the failures printed without any of these, searched with find, in the files that print them: Ray's
+# own logs, the driver's and the job's (the kernel's words in kernel logs only); a Ray worker's
+# stdout/stderr (worker-*.out/err, most of a session's bytes) holds none of them
 NEEDLES = (
-    b"of memory",  # the kernel's OOM killer, "Out of memory: Killed process" / "Memory cgroup out of memory"
     b"NODE_OUT_OF_MEMORY",
     b"memory pressure (OOM)",
     b"cannot be scheduled right now",
     b"exitcode",  # torchrun's failure block and its "failed (exitcode: -9)"
-    b"FORCE STOP",
 )
-# kept for callers that ask which words kernel logs are searched for: every file is searched for them
-KERNEL_NEEDLES = NEEDLES[:1]
+KERNEL_NEEDLES = (b"of memory",)  # the OOM killer, "Out of memory: Killed process" / "Memory cgroup out of memory"
+KERNEL_LOG = re.compile(r"^(?:dmesg|kern|syslog|messages|journal)", re.I)
+RAY_WORKER_LOG = re.compile(r"^worker-[0-9a-f]+-[0-9a-f]+-\d+\.(?:out|err)$")
+
+
+def needles_for(name: str) -> tuple[bytes, ...]:
+    """The needles a file of this name is searched for, beside the pre-filter."""
+    if KERNEL_LOG.match(name):
+        return NEEDLES + KERNEL_NEEDLES
+    return () if RAY_WORKER_LOG.match(name) else NEEDLES
 
 
 def log_files(root: Path, skipped: list[tuple[str, str]]) -> Iterator[Path]:
@@ -69,6 +80,8 @@ class FileScan:
 
     def __init__(self, path: Path, rel: str, node: str | None, file_pid: int | None, table: Table):
         self.path, self.rel, self.node, self.file_pid, self.table = path, rel, node, file_pid, table
+        self.needles = needles_for(path.name)
+        self.parsed: dict[bytes, Finding | None] = {}  # the last lines parsed, by their bytes
         self.seen: dict[bytes, int] = {}  # each `after` literal: the file offset it was last seen at
         self.searched: dict[bytes, int] = {a: 0 for a in table.afters}  # ... searched for up to here
         self.text = False
@@ -115,7 +128,7 @@ class FileScan:
     def _block(self, block: bytes, base: int, lines: _Lines, clock: Clock) -> Iterator[Finding]:
         """Findings in a block of whole lines at file offset ``base``."""
         dated = 0  # dated stamps before this offset are reflected in the clock's year
-        for start, hit in _candidates(block):
+        for start, hit in _candidates(block, self.needles):
             end = block.find(b"\n", start)
             end = len(block) if end == -1 else end
             cut = start
@@ -123,7 +136,13 @@ class FileScan:
                 cut = max(start, hit - MAX_LINE // 4)
                 end = cut + MAX_LINE
             raw = block[cut:end]
-            finding = parse(raw, self.table, self.rel, self.file_pid, self.node)
+            finding = self.parsed.get(raw, _UNSEEN)
+            if finding is _UNSEEN:  # a log repeats its short lines: each distinct one is parsed once
+                finding = parse(raw, self.table, self.rel, self.file_pid, self.node)
+                if len(raw) <= _PARSED_LINE:
+                    if len(self.parsed) >= _PARSED:
+                        self.parsed.clear()
+                    self.parsed[raw] = finding
             if finding is None or not self._below(finding.fingerprint.after, block, base, start):
                 continue
             own = first_stamp(raw)
@@ -135,7 +154,7 @@ class FileScan:
             if above is not None:
                 finding, time = _with_above(finding, above, block[max(0, start - ABOVE) : start], clock, time)
             line = lines.at(base + start, block, base)
-            yield replace(finding, line=line, time=time)
+            yield finding.placed(line, time)
         _dated_year(block, max(dated, len(block) - LOOKBACK), len(block), clock)
         for after in self.table.afters:
             self._below(after, block, base, len(block))  # remember the block's last one for the next
@@ -199,7 +218,7 @@ class _Lines:
         return self.count + 1
 
 
-def _candidates(block: bytes) -> list[tuple[int, int]]:
+def _candidates(block: bytes, needles: tuple[bytes, ...]) -> list[tuple[int, int]]:
     """(line start, first hit) of each line the pre-filter or a needle picks, in order."""
     starts: dict[int, int] = {}
     rfind, find = block.rfind, block.find
@@ -211,7 +230,7 @@ def _candidates(block: bytes) -> list[tuple[int, int]]:
         if end == -1:
             break
         m = PREFILTER.search(block, end)
-    for needle in NEEDLES:
+    for needle in needles:
         pos = find(needle)
         while pos != -1:
             starts.setdefault(rfind(b"\n", 0, pos) + 1, pos)

@@ -64,7 +64,8 @@ def needles(pattern: str) -> tuple[str, ...]:
     or more (a line the pattern matches holds one of them); else ()."""
     found = []
     for alternative in _alternatives(pattern):
-        text, i = re.sub(r"^\(\?(?:P<\w+>|:)", "", alternative), 0
+        text, i = re.sub(r"^\(\?<[=!](?:\\.|[^)\\])*\)", "", alternative), 0  # a lookbehind: what it checks is before
+        text = re.sub(r"^\(\?(?:P<\w+>|:)", "", text)
         literal = []
         while i < len(text):
             if text[i] == "\\" and i + 1 < len(text) and not text[i + 1].isalnum():
@@ -114,19 +115,24 @@ class Table:
 
     def __init__(self, fingerprints: tuple[Fingerprint, ...]):
         self.fingerprints = fingerprints
-        self.needles = tuple((n, i) for i, fp in enumerate(fingerprints) for n in fp.needles)
         self.always = tuple(i for i, fp in enumerate(fingerprints) if not fp.needles)
         self.afters = tuple(sorted({fp.after for fp in fingerprints if fp.after}))
-        literals = sorted({n for n, _ in self.needles}, key=len, reverse=True)
+        owners: dict[str, set[int]] = {}
+        for i, fp in enumerate(fingerprints):
+            for n in fp.needles:
+                owners.setdefault(n, set()).add(i)
+        literals = sorted(owners, key=len, reverse=True)
+        # a literal found stands for every needle inside it too (the search reports the longest at a place)
+        self.owners = {lit: sorted({i for n in literals if n in lit for i in owners[n]}) for lit in literals}
         self.any_needle = re.compile("|".join(map(re.escape, literals)) or "(?!)")  # literals only: fast
 
     def match(self, text: str, info: bool = False) -> tuple[int, re.Match[str]] | None:
         """The first fingerprint (by index) that matches ``text``, and its match; on an INFO line
         (``info``) only the fingerprints that fire there."""
         maybe = list(self.always)
-        if self.any_needle.search(text):
-            maybe.extend(i for needle, i in self.needles if needle in text)
-            maybe.sort()
+        found = {m.group() for m in self.any_needle.finditer(text)}
+        if found:
+            maybe = sorted({*maybe, *(i for lit in found for i in self.owners[lit])})
         for i in maybe:
             fp = self.fingerprints[i]
             if info and not fp.info:
