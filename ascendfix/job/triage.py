@@ -114,9 +114,9 @@ def triage(logdir: Path = DEFAULT_LOGDIR) -> Triage:
     if not files and not skipped:
         raise UsageError(f"{logdir}: no readable text log files here")
     offsets = tally.skew()
-    burst, offset = tally.first(offsets)
-    first = burst.named(offset) if burst else None
-    later = tally.total - (burst.size if burst else 0)
+    named, offset = tally.first(offsets)
+    first = named.named(offset) if named else None
+    later = tally.total - (named.size if named else 0)
     skew = {node: _seconds(delta) for node, delta in sorted(offsets.items())}
     return Triage(clean(str(logdir)), first, later, dict(tally.by_code.most_common()), files, size, skipped, skew)
 

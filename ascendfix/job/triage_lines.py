@@ -134,19 +134,21 @@ class Clock:
         try:
             if m.re is YEAR_STAMP:
                 self.year = int(g[0])
-                micro = int(g[6] or 0) * 1000 + int(g[7] or 0)
-                return datetime(*map(int, g[:6]), micro)
+                y, mo, d, h, mi, sec = (int(v) for v in g[:6])
+                return datetime(y, mo, d, h, mi, sec, int(g[6] or 0) * 1000 + int(g[7] or 0))
             if m.re is _DMESG_STAMP:
                 self.year = int(g[5])
-                return datetime(self.year, _MONTH[g[0]], *map(int, g[1:5]))
+                d, h, mi, sec = (int(v) for v in g[1:5])
+                return datetime(self.year, _MONTH[g[0]], d, h, mi, sec)
             if m.re is _SYSLOG_STAMP:
-                month, rest = _MONTH[g[0]], list(map(int, g[1:5]))
+                month = _MONTH[g[0]]
+                d, h, mi, sec = (int(v) for v in g[1:5])
                 micro = 0
             else:
                 micro = int(g[5][:6].ljust(6, b"0")) if m.re is _GLOG_STAMP else 0
-                month, *rest = map(int, g[:5])
+                month, d, h, mi, sec = (int(v) for v in g[:5])
             year = self.year or self.mtime.year
-            t = datetime(year, month, *rest, micro)
+            t = datetime(year, month, d, h, mi, sec, micro)
             if self.year is None and t > self.mtime + timedelta(days=1):
                 t = t.replace(year=year - 1)
             return t

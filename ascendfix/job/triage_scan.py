@@ -26,7 +26,6 @@ LOOKBACK = 1 << 16
 ABOVE = 1024  # how far above a line a fingerprint's ``above`` pattern is looked for
 SNIFF = 8192
 _PARSED, _PARSED_LINE = 4096, 512  # distinct short lines whose parse is kept, per file (at most 2 MiB)
-_UNSEEN = object()
 
 # "E" then rror / RROR / xception / RR<digit> / a CANN code / a glog stamp / Ray's error level
 # ("[2025-04-08 18:07:20,444 E 1234 5678]"); one regex with a literal first byte is as fast as a
@@ -136,8 +135,9 @@ class FileScan:
                 cut = max(start, hit - MAX_LINE // 4)
                 end = cut + MAX_LINE
             raw = block[cut:end]
-            finding = self.parsed.get(raw, _UNSEEN)
-            if finding is _UNSEEN:  # a log repeats its short lines: each distinct one is parsed once
+            if raw in self.parsed:  # a log repeats its short lines: each distinct one is parsed once
+                finding = self.parsed[raw]
+            else:
                 finding = parse(raw, self.table, self.rel, self.file_pid, self.node)
                 if len(raw) <= _PARSED_LINE:
                     if len(self.parsed) >= _PARSED:
