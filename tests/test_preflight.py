@@ -107,7 +107,7 @@ def test_batch_size_hints():
     }
     hints = preflight.batch_size_hints(overrides)
     assert len(hints) == 2
-    assert "300 samples do not split evenly over 16 × 8 devices" in hints[1]
+    assert "300 samples do not split evenly over megatron_dp 128 = 128" in hints[1]
     good = dict(overrides, **{"data.train_batch_size": "128", "actor_rollout_ref.rollout.n": "16"})
     assert preflight.batch_size_hints(good) == []
 

@@ -323,7 +323,13 @@ def _int(overrides: Mapping[str, str], key: str) -> int | None:
 
 
 def batch_size_hints(overrides: Mapping[str, str]) -> list[str]:
-    """verl's batch-size divisibility rules, checked before Ray spends minutes starting the job."""
+    """verl's batch-size divisibility checks, before Ray spends minutes starting the job.
+
+    As verl 0.5.0 ``RayPPOTrainer._validate_config`` does (ray_trainer.py:391-418): for the Megatron
+    actor (the guide's; unless ``actor.strategy`` says fsdp) ``n_gpus % (tp·pp·cp)`` and
+    ``real_train_batch_size % (megatron_dp × ppo_micro_batch_size_per_gpu)``, for FSDP
+    ``real_train_batch_size % n_gpus``; and the mini-batch split ``DataProto.make_iterator`` asserts.
+    """
     prompts, n = _int(overrides, "data.train_batch_size"), _int(overrides, "actor_rollout_ref.rollout.n")
     mini = _int(overrides, "actor_rollout_ref.actor.ppo_mini_batch_size")
     nodes, per_node = _int(overrides, "trainer.nnodes"), _int(overrides, "trainer.n_gpus_per_node")
@@ -332,12 +338,39 @@ def batch_size_hints(overrides: Mapping[str, str]) -> list[str]:
         found.append(
             f"data.train_batch_size={prompts} is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size={mini}"
         )
-    if prompts and n and nodes and per_node and (prompts * n) % (nodes * per_node):
+    if not (nodes and per_node):
+        return found
+    n_gpus = nodes * per_node
+    strategy = overrides.get("actor_rollout_ref.actor.strategy", "megatron").strip("'\"")
+    samples = prompts * n if prompts and n else None
+    if strategy.startswith("fsdp"):
+        if samples and samples % n_gpus:
+            found.append(
+                f"data.train_batch_size × rollout.n = {samples} samples do not split evenly over "
+                f"{nodes} × {per_node} devices (verl's _validate_config asserts divisibility)"
+            )
+        return found
+    megatron = "actor_rollout_ref.actor.megatron."
+    tp, pp, cp = (_int(overrides, megatron + k) or 1 for k in _MEGATRON_PARALLEL)
+    if n_gpus % (tp * pp * cp):
         found.append(
-            f"data.train_batch_size × rollout.n = {prompts * n} samples do not split evenly over "
-            f"{nodes} × {per_node} devices (verl's check_config asserts divisibility)"
+            f"trainer.nnodes × trainer.n_gpus_per_node = {n_gpus} devices are not divisible by tensor × pipeline × "
+            f"context parallel = {tp} × {pp} × {cp} (verl's _validate_config asserts it for the Megatron actor)"
+        )
+        return found
+    dp = n_gpus // (tp * pp * cp)
+    micro = _int(overrides, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
+    minimal = dp * (micro or 1)  # unset: verl needs it; any value needs samples % megatron_dp at least
+    if samples and samples % minimal:
+        per = f"megatron_dp {dp} × ppo_micro_batch_size_per_gpu {micro}" if micro else f"megatron_dp {dp}"
+        found.append(
+            f"data.train_batch_size × rollout.n = {samples} samples do not split evenly over {per} = {minimal} "
+            "(verl's _validate_config asserts real_train_batch_size % minimal_bsz == 0)"
         )
     return found
+
+
+_MEGATRON_PARALLEL = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
 
 
 # run sets the profile's environment itself, and preflight reads the patch states directly.
