@@ -90,14 +90,22 @@ class Tree:
         finally:
             os.close(fd)
 
+    def info(self, rel: str) -> os.stat_result | None:
+        """The ``lstat`` of ``rel`` itself, or None when nothing is there (its folders are reached without
+        following any link)."""
+        try:
+            with self._parent(rel) as (fd, name):
+                return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
     def kind(self, rel: str) -> str | None:
         """What is at ``rel`` itself: "file", "folder", "link", "other", or None (its folders are reached
         without following any link)."""
-        try:
-            with self._parent(rel) as (fd, name):
-                mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
-        except FileNotFoundError:
+        info = self.info(rel)
+        if info is None:
             return None
+        mode = info.st_mode
         if stat.S_ISLNK(mode):
             return "link"
         return "file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "other"

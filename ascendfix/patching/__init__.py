@@ -1,7 +1,8 @@
 """patching: plan → verify → one write transaction → journal; revert; recover; upgrade-check.
 
 ``locate`` finds a package's files in the target interpreter without importing it; ``engine``
-evaluates each file of each patch and plans the writes; ``journal`` owns the one write
+evaluates each file of each patch and plans the writes; ``proof`` says which bytes from a state
+folder may be written back (a known original, or the forward transform of one); ``journal`` owns the one write
 transaction (locks, temp-file sweep, journal, backups, atomic writes, records, rollback,
 recovery); ``upgrade`` judges candidate releases in memory.
 

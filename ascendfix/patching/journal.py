@@ -13,8 +13,8 @@
 
 Everything in the folder is untrusted input: every path in it must be a plain relative path
 that resolves inside the root without passing a symbolic link, ``.ascendfix`` itself must be a
-real folder, and bytes from ``undo/`` or ``backup/`` are written back only when the caller's
-``prove`` accepts them. A folder that breaks this is refused whole, naming the file.
+real folder, and bytes from ``undo/`` are written back only when the caller's ``restore`` proves
+them (or computes the same bytes from the file on disk). A folder that breaks this is refused whole, naming the file.
 
 Every state file carries ``schema``; a folder written by a newer ascendfix is refused, an
 older one is read (schema 3 added the transaction's id, roots and each file's hashes; schema 2
@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -38,8 +40,10 @@ MAX_SOURCE_BYTES = 4 * 1024 * 1024  # no upstream source file ascendfix patches 
 _HEX = frozenset("0123456789abcdef")
 _GITIGNORE = b"# written by ascendfix: this folder is ascendfix's state, not part of the tree\n*\n"
 
-Prove = Callable[[str, bytes, "bytes | None"], bool]
-"""``prove(rel, candidate, current)``: may ``candidate`` be written back over ``rel`` (now ``current``)?"""
+Restore = Callable[[str, str, "bytes | None", "bytes | None"], "tuple[bytes, str] | None"]
+"""``restore(rel, sha256, candidate, current)``: the bytes to write back over ``rel`` (now ``current``, None when
+absent) so that it hashes to ``sha256``, and what they are: the undo copy ``candidate`` only when the caller can
+prove it, else bytes the caller computes from ``current`` itself; None when neither can be had."""
 OnWait = Callable[[Path, "int | None"], None]
 
 
@@ -114,10 +118,28 @@ class Store:
         return f"{STATE_DIR}/backup/{check_rel(rel)}"
 
     def _check_dir(self) -> None:
-        if self.tree.is_link(STATE_DIR):
+        """The state folder, when there is one, is a real folder that only the root's owner (or this user)
+        owns and can write: anything else may hold what another user planted."""
+        info = self.tree.info(STATE_DIR)
+        if info is None:
+            return
+        if stat.S_ISLNK(info.st_mode):
             raise RefusedError(
                 f"{self.dir} is a symbolic link; ascendfix keeps its state only in a real folder: "
                 f"remove the link (rm {self.dir}) and run again"
+            )
+        if not stat.S_ISDIR(info.st_mode):
+            raise RefusedError(f"{self.dir} is not a folder; move it aside and run again")
+        owner = os.stat(self.root).st_uid
+        problem = None
+        if info.st_uid not in (owner, os.geteuid()):
+            problem = f"owned by uid {info.st_uid}, not by the owner of {self.root} (uid {owner})"
+        elif info.st_mode & 0o022:
+            problem = f"writable by group or others (mode {stat.S_IMODE(info.st_mode):o})"
+        if problem:
+            raise RefusedError(
+                f"{self.dir}: {problem}, so anyone may have planted what it holds; nothing was touched: "
+                f"check it, then move it aside"
             )
 
     def _read(self, name: str) -> dict | None:
@@ -279,7 +301,7 @@ class Store:
             raise
         return Transaction(self, op, current)
 
-    def roll_back(self, journal: Journal, prove: Prove) -> list[str]:
+    def roll_back(self, journal: Journal, restore: Restore) -> list[str]:
         """Put every file and record the journal names back as it was; the journal stays (see :meth:`finish`)."""
         notes, restores = [], []
         for entry in journal.files:  # everything is checked before anything is written
@@ -291,6 +313,7 @@ class Store:
             if entry.before == "":  # schema 2 and older kept no hashes: the undo copy is what was there
                 if before is None or current == before:
                     continue
+                want = digest(before)
             else:
                 now = None if current is None else digest(current)
                 if entry.before is None or now == entry.before:
@@ -298,20 +321,20 @@ class Store:
                 if entry.after is not None and now != entry.after:
                     notes.append(f"{entry.rel}: changed by someone else since the interrupted {journal.op}; left")
                     continue
-                if before is None or digest(before) != entry.before:
-                    before = None
-            if before is None or not prove(entry.rel, before, current):
+                want = entry.before
+            found = restore(entry.rel, want, before, current)
+            if found is None:
                 raise RefusedError(
                     f"{self.dir / 'undo' / entry.rel}: its bytes cannot be proven to be {entry.rel} as it was; "
                     f"nothing was touched: check {self.root / entry.rel}, then move {self.dir} aside"
                 )
-            restores.append((entry.rel, before))
+            restores.append((entry.rel, *found))
         for entry in journal.files:
             self.tree.remove_temps(entry.rel)
-        for rel, before in restores:
-            self.tree.write(rel, before)
+        for rel, data, what in restores:
+            self.tree.write(rel, data)
             self.tree.drop_bytecode(rel)
-            notes.append(f"{rel}: rolled back (an interrupted {journal.op})")
+            notes.append(f"{rel}: rolled back an interrupted {journal.op}: wrote {what}")
         records = self.records()
         for entry in journal.files:
             rel = entry.rel
@@ -460,15 +483,27 @@ def needs_recovery(root: Path) -> bool:
     return bool(names - {"state.json", ".gitignore", "backup"}) or bool(names and "state.json" not in names)
 
 
-def recover(roots: list[Path], prove: Prove, on_wait: OnWait | None = None) -> list[str]:
+def recover(roots: list[Path], restore: Restore, on_wait: OnWait | None = None) -> list[str]:
     """Finish what an interrupted transaction left in any of ``roots``, the same way in all its roots:
     forward when its commit marker was written, else back. Returns what was done."""
     done = []
     for root in roots:
         if needs_recovery(root):
             with locked([root], on_wait):
-                done += _recover_root(Store(root), prove)
+                done += _recover_root(Store(root), restore)
     return done
+
+
+@contextlib.contextmanager
+def reading(roots: list[Path], restore: Restore, on_wait: OnWait | None = None) -> Iterator[list[str]]:
+    """Hold every root's lock while a command reads them (an apply in progress is never seen half-way), after
+    finishing what a killed command left; yields what that recovery did."""
+    with locked(roots, on_wait):
+        done = []
+        for root in roots:
+            if needs_recovery(root):
+                done += _recover_root(Store(root), restore)
+        yield done
 
 
 def _journals(store: Store, txid: str) -> bool:
@@ -480,7 +515,7 @@ def _journals(store: Store, txid: str) -> bool:
     return journal is not None and journal.txid == txid
 
 
-def _recover_root(store: Store, prove: Prove) -> list[str]:
+def _recover_root(store: Store, restore: Restore) -> list[str]:
     journal = store.journal()
     if journal is None:
         store.tidy()
@@ -494,7 +529,7 @@ def _recover_root(store: Store, prove: Prove) -> list[str]:
                 first.tidy()
         return []
     try:
-        notes = store.roll_back(journal, prove)
+        notes = store.roll_back(journal, restore)
         store.sweep_temps()
         store._drop_journal()
     except OSError as e:
@@ -550,19 +585,19 @@ class Transaction:
 class Session:
     """The roots of one command, locked, recovered and swept: plan inside it, then :meth:`write`."""
 
-    def __init__(self, prove: Prove):
-        self.prove = prove
+    def __init__(self, restore: Restore):
+        self.restore = restore
 
     def write(self, op: str, writes: dict[Path, list[PlannedWrite]]) -> None:
         """Write ``writes`` (planned writes by package root) in one transaction across the roots."""
         plans = {root: planned for root, planned in sorted(writes.items()) if planned}
         if plans:
-            _transaction(op, plans, self.prove)
+            _transaction(op, plans, self.restore)
 
 
 @contextlib.contextmanager
 def session(
-    roots: list[Path], files: dict[Path, list[str]], prove: Prove, on_wait: OnWait | None = None
+    roots: list[Path], files: dict[Path, list[str]], restore: Restore, on_wait: OnWait | None = None
 ) -> Iterator[Session]:
     """Hold every root's lock for a command that may write: finish what a killed command left, remove
     the temp files beside ``files`` (relative paths by root) and inside each state folder, then yield."""
@@ -570,14 +605,14 @@ def session(
         for root in roots:
             store = Store(root)
             if needs_recovery(root):
-                _recover_root(store, prove)
+                _recover_root(store, restore)
             for rel in files.get(root, []):
                 store.tree.remove_temps(rel)
             store.sweep_temps()
-        yield Session(prove)
+        yield Session(restore)
 
 
-def _transaction(op: str, plans: dict[Path, list[PlannedWrite]], prove: Prove) -> None:
+def _transaction(op: str, plans: dict[Path, list[PlannedWrite]], restore: Restore) -> None:
     """Write ``plans`` all or nothing across roots, under kill -9 at any instruction.
 
     Every root is journaled (undo copies, then the journal) before anything is written; then the
@@ -605,7 +640,7 @@ def _transaction(op: str, plans: dict[Path, list[PlannedWrite]], prove: Prove) -
         first.store.mark_committed(txid, roots)
     except BaseException as e:
         failed = next((tx for tx in opened.values() if tx.current is not None), None)
-        _roll_back_all(op, opened, prove, e, failed)
+        _roll_back_all(op, opened, restore, e, failed)
         raise
     try:
         for root in reversed(roots):
@@ -621,7 +656,7 @@ def _transaction(op: str, plans: dict[Path, list[PlannedWrite]], prove: Prove) -
 
 
 def _roll_back_all(
-    op: str, opened: dict[Path, Transaction], prove: Prove, error: BaseException, failed: Transaction | None
+    op: str, opened: dict[Path, Transaction], restore: Restore, error: BaseException, failed: Transaction | None
 ) -> None:
     """Roll every opened root back after ``error``; raise the one line that says what happened."""
     stuck = None
@@ -629,7 +664,7 @@ def _roll_back_all(
         try:
             journal = tx.store.journal()
             if journal is not None:
-                tx.store.roll_back(journal, prove)
+                tx.store.roll_back(journal, restore)
                 tx.store.sweep_temps()
                 tx.store._drop_journal()
         except (OSError, RefusedError) as e:
