@@ -267,26 +267,48 @@ def lock_holder(folder: Path) -> int | None:
     return None
 
 
+_HELD: set[tuple[int, int]] = set()  # (st_dev, st_ino) of the folders this process holds locked
+
+
 @contextlib.contextmanager
 def locked(folders: list[Path], on_wait: Callable[[Path, int | None], None] | None = None):
-    """Hold an exclusive flock on each folder (sorted, so concurrent runs cannot deadlock).
+    """Hold an exclusive flock on each distinct folder (by device and inode, in a fixed order, so concurrent
+    runs cannot deadlock).
 
     The lock is taken on the folder itself, so it leaves no file behind. When another process
     holds one, ``on_wait(folder, its pid or None)`` is called before waiting (Ctrl-C interrupts the wait).
+    A folder this process already holds is a bug (RuntimeError), never a wait: it would wait on itself.
     """
-    fds = []
+    fds: list[tuple[int, tuple[int, int]]] = []
     try:
-        for folder in sorted(set(folders)):
+        for folder, key in _distinct(folders):
+            if key in _HELD:
+                raise RuntimeError(f"this process already holds the lock on {folder}: a second lock would wait forever")
             fd = os.open(folder, os.O_RDONLY)
-            fds.append(fd)
+            fds.append((fd, key))
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                holder = lock_holder(folder)
+                if holder == os.getpid():
+                    raise RuntimeError(f"this process already holds the lock on {folder}") from None
                 if on_wait is not None:
-                    on_wait(folder, lock_holder(folder))
+                    on_wait(folder, holder)
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            _HELD.add(key)
         yield
     finally:
-        for fd in reversed(fds):
+        for fd, key in reversed(fds):
+            _HELD.discard(key)
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+def _distinct(folders: list[Path]) -> list[tuple[Path, tuple[int, int]]]:
+    """Each distinct folder once (the first name it was given by), with its (st_dev, st_ino), in inode order."""
+    found: dict[tuple[int, int], Path] = {}
+    for folder in folders:
+        info = os.stat(folder)
+        found.setdefault((info.st_dev, info.st_ino), folder)
+    return [(folder, key) for key, folder in sorted(found.items())]
+

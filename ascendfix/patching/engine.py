@@ -16,7 +16,7 @@ from typing import NamedTuple
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.patching import journal
 from ascendfix.patching.journal import PlannedWrite, Record, Store, digest
-from ascendfix.patching.locate import Target, locate
+from ascendfix.patching.locate import Target, distinct_folders, locate
 from ascendfix.patching.proof import Prove, prover, restorer, undo_patch
 from ascendfix.profile.manifest import Patch, PatchFile, Profile, Variant
 from ascendfix.states import Action, ReasonCode, State
@@ -85,8 +85,8 @@ class Selection(NamedTuple):
         return self.profile.variant(patch.id, self.variants)
 
     def roots(self) -> list[Path]:
-        """The located package roots."""
-        return [t.root for t in self.targets.values() if t.root is not None]
+        """The located package roots, each distinct folder once (two packages in one site-packages share one)."""
+        return distinct_folders([t.root for t in self.targets.values() if t.root is not None])
 
 
 def select(
@@ -473,8 +473,11 @@ def revert(selection: Selection, on_wait: journal.OnWait | None = None) -> list[
                 continue
             results.append(_plan_revert(patch, target, stores[patch.package], prove))
         if len(selection.patches) == len(selection.profile.patches):  # not --only: everything recorded goes
+            planned = set()
             for name, store in stores.items():
-                results += _plan_revert_foreign(selection, selection.targets[name], store)
+                if store.root not in planned:  # verl and torch in one site-packages: its records once
+                    planned.add(store.root)
+                    results += _plan_revert_foreign(selection, selection.targets[name], store)
         session.write("revert", _by_root(selection, [s for s in results if s.action != Action.REFUSED]))
     return [s._replace(writes=()) for s in results]
 

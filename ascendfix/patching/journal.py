@@ -591,6 +591,11 @@ class Session:
     def write(self, op: str, writes: dict[Path, list[PlannedWrite]]) -> None:
         """Write ``writes`` (planned writes by package root) in one transaction across the roots."""
         plans = {root: planned for root, planned in sorted(writes.items()) if planned}
+        for root, planned in plans.items():
+            rels = [w.rel for w in planned]
+            twice = next((rel for rel in rels if rels.count(rel) > 1), None)
+            if twice is not None:
+                raise RefusedError(f"{op} refused: {root / twice} is planned twice in one transaction; nothing changed")
         if plans:
             _transaction(op, plans, self.restore)
 
