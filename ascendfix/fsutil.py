@@ -311,4 +311,3 @@ def _distinct(folders: list[Path]) -> list[tuple[Path, tuple[int, int]]]:
         info = os.stat(folder)
         found.setdefault((info.st_dev, info.st_ino), folder)
     return [(folder, key) for key, folder in sorted(found.items())]
-

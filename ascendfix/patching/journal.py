@@ -383,7 +383,7 @@ class Store:
         self.tree.write(f"{STATE_DIR}/commit.json", json.dumps(data).encode())
 
     def drop_marker(self) -> None:
-        """Remove the commit marker (once no root of its transaction holds a journal)."""
+        """Remove the commit marker (once every root of its transaction is seen without its journal)."""
         self.tree.unlink(f"{STATE_DIR}/commit.json")
         self._drop_if_empty()
 
@@ -507,11 +507,13 @@ def reading(roots: list[Path], restore: Restore, on_wait: OnWait | None = None) 
 
 
 def _journals(store: Store, txid: str) -> bool:
-    """``store``'s root still journals transaction ``txid``."""
+    """``store``'s root may still journal transaction ``txid``: anything but seeing it without that journal (a
+    root not mounted, unreadable or refused keeps the marker, else it would roll back later)."""
     try:
+        os.stat(store.root)
         journal = store.journal()
     except (RefusedError, OSError):
-        return False
+        return True
     return journal is not None and journal.txid == txid
 
 
