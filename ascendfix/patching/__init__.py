@@ -4,7 +4,8 @@
 evaluates each file of each patch and plans the writes; ``proof`` says which bytes from a state
 folder may be written back (a known original, or the forward transform of one); ``journal`` owns the one write
 transaction (locks, temp-file sweep, journal, backups, atomic writes, records, rollback,
-recovery); ``upgrade`` judges candidate releases in memory.
+recovery); ``upgrade`` judges candidate releases in memory, ``index`` fetches them (and pinned
+releases' requirements) into the private cache.
 
 May import: ``profile``, ``transforms``, ``checkpoint`` (upgrade-check's drop probe) and the
 loose modules ``errors``, ``states``, ``resources``, ``fsutil``.

@@ -24,6 +24,7 @@ each record's ``profile``; before schema 1 there was no field).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -375,7 +376,12 @@ class Store:
             return
         if "backup" in names and self.tree.listdir(f"{STATE_DIR}/backup"):
             return
-        self.tree.remove_tree(STATE_DIR)
+        try:
+            self.tree.remove_tree(STATE_DIR)
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                raise
+            # a mount point: what it held is gone and the empty folder stays, which is nothing to recover
 
     def mark_committed(self, txid: str, roots: list[Path]) -> None:
         """Write the commit marker of ``txid`` (this root is the first of the transaction's ``roots``)."""
