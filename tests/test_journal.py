@@ -303,7 +303,8 @@ def test_a_commit_marker_outlives_a_root_the_next_command_cannot_see(stack, monk
     patched_device = {p: p.read_bytes() for p in other.rglob("*.py") if ".ascendfix" not in p.parts}
     hidden = other.with_name(other.name + ".away")
     other.rename(hidden)  # not mounted while the next command runs
-    journal.recover([first], engine.restorer(DEMO_PROFILE))
+    with journal.reading([first], engine.restorer(DEMO_PROFILE)):
+        pass
     assert (first / ".ascendfix" / "commit.json").exists()  # the other root was not seen without the journal
     hidden.rename(other)
     engine.status(select(stack))

@@ -345,17 +345,10 @@ def status(selection: Selection, on_wait: journal.OnWait | None = None) -> list[
     return status_and_recovery(selection, on_wait)[0]
 
 
-def status_and_recovery(
-    selection: Selection, on_wait: journal.OnWait | None = None
-) -> tuple[list[PatchStatus], list[str]]:
+def status_and_recovery(selection: Selection, on_wait: journal.OnWait | None = None) -> tuple[list, list[str]]:
     """Patch states, read under every root's lock after finishing any interrupted run, and what that wrote."""
     with journal.reading(selection.roots(), restorer(selection.profile), on_wait) as recovered:
         return evaluate(selection), recovered
-
-
-def recover(selection: Selection, on_wait: journal.OnWait | None = None) -> list[str]:
-    """Finish an interrupted apply or revert, in every root, forward or back alike. Returns what was done."""
-    return journal.recover(selection.roots(), restorer(selection.profile), on_wait)
 
 
 def _session(selection: Selection, on_wait: journal.OnWait | None):
@@ -473,11 +466,9 @@ def revert(selection: Selection, on_wait: journal.OnWait | None = None) -> list[
                 continue
             results.append(_plan_revert(patch, target, stores[patch.package], prove))
         if len(selection.patches) == len(selection.profile.patches):  # not --only: everything recorded goes
-            planned = set()
-            for name, store in stores.items():
-                if store.root not in planned:  # verl and torch in one site-packages: its records once
-                    planned.add(store.root)
-                    results += _plan_revert_foreign(selection, selection.targets[name], store)
+            by_root = {store.root: name for name, store in stores.items()}  # one site-packages: its records once
+            for name in by_root.values():
+                results += _plan_revert_foreign(selection, selection.targets[name], stores[name])
         session.write("revert", _by_root(selection, [s for s in results if s.action != Action.REFUSED]))
     return [s._replace(writes=()) for s in results]
 

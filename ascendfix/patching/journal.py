@@ -30,15 +30,14 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 from ascendfix.errors import RefusedError
-from ascendfix.fsutil import TEMP_SUFFIX, Escape, Tree, check_rel, locked, sha256_bytes
+from ascendfix.fsutil import TEMP_SUFFIX, Escape, Tree, check_rel, locked
+from ascendfix.patching.records import Journal, PlannedWrite, Record, digest, parse_record, plain_rel, refuse_folder
 
 STATE_DIR = ".ascendfix"
 SCHEMA = 3
 MAX_SOURCE_BYTES = 4 * 1024 * 1024  # no upstream source file ascendfix patches is over 1 MB
-_HEX = frozenset("0123456789abcdef")
 _GITIGNORE = b"# written by ascendfix: this folder is ascendfix's state, not part of the tree\n*\n"
 
 Restore = Callable[[str, str, "bytes | None", "bytes | None"], "tuple[bytes, str] | None"]
@@ -48,53 +47,12 @@ prove it, else bytes the caller computes from ``current`` itself; None when neit
 OnWait = Callable[[Path, "int | None"], None]
 
 
-def digest(data: bytes) -> str:
-    """The sha256 a record keeps of a file's bytes."""
-    return sha256_bytes(data)
-
-
-class Record(NamedTuple):
-    """One file ascendfix patched: which patch and variant (and the profile that applied it), the original's
-    and the written bytes' sha256."""
-
-    patch: str
-    variant: str
-    original_sha256: str
-    patched_sha256: str
-    profile: str = ""  # unknown in folders written before schema 2
-
-    @classmethod
-    def of(cls, patch: str, variant: str, original: bytes, written: bytes, profile: str) -> Record:
-        """The record of writing ``written`` over ``original``."""
-        return cls(patch, variant, digest(original), digest(written), profile)
-
-
-class PlannedWrite(NamedTuple):
-    """One file a transaction will write: its new bytes and its record afterwards.
-
-    ``record`` None means the file goes back to upstream (a revert): its record and backup
-    are dropped; ``data`` None leaves the file's bytes as they are (only the record goes).
-    ``original`` is kept as the backup when given (an apply). ``expected_sha256`` is the hash of
-    the file as it was planned on: right before the file is replaced it must still be that.
-    """
-
-    rel: str
-    data: bytes | None
-    record: Record | None
-    original: bytes | None = None
-    expected_sha256: str | None = None
-
-
 class WriteError(RefusedError):
     """A write failed (disk full, read-only file, size limit, a file changed meanwhile)."""
 
 
 class Changed(Exception):
     """A file changed between planning and writing."""
-
-
-def _refuse(path: Path, problem: str) -> RefusedError:
-    return RefusedError(f"{path}: {problem}; nothing was touched: check it, then move {path.parent} aside")
 
 
 class Store:
@@ -153,7 +111,7 @@ class Store:
         except (ValueError, RecursionError) as e:
             raise RefusedError(f"{path}: unreadable ({e}); move it aside to start over") from None
         except Escape as e:
-            raise _refuse(path, str(e)) from None
+            raise refuse_folder(path, str(e)) from None
         schema = data.get("schema", 0) if isinstance(data, dict) else None
         if not isinstance(schema, int):
             raise RefusedError(f"{path}: unreadable (no valid schema); move it aside to start over")
@@ -172,7 +130,7 @@ class Store:
         files = data.get("files")
         if not isinstance(files, dict):
             raise RefusedError(f"{self.state_file}: unreadable (no files table); move it aside to start over")
-        return {_rel(self.state_file, rel): _record(self.state_file, rec) for rel, rec in files.items()}
+        return {plain_rel(self.state_file, rel): parse_record(self.state_file, rec) for rel, rec in files.items()}
 
     def read(self, rel: str) -> bytes | None:
         """The bytes of the file ``rel`` below the root, or None when it is absent. A link, a folder or a
@@ -310,7 +268,7 @@ class Store:
                 current = self.read(entry.rel)
                 before = self._load_undo(entry.rel)
             except Escape as e:
-                raise _refuse(self.journal_file, f"names {entry.rel!r}: {e}") from None
+                raise refuse_folder(self.journal_file, f"names {entry.rel!r}: {e}") from None
             if entry.before == "":  # schema 2 and older kept no hashes: the undo copy is what was there
                 if before is None or current == before:
                     continue
@@ -406,75 +364,6 @@ class Store:
         self._drop_if_empty()
 
 
-class Entry(NamedTuple):
-    """One file of a journal: its relative path and the sha256 of its bytes before and after."""
-
-    rel: str
-    before: str | None
-    after: str | None
-
-
-class Journal(NamedTuple):
-    """A validated ``journal.json``: every path in it checked to stay in its root."""
-
-    op: str
-    txid: str
-    roots: tuple[Path, ...]
-    files: tuple[Entry, ...]
-    previous: dict[str, Record | None]
-
-    @classmethod
-    def parse(cls, path: Path, data: dict, root: Path) -> Journal:
-        """Check every field of an untrusted journal; a RefusedError names what is wrong."""
-        op = data.get("op", "write")
-        txid = data.get("txid", "")
-        roots = data.get("roots", [str(root)])
-        files, previous = data.get("files", []), data.get("previous", {})
-        if isinstance(files, dict):  # schema 0 named the records it was writing
-            files = list(files)
-        if not isinstance(op, str) or not isinstance(txid, str) or not isinstance(files, list):
-            raise _refuse(path, "not a journal ascendfix wrote (op, txid or files of the wrong type)")
-        if not isinstance(previous, dict):
-            raise _refuse(path, "not a journal ascendfix wrote (previous is not a table)")
-        if not isinstance(roots, list) or not all(isinstance(r, str) and r.startswith("/") for r in roots):
-            raise _refuse(path, "not a journal ascendfix wrote (roots are not absolute paths)")
-        entries = []
-        for item in files:
-            if isinstance(item, str):  # schema 2 and older: no hashes
-                entries.append(Entry(_rel(path, item), "", None))
-            elif isinstance(item, dict) and all(_is_sha(item.get(k)) for k in ("before", "after")):
-                entries.append(Entry(_rel(path, item.get("rel")), item.get("before"), item.get("after")))
-            else:
-                raise _refuse(path, f"not a journal ascendfix wrote (a file entry {str(item)[:80]!r})")
-        prev = {_rel(path, rel): None if rec is None else _record(path, rec) for rel, rec in previous.items()}
-        return cls(op[:40], txid, tuple(Path(r) for r in roots), tuple(entries), prev)
-
-
-def _is_sha(value: object) -> bool:
-    return value is None or _is_hex64(value)
-
-
-def _is_hex64(value: object) -> bool:
-    return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)
-
-
-def _rel(path: Path, rel: object) -> str:
-    try:
-        return check_rel(rel)
-    except Escape as e:
-        raise _refuse(path, f"unsafe path: {e}") from None
-
-
-def _record(path: Path, rec: object) -> Record:
-    try:
-        record = Record(**rec)
-    except TypeError as e:
-        raise RefusedError(f"{path}: unreadable ({e}); move it aside to start over") from None
-    if not all(isinstance(v, str) for v in record) or not all(map(_is_hex64, record[2:4])):
-        raise RefusedError(f"{path}: unreadable (a record's fields are not what ascendfix writes); move it aside")
-    return record
-
-
 def has_journal(root: Path) -> bool:
     """An interrupted transaction left its journal in ``root``."""
     return Tree(root).exists(f"{STATE_DIR}/journal.json")
@@ -487,17 +376,6 @@ def needs_recovery(root: Path) -> bool:
     store._check_dir()
     names = set(store.tree.listdir(STATE_DIR))
     return bool(names - {"state.json", ".gitignore", "backup"}) or bool(names and "state.json" not in names)
-
-
-def recover(roots: list[Path], restore: Restore, on_wait: OnWait | None = None) -> list[str]:
-    """Finish what an interrupted transaction left in any of ``roots``, the same way in all its roots:
-    forward when its commit marker was written, else back. Returns what was done."""
-    done = []
-    for root in roots:
-        if needs_recovery(root):
-            with locked([root], on_wait):
-                done += _recover_root(Store(root), restore)
-    return done
 
 
 @contextlib.contextmanager
