@@ -15,8 +15,9 @@ overlap test, warnings, messages, ``return`` and error list on them, so whatever
 whatever order, is reported the same. The candidates are made as the stock loop reaches them, never
 every pair at once: a scan that stops at the first overlap stops there too, and one that reports every
 overlap holds one box's at a time (N identical boxes cost what they cost stock torch); a sweep that
-meets more than a few overlaps per box gives way to the stock scan. A helper returns None (the stock scan runs unchanged) when
-the boxes are not plain ints of one length, so odd inputs raise exactly where torch raises them.
+meets more than a few overlaps per box gives way to the stock scan. A helper returns None (the stock
+scan runs unchanged) when the boxes are not plain ints of one length, so odd inputs raise exactly where
+torch raises them.
 
 Only this file's functions are inserted; ``REPLACES`` is read by the transform, never inserted.
 The inserted code uses nothing but builtins and the stdlib's heapq, itertools and operator, imported
@@ -229,7 +230,7 @@ def _ascendfix_later(boxes, items):
 
 
 def _ascendfix_in_sweep_order(boxes, sorted_indices, sweep_dim):
-    """{idx: [(end, other_idx)]} in sweep order: each position's overlapping earlier ones by (end, index), made lazily."""
+    """{idx: [(end, other_idx)]} in sweep order: each position's overlapping earlier ones by (end, index), lazily."""
     from itertools import islice, repeat
 
     position = {idx: p for p, idx in enumerate(sorted_indices)}
