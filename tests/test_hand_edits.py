@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from ascendfix.errors import RefusedError
-from ascendfix.patching import engine
+from ascendfix.patching import engine, proof
 from ascendfix.profile import manifest
 from ascendfix.resources import data_dir
 
@@ -265,9 +265,9 @@ def test_an_interrupted_adoption_may_roll_the_hand_edit_back(trees):
     """The undo copy of an adoption is the hand-edited file: provable, as exactly the guide's edit of a known
     original; the same edit with anything else is not."""
     profile, verl, site, _ = trees
-    prove = engine.prover(manifest.load_profile(str(profile)))
+    prove = proof.prover(manifest.load_profile(str(profile)))
     hand_edit_as_the_guide_says(verl, site)
     for root, rel in ((verl, DEVICE), (site, upstream.SHARD_INTERNALS), (site, upstream.DEFAULT_PLANNER)):
         edited = (root / rel).read_bytes()
-        assert prove(rel, edited, None)
-        assert not prove(rel, edited + b"# more\n", None)
+        assert prove(rel, edited)
+        assert not prove(rel, edited + b"# more\n")

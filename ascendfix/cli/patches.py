@@ -49,10 +49,13 @@ class PatchReport(NamedTuple):
     selection: engine.Selection
     statuses: list[engine.PatchStatus]
     dry_run: bool | None = None
+    recovered: list[str] | None = None  # status: what finishing an interrupted command wrote
 
     def to_json(self) -> dict:
-        """``{"profile", "device", ["dry_run"], "patches": [...]}``."""
+        """``{"profile", "device", ["dry_run"], ["recovered"], "patches": [...]}``."""
         extra = {} if self.dry_run is None else {"dry_run": self.dry_run}
+        if self.recovered is not None:
+            extra["recovered"] = self.recovered
         return {
             "profile": self.selection.profile.name,
             "device": self.selection.device,
@@ -139,8 +142,15 @@ def revert(profile, python, roots, only, as_json) -> None:
 def status(profile, device, python, roots, as_json) -> None:
     """Show each patch's state: applied, not-applied, hand-edited, not-applicable, drifted or partial."""
     sel = selection(profile, device, roots, python)
-    report = PatchReport(sel, engine.status(sel, on_wait=tell_lock_wait))
-    render(report, as_json, lambda r: render_statuses(r.statuses))
+    statuses, recovered = engine.status_and_recovery(sel, on_wait=tell_lock_wait)
+    report = PatchReport(sel, statuses, recovered=recovered)
+
+    def human(report: PatchReport) -> None:
+        for note in report.recovered or ():
+            click.echo(click.style("recovered:", fg="yellow") + f" {clean(note)}", err=True)
+        render_statuses(report.statuses)
+
+    render(report, as_json, human)
     if any(s.state not in (State.APPLIED, State.NOT_APPLICABLE) for s in report.statuses):
         sys.exit(1)
 

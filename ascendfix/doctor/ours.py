@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ascendfix.patching import hand_edits
-from ascendfix.patching.engine import undo_patch
+from ascendfix.patching.proof import reproduced
 from ascendfix.profile.manifest import Profile
 from ascendfix.states import State
 from ascendfix.transforms.base import MARKER_PREFIX, marker
@@ -15,16 +15,17 @@ from ascendfix.transforms.base import MARKER_PREFIX, marker
 def without_patches(profile: Profile, path: str, code: bytes) -> tuple[bytes, list[str]]:
     """``code`` of the file at ``path`` (relative to its package's folder) with every
     profile patch that edits it reverted (whichever variant it holds), and the ids of
-    the patches that were in it."""
+    the patches that were in it. A patch counts only when its variant, applied to what is
+    left, writes the file back byte for byte (anything else in its marked lines is not ours)."""
     if MARKER_PREFIX.encode() not in code:
         return code, []
     found = []
     for patch in profile.patches.values():
         if marker(patch.id).encode() not in code or path not in {f.path for f in patch.files}:
             continue
-        outcome, _problem = undo_patch(patch, code)
-        if outcome is not None and outcome.done:
-            code = outcome.code
+        held = reproduced(patch, code)
+        if held is not None:
+            code = held[0]
             found.append(patch.id)
     return code, found
 

@@ -16,7 +16,8 @@ from typing import NamedTuple
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.patching import hand_edits, journal
 from ascendfix.patching.journal import PlannedWrite, Record, Store, digest
-from ascendfix.patching.locate import Target, locate, reinstall_spec
+from ascendfix.patching.locate import Target, distinct_folders, locate, reinstall_spec
+from ascendfix.patching.proof import Prove, prover, restorer, undo_patch
 from ascendfix.profile.manifest import Patch, PatchFile, Profile, Variant
 from ascendfix.states import Action, ReasonCode, State
 from ascendfix.transforms.base import Outcome, TransformError, marker
@@ -91,8 +92,8 @@ class Selection(NamedTuple):
         return self.profile.variant(patch.id, self.variants)
 
     def roots(self) -> list[Path]:
-        """The located package roots."""
-        return [t.root for t in self.targets.values() if t.root is not None]
+        """The located package roots, each distinct folder once (two packages in one site-packages share one)."""
+        return distinct_folders([t.root for t in self.targets.values() if t.root is not None])
 
 
 def select(
@@ -192,7 +193,7 @@ def _evaluate_file(
         if not asked or record.variant == chosen.name:
             return base._replace(state=State.APPLIED, variant=record.variant, reason_code=None), None
         original = store.load_backup(pfile.path, record.original_sha256)
-        if original is not None and prover(selection.profile)(pfile.path, original, code):
+        if original is not None and prover(selection.profile)(pfile.path, original):
             return _switch(base, selection.profile, patch, chosen, record.variant, original, want)
     found = hand_edits.find(patch, pfile, code, checkout) if label is None and patch.hand_edits else None
     if found is not None:
@@ -386,38 +387,6 @@ def _read_or_empty(root: Path, rel: str) -> bytes:
         return b""
 
 
-def prover(profile: Profile) -> journal.Prove:
-    """Whether bytes from a backup or an undo copy may be written back over a file, as ``profile`` can prove:
-    they are a known original of that file (a patch's preimages), or they and the file on disk come back to
-    the same original through a patch's inverse transform (the inverse of the file reproduces them)."""
-    by_rel: dict[str, list[tuple[Patch, PatchFile]]] = {}
-    for patch in profile.patches.values():
-        for pfile in patch.files:
-            by_rel.setdefault(pfile.path, []).append((patch, pfile))
-
-    def prove(rel: str, candidate: bytes, current: bytes | None) -> bool:
-        known = by_rel.get(rel, [])
-        sha = digest(candidate)
-        if any(pfile.preimage_label(sha) for _, pfile in known):
-            return True
-        if any(hand_edits.adoptable(patch, pfile, candidate) for patch, pfile in known if patch.hand_edits):
-            return True  # exactly the guide's hand edit of a known original (what an adoption replaced)
-        if current is None:
-            return False
-        for patch, _ in known:
-            theirs, _ = undo_patch(patch, current)
-            if theirs is None:
-                continue
-            if theirs.code == candidate:  # the inverse of the file on disk reproduces it
-                return True
-            ours, _ = undo_patch(patch, candidate)
-            if ours is not None and ours.code == theirs.code:  # both come back to the same original
-                return True
-        return False
-
-    return prove
-
-
 def _devices_of(selection: Selection, patch: Patch) -> str:
     devices = [d for d, dev in selection.profile.devices.items() if patch.id in dev.patches]
     return ", ".join(devices) or "no device"
@@ -425,13 +394,13 @@ def _devices_of(selection: Selection, patch: Patch) -> str:
 
 def status(selection: Selection, on_wait: journal.OnWait | None = None) -> list[PatchStatus]:
     """Patch states after finishing any interrupted run (``on_wait``: told when another process holds a lock)."""
-    recover(selection, on_wait)
-    return evaluate(selection)
+    return status_and_recovery(selection, on_wait)[0]
 
 
-def recover(selection: Selection, on_wait: journal.OnWait | None = None) -> list[str]:
-    """Finish an interrupted apply or revert, in every root, forward or back alike. Returns what was done."""
-    return journal.recover(selection.roots(), prover(selection.profile), on_wait)
+def status_and_recovery(selection: Selection, on_wait: journal.OnWait | None = None) -> tuple[list, list[str]]:
+    """Patch states, read under every root's lock after finishing any interrupted run, and what that wrote."""
+    with journal.reading(selection.roots(), restorer(selection.profile), on_wait) as recovered:
+        return evaluate(selection), recovered
 
 
 def _session(selection: Selection, on_wait: journal.OnWait | None):
@@ -441,7 +410,7 @@ def _session(selection: Selection, on_wait: journal.OnWait | None):
         target = selection.targets.get(patch.package)
         if target is not None and target.root is not None:
             files.setdefault(target.root, []).extend(f.path for f in patch.files)
-    return journal.session(selection.roots(), files, prover(selection.profile), on_wait)
+    return journal.session(selection.roots(), files, restorer(selection.profile), on_wait)
 
 
 def apply(
@@ -549,8 +518,9 @@ def revert(selection: Selection, on_wait: journal.OnWait | None = None) -> list[
                 continue
             results.append(_plan_revert(patch, target, stores[patch.package], prove))
         if len(selection.patches) == len(selection.profile.patches):  # not --only: everything recorded goes
-            for name, store in stores.items():
-                results += _plan_revert_foreign(selection, selection.targets[name], store)
+            by_root = {store.root: name for name, store in stores.items()}  # one site-packages: its records once
+            for name in by_root.values():
+                results += _plan_revert_foreign(selection, selection.targets[name], stores[name])
         session.write("revert", _by_root(selection, [s for s in results if s.action != Action.REFUSED]))
     return [s._replace(writes=()) for s in results]
 
@@ -575,7 +545,7 @@ def _plan_revert_foreign(selection: Selection, target: Target, store: Store) -> 
                 continue
             original = store.load_backup(rel, record.original_sha256)
             if code is not None and digest(code) == record.patched_sha256 and original is not None:
-                if prove(rel, original, code):
+                if prove(rel, original):
                     writes.append(PlannedWrite(rel, original, None, expected_sha256=digest(code)))
                 else:
                     again = f"ascendfix revert --profile {record.profile}" if record.profile else "its own profile"
@@ -603,7 +573,7 @@ def _plan_revert_foreign(selection: Selection, target: Target, store: Store) -> 
     return results
 
 
-def _plan_revert(patch: Patch, target: Target, store: Store, prove: journal.Prove) -> PatchStatus:
+def _plan_revert(patch: Patch, target: Target, store: Store, prove: Prove) -> PatchStatus:
     """What reverting ``patch`` writes: each file's original (backup, else through the markers)."""
     records = store.records()
     files, notes, writes = [], [], []
@@ -624,7 +594,7 @@ def _plan_revert(patch: Patch, target: Target, store: Store, prove: journal.Prov
         record = records.get(pfile.path)
         if record is not None and record.patch == patch.id:
             original = store.load_backup(pfile.path, record.original_sha256)
-            if original is not None and not prove(pfile.path, original, code):
+            if original is not None and not prove(pfile.path, original):
                 original = None  # not provably the original: undo through the markers instead, or refuse
             if sha == record.patched_sha256 and original is not None:
                 writes.append(PlannedWrite(pfile.path, original, None, expected_sha256=sha))
@@ -664,20 +634,6 @@ def _plan_revert(patch: Patch, target: Target, store: Store, prove: journal.Prov
     state = State.NOT_APPLICABLE if all(f.state == State.NOT_APPLICABLE for f in files) else State.NOT_APPLIED
     action = Action.REVERTED if wrote else Action.UNCHANGED
     return PatchStatus(patch.id, state, "", tuple(files), action=action, writes=tuple(writes))
-
-
-def undo_patch(patch: Patch, code: bytes) -> tuple[Outcome | None, str | None]:
-    """Undo whichever variant of ``patch`` marked ``code``: (outcome, None) or (None, problem)."""
-    problem = None
-    for variant in patch.variants:
-        try:
-            outcome = variant.build().revert(code, patch.id)
-        except TransformError as e:
-            problem = str(e)
-            continue
-        if outcome.done:
-            return outcome, None
-    return (None, problem) if problem else (Outcome(code, 0, 0), None)
 
 
 def diff(statuses: list[PatchStatus]) -> str:

@@ -196,6 +196,26 @@ def parse_roots(values: tuple[str, ...] | list[str]) -> dict[str, Path]:
     return roots
 
 
+def distinct_folders(folders: list[Path]) -> list[Path]:
+    """``folders`` resolved, each distinct folder (by device and inode) once, in the order given: a venv reached
+    through a symlinked prefix and a ``--root`` naming its real site-packages are one root."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for folder in folders:
+        resolved = folder.resolve()
+        info = os.stat(resolved)
+        if (info.st_dev, info.st_ino) not in seen:
+            seen.add((info.st_dev, info.st_ino))
+            out.append(resolved)
+    return out
+
+
+def located_root(location: str) -> Path:
+    """The folder holding a package the probe found at ``location``, resolved (as ``--root`` is), so one folder
+    has one name however the interpreter reached it."""
+    return Path(location).parent.resolve()
+
+
 def locate(packages: list[str], python: str | None = None, roots: dict[str, Path] | None = None) -> dict[str, Target]:
     """Find the directory holding each package: ``--root`` first, else the target interpreter."""
     roots = roots or {}
@@ -216,7 +236,7 @@ def targets_from_probe(
         info = found.packages.get(name) or {}
         locations = info.get("locations") or []
         if locations:
-            root = Path(locations[0]).parent
+            root = located_root(locations[0])
             kind = "checkout" if is_checkout(root) else "site-packages"
             targets[name] = Target(name, root, f"{kind} of {where}", kind == "checkout")
         else:

@@ -699,6 +699,8 @@ def load_profile(ref: str) -> Profile:
             if pid in patches:
                 patch = patches[pid]
             else:
+                if not isinstance(pid, str) or not PATCH_ID.match(pid):  # a path would leave the patches/ folders
+                    top.fail(f"devices.{dname}.patches", f"{str(pid)[:80]!r} is not a patch id (a-z, 0-9 and '-')")
                 patch_path = _find_patch(pid, dirs)
                 if patch_path is None:
                     top.fail(f"devices.{dname}.patches", f"no patch file for {pid!r} (looked in patches/ folders)")
