@@ -14,7 +14,7 @@ from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Report, Result, Status
 from ascendfix.errors import UsageError
 from ascendfix.patching import engine
-from ascendfix.profile import manifest, rl_plugin
+from ascendfix.profile import manifest, records, rl_plugin
 
 from tests import machine
 from tests.machine import doctor
@@ -202,7 +202,7 @@ def test_integrity_keeps_the_import_block_of_a_wheel_install_and_reinstalls_the_
     assert "rl-plugin" in plugin and "pip install" in plugin  # the reinstall dropped the block: put it back
 
 
-def team_profile(tmp_path: Path) -> manifest.Profile:
+def team_profile(tmp_path: Path) -> records.Profile:
     """A team profile with its own patch of verl/utils/device.py (the probe patch under another id)."""
     (tmp_path / "patches").mkdir(parents=True)
     text = (resources.data_dir("patches") / "verl-cuda-probe-off.toml").read_text()

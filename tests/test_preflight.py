@@ -11,7 +11,7 @@ from ascendfix import cli
 from ascendfix.errors import UsageError
 from ascendfix.job import preflight
 from ascendfix.job.preflight import Seams, run_preflight, scan_overrides
-from ascendfix.profile import manifest
+from ascendfix.profile import manifest, records
 from click.testing import CliRunner
 
 PROFILE = manifest.load_profile("verl-796871d")
@@ -168,7 +168,7 @@ def write_manifest(tmp_path, hints: str):
 
 def test_manifest_hints_are_validated_strictly(tmp_path):
     ok = write_manifest(tmp_path, '[[hints]]\noverride = "trainer.nnodes"\nwhy = "x"\n')
-    assert manifest.load_profile(str(ok)).hints == (manifest.Hint("trainer.nnodes", "x"),)
+    assert manifest.load_profile(str(ok)).hints == (records.Hint("trainer.nnodes", "x"),)
     bad_key = write_manifest(tmp_path, '[[hints]]\noverride = "trainer.nnodes=2"\nwhy = "x"\nreason = "y"\n')
     with pytest.raises(UsageError, match=r"m\.toml: hints\[0\]\.reason: unknown key"):
         manifest.load_profile(str(bad_key))

@@ -15,7 +15,7 @@ from ascendfix.doctor import pyenv
 from ascendfix.doctor.context import Context
 from ascendfix.patching import engine
 from ascendfix.patching.locate import Distribution
-from ascendfix.profile import manifest, rl_plugin
+from ascendfix.profile import manifest, records, rl_plugin
 
 from tests import machine, upstream
 from tests.stack import DEMO_PROFILE, make_stack
@@ -53,7 +53,7 @@ def test_installer_edits_are_rederived_exactly_and_once():
     assert not rl_plugin.is_installer_edit(rl_plugin.VERL_INIT, VERL_INIT.encode(), other.encode())
 
 
-def checkout_profile(tmp_path: Path, files: dict[str, str]) -> tuple[Path, manifest.Profile]:
+def checkout_profile(tmp_path: Path, files: dict[str, str]) -> tuple[Path, records.Profile]:
     verl = tmp_path / "verl-src"
     head = machine.git_project(verl, "verl", files)
     path = tmp_path / "profile.toml"

@@ -23,7 +23,7 @@ from ascendfix.cli.base import (
 from ascendfix.cli.fanout import on_ray_cluster
 from ascendfix.patching import engine
 from ascendfix.patching.locate import parse_roots
-from ascendfix.profile import manifest
+from ascendfix.profile import manifest, records
 from ascendfix.profile.device import require_device
 from ascendfix.states import Action, State
 
@@ -76,7 +76,7 @@ def render_statuses(statuses: list[engine.PatchStatus]) -> None:
     """
     for s in statuses:  # ids, reasons and warnings may carry names read from a state folder: cleaned
         action = f" ({s.action})" if s.action and s.action not in (Action.UNCHANGED, Action.SKIPPED) else ""
-        variant = f" [{clean(s.variant)}]" if s.variant and s.variant != manifest.DEFAULT_VARIANT else ""
+        variant = f" [{clean(s.variant)}]" if s.variant and s.variant != records.DEFAULT_VARIANT else ""
         head = click.style(f"{s.state:15}", **STATE_STYLE.get(s.state, {}))
         click.echo(f"{head} {clean(s.id)}{variant}{action}")
         if s.reason:

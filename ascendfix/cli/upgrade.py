@@ -7,7 +7,7 @@ import sys
 import click
 
 from ascendfix.cli.base import device_option, err, escape, json_option, out, profile_option, render
-from ascendfix.profile import manifest
+from ascendfix.profile import manifest, records
 
 
 @click.command("upgrade-check")
@@ -51,7 +51,7 @@ def _render(report) -> None:
     where = f"{' or '.join(report.target.platforms)}, Python {report.target.python}"
     out().print(f"[bold]{escape(report.profile)}[/] on {report.device} with {escape(asked)} [dim]({where})[/]\n")
     for v in report.patches:
-        variant = f" [{v.variant}]" if v.variant and v.variant != manifest.DEFAULT_VARIANT else ""
+        variant = f" [{v.variant}]" if v.variant and v.variant != records.DEFAULT_VARIANT else ""
         sites = f", {v.sites} site(s)" if v.sites is not None else ""
         out().print(f"[{style.get(v.verdict, 'dim')}]{v.verdict:15}[/] {v.id}{escape(variant)}{sites}")
         if v.reason:

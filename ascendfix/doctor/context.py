@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 from ascendfix import resources
 from ascendfix.patching import locate
 from ascendfix.profile import device
-from ascendfix.profile.manifest import Component, Profile
+from ascendfix.profile.records import Component, Profile
 
 REPORTED_ONLY = ("ray",)  # reported when installed; the guide pins no version
 

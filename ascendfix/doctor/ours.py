@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ascendfix.patching.engine import undo_patch
-from ascendfix.profile.manifest import Profile
+from ascendfix.profile.records import Profile
 from ascendfix.transforms.base import MARKER_PREFIX, marker
 
 

@@ -25,7 +25,7 @@ from ascendfix.errors import RefusedError
 from ascendfix.fsutil import sha256_bytes
 from ascendfix.patching.journal import Record, Store
 from ascendfix.profile import rl_plugin
-from ascendfix.profile.manifest import Component
+from ascendfix.profile.records import Component
 
 PLUGIN_DISTRIBUTION = "verl_npu"
 PAIRED = {"torch-npu": "torch"}  # torch_npu X.Y.Z is built for torch X.Y.Z only

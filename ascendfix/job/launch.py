@@ -28,7 +28,8 @@ from ascendfix.errors import RefusedError, UsageError
 from ascendfix.job.metrics import Step, StepParser
 from ascendfix.job.redact import job_variables, redact_argv, redact_overrides, redact_variable
 from ascendfix.profile.jobenv import EnvSetting, job_environment, raise_nofile, resolve_env
-from ascendfix.profile.manifest import Profile, to_json
+from ascendfix.profile.manifest import to_json
+from ascendfix.profile.records import Profile
 
 GRACE_S = 30.0
 _MAX_PARTIAL_LINE = 1 << 20

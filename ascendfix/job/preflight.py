@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ascendfix.profile import rules
-from ascendfix.profile.manifest import Profile
+from ascendfix.profile.records import Profile
 from ascendfix.states import State
 
 TOTAL_STEPS = "trainer.total_training_steps"

@@ -17,7 +17,7 @@ from ascendfix.errors import RefusedError, UsageError
 from ascendfix.patching import journal
 from ascendfix.patching.journal import PlannedWrite, Record, Store, digest
 from ascendfix.patching.locate import Target, locate
-from ascendfix.profile.manifest import Patch, PatchFile, Profile, Variant
+from ascendfix.profile.records import Patch, PatchFile, Profile, Variant
 from ascendfix.states import Action, ReasonCode, State
 from ascendfix.transforms.base import Outcome, TransformError, marker
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from ascendfix.errors import AscendfixError, UsageError
 from ascendfix.patching.engine import sites_state
-from ascendfix.profile.manifest import Patch, Profile, Variant, read_toml
+from ascendfix.profile.records import Patch, Profile, Variant
+from ascendfix.profile.schema import read_toml
 from ascendfix.resources import cache_dir
 from ascendfix.states import Name, State
 from ascendfix.transforms.base import TransformError

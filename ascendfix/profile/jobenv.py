@@ -11,7 +11,7 @@ import resource
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from ascendfix.profile.manifest import Profile
+from ascendfix.profile.records import Profile
 
 ASCENDFIX_ENV = {"PYTHONUNBUFFERED": ("1", "Python output reaches the log (and the live progress) as it is printed.")}
 
