@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from ascendfix.errors import AscendfixError
+from ascendfix.jsonable import jsonable
 from ascendfix.profile.device import DEVICES
 
 DEFAULT_PROFILE = "verl-796871d"
@@ -69,14 +70,14 @@ def escape(text: str) -> str:
 
 
 def emit_json(data: Any) -> None:
-    """Print plain data as JSON on stdout (no colour, no wrapping)."""
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+    """Print ``data`` as JSON (:func:`~ascendfix.jsonable.jsonable`) on stdout (no colour, no wrapping)."""
+    click.echo(json.dumps(jsonable(data), indent=2, sort_keys=False))
 
 
 def render(result: Any, as_json: bool, human: Callable[[Any], None]) -> None:
-    """Show ``result``: its ``to_json()`` (or itself, when plain data) as JSON, else through ``human``."""
+    """Show ``result``: as JSON (:func:`~ascendfix.jsonable.jsonable`), else through ``human``."""
     if as_json:
-        emit_json(result.to_json() if hasattr(result, "to_json") else result)
+        emit_json(result)
     else:
         human(result)
 

@@ -22,7 +22,7 @@ def on_ray_cluster(command):
         argv = _local_argv(click.get_current_context())
         report = fanout.table(argv, fanout.run(argv, None if ray_address == "auto" else ray_address, ray_timeout))
         if kwargs.get("as_json"):
-            emit_json(report.to_json())
+            emit_json(report)
         else:
             _render_cluster(report)
         if not report.ok:

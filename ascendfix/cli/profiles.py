@@ -34,7 +34,7 @@ def profiles(as_json: bool) -> None:
 def show(profile: str, as_json: bool) -> None:
     """Show a profile: its pinned components, devices and patches with their why."""
     prof = manifest.load_profile(profile)
-    render(manifest.to_json(prof) if as_json else prof, as_json, _render_profile)
+    render(prof, as_json, _render_profile)
 
 
 def _render_profile(prof: records.Profile, console=None) -> None:

@@ -20,15 +20,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.job.metrics import Step, StepParser
 from ascendfix.job.redact import job_variables, redact_argv, redact_overrides, redact_variable
+from ascendfix.jsonable import jsonable
 from ascendfix.profile.jobenv import EnvSetting, job_environment, raise_nofile, resolve_env
-from ascendfix.profile.manifest import to_json
 from ascendfix.profile.records import Profile
 
 GRACE_S = 30.0
@@ -106,7 +106,7 @@ def write_run_json(log_dir: Path, record: Mapping[str, Any]) -> Path:
         tmp.unlink()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(record, indent=2, default=str) + "\n")
+        f.write(json.dumps(jsonable(record), indent=2) + "\n")
     os.replace(tmp, path)
     return path
 
@@ -193,10 +193,6 @@ class LaunchResult:
     exit_status: int
     forwarded: str | None = None  # the signal forwarded to the job, if any
     killed: bool = False  # SIGKILLed after the grace period
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain data for run.json."""
-        return asdict(self)
 
 
 def launch(
@@ -401,7 +397,7 @@ def begin(prepared: Prepared, log_dir: Path | None, environ: Mapping[str, str]) 
     record = run_record(prepared.profile.name, prepared.device, prepared.argv, prepared.settings, env, log_dir)
     record.update(ulimit_nofile=ulimit, overrides=redact_overrides(prepared.overrides), patches=patches_ran(prepared))
     record["preflight"] = "full" if pre.full else "correctness only (--no-preflight)"
-    record["preflight_hints"] = [to_json(h) for h in pre.hints]
+    record["preflight_hints"] = jsonable(pre.hints)
     open_log(log_dir).close()  # a log that cannot be written stops the run here, before run.json
     write_run_json(log_dir, record)
     return Job(log_dir, env, record)
@@ -416,6 +412,6 @@ def finish(
 ) -> LaunchResult:
     """Launch ``argv`` for ``job``, then complete its run.json with how it ended."""
     result = launch(argv, job.env, job.log_dir, parser, status, notify=notify)
-    job.record.update(ended=now(), **result.to_json(), steps=len(parser.steps))
+    job.record.update(ended=now(), **jsonable(result), steps=len(parser.steps))
     write_run_json(job.log_dir, job.record)
     return result

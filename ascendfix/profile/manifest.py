@@ -439,16 +439,3 @@ def parse_variants(profile: Profile, values: tuple[str, ...] | list[str]) -> dic
             raise UsageError(f"--variant {value!r}: {pid} has the variants {', '.join(names)}")
         chosen[pid] = name
     return chosen
-
-
-def to_json(obj: Any) -> Any:
-    """A tree of records (NamedTuples) as plain JSON-ready data."""
-    if hasattr(obj, "_asdict"):
-        return {k: to_json(v) for k, v in obj._asdict().items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_json(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: to_json(v) for k, v in obj.items()}
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
