@@ -3,8 +3,9 @@
 ``locate`` finds a package's files in the target interpreter without importing it; ``engine``
 evaluates each file of each patch and plans the writes; ``journal`` owns the one write
 transaction (locks, temp-file sweep, journal, backups, atomic writes, records, rollback,
-recovery); ``upgrade`` judges candidate releases in memory.
+recovery); ``upgrade`` judges candidate releases in memory, and ``drop_probes`` is the registry
+of the checks of a patch's ``drop_when`` it runs on them (``scan_probe``: torch's own overlap
+check run on stand-in types, its work counted — the torch patches' probe).
 
-May import: ``profile``, ``transforms``, ``checkpoint`` (upgrade-check's drop probe) and the
-loose modules ``errors``, ``states``, ``resources``, ``fsutil``.
+May import: ``profile``, ``transforms`` and the loose modules ``errors``, ``states``, ``resources``, ``fsutil``.
 """

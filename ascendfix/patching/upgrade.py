@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ascendfix.errors import AscendfixError, UsageError
+from ascendfix.patching.drop_probes import NO_SITE, PROBES
 from ascendfix.patching.engine import sites_state
 from ascendfix.profile.records import Patch, Profile, Variant
 from ascendfix.profile.schema import read_toml
@@ -42,8 +43,6 @@ class Judgement(Name):
 
 APPLIES, REFUSED, OBSOLETE, UNCHANGED, NOT_APPLICABLE = Judgement
 PASSING = (APPLIES, OBSOLETE, UNCHANGED, NOT_APPLICABLE)
-NO_SITE = "no-site"  # a file where the variant finds no site; also the drop probe that looks for that
-SCAN_PROBE = "sub-quadratic-scan"
 # The wheel platforms of each device: the newer manylinux tag, and the older one as fallback.
 PLATFORMS = {
     "npu": ("manylinux_2_28_aarch64", "manylinux2014_aarch64"),
@@ -451,11 +450,8 @@ def judge(profile: Profile, patch: Patch, candidate: Candidate | None) -> Verdic
         return Verdict(patch.id, UNCHANGED, f"{_dist_of(profile, patch)} is not being upgraded")
     variant = profile.variant(patch.id)
     state, reason, sites = _sites(patch, variant, candidate)
-    if state == NO_SITE and patch.drop_probe == NO_SITE:
-        reason = f"no site of {patch.id} is left in {candidate.label}: it has nothing to change (probe {NO_SITE})"
-        return Verdict(patch.id, OBSOLETE, reason)
-    if patch.drop_probe == SCAN_PROBE:
-        holds, found = _scan_probe(patch, candidate)
+    if patch.drop_probe is not None:
+        holds, found = PROBES[patch.drop_probe](patch, candidate, state)
         if holds:
             return Verdict(patch.id, OBSOLETE, found)
         reason = "; ".join(filter(None, [reason, found]))
@@ -467,25 +463,6 @@ def judge(profile: Profile, patch: Patch, candidate: Candidate | None) -> Verdic
     if others:
         reason += f" (variant {', '.join(others)} applies: --variant {patch.id}={others[0]})"
     return Verdict(patch.id, REFUSED, reason, variant.name)
-
-
-def _scan_probe(patch: Patch, candidate: Candidate) -> tuple[bool, str]:
-    """(holds, what was found) for the ``sub-quadratic-scan`` probe on every file of ``patch``."""
-    from ascendfix.checkpoint import scan_probe
-
-    found = []
-    for pfile in patch.files:
-        code = candidate.read(pfile.path)
-        if code is None:
-            return False, f"probe {SCAN_PROBE}: {pfile.path} is missing"
-        try:
-            m = scan_probe.measure(pfile.path, code)
-        except ValueError as e:
-            return False, f"probe {SCAN_PROBE} could not run: {e}"
-        kind = "sub-quadratic" if m.sub_quadratic else "still quadratic"
-        found.append((m.sub_quadratic, f"{m.function}() is {kind}: {m.growth:.1f}x the work for 4x the chunks"))
-    text = f"{candidate.label} on the expert layout: " + "; ".join(t for _, t in found) + f" (probe {SCAN_PROBE})"
-    return all(holds for holds, _ in found), text
 
 
 def _dist_of(profile: Profile, patch: Patch) -> str:

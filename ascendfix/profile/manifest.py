@@ -131,6 +131,7 @@ def _superseded(t: Table | None) -> Superseded | None:
 def _variant(ttable: Table, name: str, why: str, folder: Path) -> Variant:
     """A variant's transform and checked parameters; a file it names resolved inside ``folder``."""
     from ascendfix.transforms import registry
+    from ascendfix.transforms.base import MAX_FILE_BYTES
 
     tname = ttable.text("name")
     params = {k: v for k, v in ttable.data.items() if k != "name"}
@@ -143,7 +144,7 @@ def _variant(ttable: Table, name: str, why: str, folder: Path) -> Variant:
         ttable.fail(ttable.field(problem[0]), problem[1])
     for key in registry.FILE_PARAMS:
         if key in params:
-            params[key] = contained_file(ttable, ttable.field(key), params[key], folder, registry.MAX_FILE_BYTES)
+            params[key] = contained_file(ttable, ttable.field(key), params[key], folder, MAX_FILE_BYTES)
     ttable.done()
     frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
     return Variant(name, tname, frozen, why)
