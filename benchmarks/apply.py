@@ -93,9 +93,11 @@ def main() -> None:
         # are made of (the hash fast path parses nothing when nothing changed).
         from ascendfix.patching import engine
         from ascendfix.profile import manifest
+        from ascendfix.site import Site
 
         timed([*cli, "apply", *target])
-        selection = engine.select(manifest.load_profile("verl-796871d"), "npu", roots={"verl": verl, "torch": torch})
+        site = Site(manifest.load_profile("verl-796871d"), "npu", roots={"verl": verl, "torch": torch})
+        selection = engine.select(site)
         rows["no-op apply, in-process"] = [_clock(lambda: engine.apply(selection)) for _ in range(args.runs)]
         rows["status, in-process"] = [_clock(lambda: engine.status(selection)) for _ in range(args.runs)]
         rows["python -c pass (floor)"] = [timed([sys.executable, "-c", "pass"]) for _ in range(args.runs)]

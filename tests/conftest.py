@@ -1,14 +1,23 @@
-"""Shared fixtures."""
+"""The test support layer: shared fixtures, and the one way the tests run ``ascendfix`` as a process.
+
+Every test gets its own cache folder (``XDG_CACHE_HOME``, which :mod:`ascendfix.resources` reads), in
+the test process and in every ``ascendfix`` it starts: no test reads or writes the user's
+``~/.cache/ascendfix``. The upstream files the tests download stay in their own cache (tests/upstream.py).
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests import upstream
+
+REPO = Path(__file__).resolve().parent.parent
 
 # Every Ray node the tests start binds to loopback. `--node-ip-address 127.0.0.1` alone is not
 # enough: Ray replaces a loopback address with the host's own (ray._private.services
@@ -35,3 +44,49 @@ def copy_tree(tmp_path):
 def upstream_files():
     """The upstream helper module (downloads on first use)."""
     return upstream
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory):
+    """A cache folder for what runs before any test's own (module and session fixtures)."""
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("session-cache"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path_factory, monkeypatch) -> Path:
+    """This test's own ascendfix cache folder (parsed TOML, fetched wheels), never the user's."""
+    folder = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
+    return folder / "ascendfix"
+
+
+@pytest.fixture
+def ascendfix_cli():
+    """``ascendfix ARGS`` run as a process, as a user runs it: ``python -m ascendfix`` of this checkout.
+
+    ``python``: the interpreter to run it with; ``env``: variables added to the test's environment
+    (or, with ``clean_env``, the whole environment but PYTHONPATH); ``prefix``: words before the command
+    (``unshare -n``, a network namespace's ``ip netns exec``). Returns the CompletedProcess (text).
+    """
+
+    def run(
+        *args: object,
+        python: object = sys.executable,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        clean_env: bool = False,
+        prefix: tuple[str, ...] = (),
+        timeout: float = 300,
+    ) -> subprocess.CompletedProcess:
+        base = {} if clean_env else dict(os.environ)
+        full = {**base, **(env or {}), "PYTHONPATH": str(REPO)}
+        argv = [*prefix, str(python), "-m", "ascendfix", *map(str, args)]
+        return subprocess.run(argv, capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout)
+
+    return run

@@ -15,6 +15,7 @@ from ascendfix.doctor.model import Report, Result, Status
 from ascendfix.errors import UsageError
 from ascendfix.patching import engine
 from ascendfix.profile import manifest, records, rl_plugin
+from ascendfix.site import Site
 
 from tests import machine
 from tests.machine import doctor
@@ -32,8 +33,8 @@ def install_into(folder: Path, *wheels: Path) -> Path:
     return folder
 
 
-def check(profile, check_id, **kw):
-    (result,) = runner.run(Context(profile, "npu", "test", **kw), [check_id]).checks
+def check(profile, check_id, **site):
+    (result,) = runner.run(Context(Site(profile, "npu", **site), "test"), [check_id]).checks
     return result
 
 
@@ -134,7 +135,7 @@ def test_python_that_is_no_interpreter_is_one_line(tmp_path, kind):
 def test_the_runner_raises_one_usage_error_for_an_unusable_interpreter(profile, tmp_path):
     target = machine.write_executable(tmp_path / "notes.txt", "just some words\n")
     with pytest.raises(UsageError, match="not a Python interpreter"):
-        runner.run(Context(profile, "npu", "test", str(target)), ["python", "packages", "hazards"])
+        runner.run(Context(Site(profile, "npu", str(target)), "test"), ["python", "packages", "hazards"])
 
 
 # --- other tools' edits: the rl-plugin's import block in any spelling, another profile's patches ---------
@@ -221,7 +222,7 @@ DEVICE_PY = "import torch\n\nis_cuda_available = torch.cuda.is_available()\n"
 def test_a_file_another_profile_patched_in_a_checkout_is_named_as_its_never_checked_out(tmp_path, monkeypatch):
     verl, profile = checkout_profile(tmp_path, {INIT: VERL_INIT, DEVICE: DEVICE_PY})
     team = team_profile(tmp_path / "team")
-    (applied,) = engine.apply(engine.select(team, "npu", ("team-probe",), roots={"verl": verl}))
+    (applied,) = engine.apply(engine.select(Site(team, "npu", roots={"verl": verl}), ("team-probe",)))
     assert applied.action == "applied"
     result = commits(profile, verl, monkeypatch, plugin_installed=False)
     assert result.status == "warn", result
@@ -242,7 +243,7 @@ def test_a_file_another_profile_patched_in_site_packages_is_named_as_its_not_rei
     wheel = machine.make_wheel(tmp_path / "wheels", "verl", "0.5.0", {INIT: b"", DEVICE: DEVICE_PY.encode()})
     site = install_into(tmp_path / "site", wheel)
     team = team_profile(tmp_path / "team")
-    engine.apply(engine.select(team, "npu", ("team-probe",), roots={"verl": site}))
+    engine.apply(engine.select(Site(team, "npu", roots={"verl": site}), ("team-probe",)))
     result = check(profile, "integrity", roots={"verl": site})
     assert result.status == "warn", result
     assert result.messages[0] == f"verl 0.5.0: another profile's patches: {DEVICE} (profile team's patch team-probe)"

@@ -14,8 +14,8 @@ import pytest
 from ascendfix.doctor import pyenv
 from ascendfix.doctor.context import Context
 from ascendfix.patching import engine
-from ascendfix.patching.locate import Distribution
 from ascendfix.profile import manifest, records, rl_plugin
+from ascendfix.site import Distribution, Site
 
 from tests import machine, upstream
 from tests.stack import DEMO_PROFILE, make_stack
@@ -70,7 +70,7 @@ def commits(profile, verl: Path, monkeypatch, plugin_installed: bool):
         "installed",
         lambda self, d: (plugin if plugin_installed else None) if d == "verl_npu" else installed(self, d),
     )
-    return pyenv.check_commits(Context(profile, "npu", "test", roots={"verl": verl}, environ={}))
+    return pyenv.check_commits(Context(Site(profile, "npu", roots={"verl": verl}, environ={}), "test"))
 
 
 def run_commits_on(tmp_path, monkeypatch, files: dict[str, str]):
@@ -123,10 +123,10 @@ def test_apply_and_revert_leave_the_plugins_edits_byte_for_byte(tmp_path):
     lce.parent.mkdir(parents=True, exist_ok=True)
     lce.write_text(installer(LINEAR_CE, rl_plugin.LINEAR_CROSS_ENTROPY))
     before = (init.read_bytes(), lce.read_bytes())
-    applied = engine.apply(engine.select(DEMO_PROFILE, "npu", roots=stack.roots()))
+    applied = engine.apply(engine.select(Site(DEMO_PROFILE, "npu", roots=stack.roots())))
     assert {s.action for s in applied} == {"applied"}
     assert (init.read_bytes(), lce.read_bytes()) == before
-    engine.revert(engine.select(DEMO_PROFILE, None, roots=stack.roots()))
+    engine.revert(engine.select(Site(DEMO_PROFILE, None, roots=stack.roots())))
     assert (init.read_bytes(), lce.read_bytes()) == before
 
 
@@ -158,7 +158,7 @@ def test_integrity_names_the_plugins_edit_of_a_wheel_install(tmp_path, monkeypat
     os.utime(dist_info / "RECORD", ns=(1, 1))  # installed before the edits
     info = Distribution("0.5.0", None, str(dist_info))
     monkeypatch.setattr(Context, "installed", lambda self, d: info if d == "verl" else None)
-    result = pyenv.check_integrity(Context(manifest.load_profile("verl-796871d"), "npu", "test", environ={}))
+    result = pyenv.check_integrity(Context(Site(manifest.load_profile("verl-796871d"), "npu", environ={}), "test"))
     assert result.status == "fail"  # the other file was edited by someone else
     text = "\n".join(result.messages)
     assert f"verl 0.5.0: 1 file(s) differ from the wheel's RECORD: {rl_plugin.LINEAR_CROSS_ENTROPY}" in text
@@ -191,16 +191,15 @@ def test_an_unparsable_init_counts_only_with_the_installers_block_verbatim():
     assert not rl_plugin.imports_plugin(broken.encode())
 
 
-def test_the_default_seam_reads_the_block_in_the_verl_that_runs(tmp_path):
-    from ascendfix.job import preflight
-
+def test_the_site_reads_the_block_in_the_verl_that_runs(tmp_path):
+    site = Site(manifest.load_profile("verl-796871d"), "npu", roots={"verl": tmp_path})
     (tmp_path / "verl").mkdir()
     init = tmp_path / "verl" / "__init__.py"
     pair = ("verl", "rl-plugin-import")
     init.write_text(VERL_INIT)
-    assert preflight.default_seams(roots={"verl": tmp_path}).markers([pair]) == {pair: False}
+    assert site.markers([pair]) == {pair: False}
     init.write_text(VERL_INIT + rl_plugin.IMPORT_BLOCK)
-    assert preflight.default_seams(roots={"verl": tmp_path}).markers([pair]) == {pair: True}
+    assert site.markers([pair]) == {pair: True}
     init.unlink()
     init.symlink_to(tmp_path / "elsewhere.py")
-    assert preflight.default_seams(roots={"verl": tmp_path}).markers([pair]) == {pair: None}  # unknown, never read
+    assert site.markers([pair]) == {pair: None}  # unknown, never read

@@ -17,7 +17,9 @@ import pytest
 from ascendfix.job import launch, redact
 from ascendfix.job.metrics import StepParser
 from ascendfix.profile import jobenv, manifest
+from ascendfix.site import Site
 
+from tests.stack import fake_preflight
 from tests.verl_lines import RAY_PREFIX, run_steps, step_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -232,14 +234,11 @@ def test_preflight_refuses_dapo_patch_with_filter_groups(job, monkeypatch):
     from ascendfix.job import preflight
 
     profile = manifest.load_profile("verl-796871d")
-    seams = preflight.Seams(
-        doctor_failures=lambda p, d: [],
-        patch_states=lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches},
-    )
+    fake_preflight(monkeypatch)  # doctor passes, every patch applied
     argv = ["bash", str(job / "train.sh")]
-    ok = preflight.run_preflight(profile, "npu", argv, {}, seams)
+    ok = preflight.run_preflight(Site(profile, "npu", environ={}), argv)
     assert ok.problems == []
-    bad = preflight.run_preflight(profile, "npu", argv, {"FILTER": "True"}, seams)
+    bad = preflight.run_preflight(Site(profile, "npu", environ={"FILTER": "True"}), argv)
     [problem] = bad.problems
     assert "verl-dapo-no-interleave" in problem.message and "algorithm.filter_groups.enable=True" in problem.message
 
@@ -417,16 +416,13 @@ def test_two_runs_in_the_same_second_get_their_own_log_folders(job):
 def test_no_preflight_still_refuses_settings_that_break_the_run(job, tmp_path, monkeypatch):
     from ascendfix.job import preflight
 
-    applied = preflight.Seams(
-        doctor_failures=lambda p, d: ["CANN toolkit: no Ascend stack found"],
-        patch_states=lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches},
-    )
+    fake_preflight(monkeypatch, doctor=["CANN toolkit: no Ascend stack found"])
     profile = manifest.load_profile("verl-796871d")
     argv = ["bash", str(job / "train.sh")]
-    quick = preflight.run_preflight(profile, "npu", argv, {"FILTER": "True"}, applied, full=False)
+    quick = preflight.run_preflight(Site(profile, "npu", environ={"FILTER": "True"}), argv, full=False)
     assert [p.source for p in quick.problems] == ["rules"]  # no doctor; the DAPO refusal stays
     assert "verl-dapo-no-interleave" in quick.problems[0].message
-    assert preflight.run_preflight(profile, "npu", argv, {"FILTER": "False"}, applied, full=False).problems == []
+    assert preflight.run_preflight(Site(profile, "npu", environ={"FILTER": "False"}), argv, full=False).problems == []
 
 
 def test_run_takes_root_python_and_variant_for_its_preflight(tmp_path):

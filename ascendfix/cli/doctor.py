@@ -21,8 +21,8 @@ from ascendfix.cli.base import (
 from ascendfix.cli.fanout import on_ray_cluster
 from ascendfix.doctor.model import Report, Status
 from ascendfix.errors import UsageError
-from ascendfix.patching.locate import parse_roots
 from ascendfix.profile import manifest
+from ascendfix.site import Site, parse_roots
 
 MARK = {
     Status.OK: click.style("✓", fg="green"),
@@ -110,7 +110,7 @@ def doctor(profile, device, python, roots, ascend_home, only, list_checks, stric
         raise UsageError(f"--python {python}: no such executable")
     home = ascend_home or devices.ASCEND_HOME
     chosen, why = (device, f"--device {device} given") if device else context.choose_device(prof, home)
-    ctx = context.Context(prof, chosen, why, python, parse_roots(roots), home)
+    ctx = context.Context(Site(prof, chosen, python, parse_roots(roots)), why, home)
     report = runner.run(ctx, only)
     render(report, as_json, lambda r: _render_report(r, verbose))
     sys.exit(report.exit_code(strict))

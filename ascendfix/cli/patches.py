@@ -22,9 +22,9 @@ from ascendfix.cli.base import (
 )
 from ascendfix.cli.fanout import on_ray_cluster
 from ascendfix.patching import engine
-from ascendfix.patching.locate import parse_roots
 from ascendfix.profile import manifest, records
 from ascendfix.profile.device import require_device
+from ascendfix.site import Site, parse_roots
 from ascendfix.states import Action, State
 
 STATE_STYLE = {
@@ -64,8 +64,8 @@ def selection(profile, device, roots, python, only=(), variants=(), need_device=
     """The engine's selection from the shared options."""
     prof = manifest.load_profile(profile)
     chosen = require_device(device) if need_device else device
-    overrides = manifest.parse_variants(prof, variants)
-    return engine.select(prof, chosen, tuple(only), python, parse_roots(roots), overrides)
+    site = Site(prof, chosen, python, parse_roots(roots), manifest.parse_variants(prof, variants))
+    return engine.select(site, tuple(only))
 
 
 def render_statuses(statuses: list[engine.PatchStatus]) -> None:

@@ -49,6 +49,7 @@ def ray_start(profile: str, device: str | None, no_preflight: bool, ray_args: tu
     from ascendfix.errors import RefusedError
     from ascendfix.job import preflight
     from ascendfix.profile import jobenv
+    from ascendfix.site import Site
 
     raystart.require_ray()
     prof = manifest.load_profile(profile)
@@ -56,7 +57,7 @@ def ray_start(profile: str, device: str | None, no_preflight: bool, ray_args: tu
     settings = jobenv.resolve_env(prof, device, os.environ)  # a device the profile lacks is bad input
     plan = raystart.plan(prof, device, ray_args, os.environ)
     if not no_preflight:
-        failures = preflight.default_seams().doctor_failures(prof, device) or []
+        failures = preflight.doctor_failures(Site(prof, device)) or []
         for message in failures:
             err().print(f"[red]problem[/] (doctor): {escape(message)}")
         if failures:

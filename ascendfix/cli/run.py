@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -62,26 +61,23 @@ def run(
     Hints are one line each; -v adds the why behind each.
     """
     from ascendfix.job import launch, metrics, preflight, report
-    from ascendfix.patching.locate import parse_roots
     from ascendfix.profile import jobenv
+    from ascendfix.site import Site, parse_roots
 
     if json_metrics is not None:
         launch.require_folder("--json-metrics", json_metrics)  # bad input: said before anything runs
     prof = manifest.load_profile(profile)
-    chosen = manifest.parse_variants(prof, variants)
-    seams = preflight.default_seams(python, parse_roots(roots), chosen, smoke)
-    prepared = launch.prepare(
-        prof, require_device(device), command, os.environ, seams, full=not no_preflight, variants=chosen
-    )
+    site = Site(prof, require_device(device), python, parse_roots(roots), manifest.parse_variants(prof, variants))
+    prepared = launch.prepare(site, command, preflight.default_seams(smoke), full=not no_preflight)
     pre = prepared.preflight
     for finding in pre.hints:
         err().print(f"[yellow]hint[/] ({finding.source}): {escape(finding.message)}")
         if verbose and finding.detail:
             err().print(f"      [dim]{escape(finding.detail)}[/]")
-    render_env_notes(jobenv.env_notes(prepared.settings))
+    render_env_notes(jobenv.env_notes(site.settings))
     for finding in pre.problems:
         err().print(f"[red]problem[/] ({finding.source}): {escape(finding.message)}")
-    job = launch.begin(prepared, log_dir, os.environ)
+    job = launch.begin(prepared, log_dir)
     total = preflight.total_steps(prepared.overrides)
     status = RichStatus(total) if err().is_terminal and out().is_terminal else None
     write_metrics = launch.metrics_writer(json_metrics) if json_metrics else None

@@ -18,7 +18,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ascendfix.doctor.context import REPORTED_ONLY, Context, editable_dir
+from ascendfix.doctor.context import Context, editable_dir
 from ascendfix.doctor.model import Finding, fail, listing, ok, skip, warn
 from ascendfix.doctor.ours import without_patches
 from ascendfix.errors import RefusedError
@@ -26,6 +26,7 @@ from ascendfix.fsutil import sha256_bytes
 from ascendfix.patching.journal import Record, Store
 from ascendfix.profile import rl_plugin
 from ascendfix.profile.records import Component
+from ascendfix.site import REPORTED_ONLY
 
 PLUGIN_DISTRIBUTION = "verl_npu"
 PAIRED = {"torch-npu": "torch"}  # torch_npu X.Y.Z is built for torch X.Y.Z only
@@ -192,7 +193,7 @@ def _elsewhere_fixes(ctx: Context, records: list[Record]) -> list[str]:
     fixes = []
     for profile in dict.fromkeys(r.profile or "PROFILE" for r in records):
         patches = sorted({r.patch for r in records if (r.profile or "PROFILE") == profile})
-        fixes.append(f"{ctx.command('revert', profile)}  # only if this job runs without {', '.join(patches)}")
+        fixes.append(f"{ctx.site.command('revert', profile)}  # only if this job runs without {', '.join(patches)}")
     return fixes
 
 
@@ -435,10 +436,10 @@ def check_integrity(ctx: Context) -> Finding:
     leftovers = [f"{tmp}: left by a killed ascendfix write; the next apply or revert removes it" for tmp in _temps(ctx)]
     if bad:
         if ctx.profile.devices[ctx.device].patches:  # a reinstall drops them
-            fixes.append(ctx.command("apply"))
+            fixes.append(ctx.site.command("apply"))
         return fail(*bad, *warned, *leftovers, *good, fix="\n".join(fixes + later), details=details)
     if leftovers or warned:
-        fix = "\n".join(later + ([ctx.command("apply")] if leftovers else []))
+        fix = "\n".join(later + ([ctx.site.command("apply")] if leftovers else []))
         return warn(*warned, *leftovers, *good, fix=fix)
     if not checked:
         return skip("no pinned distribution installed from a wheel (nothing to compare against a RECORD)")

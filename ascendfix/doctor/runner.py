@@ -59,6 +59,6 @@ def run(ctx: Context, only: Iterable[str] = ()) -> Report:
         results.append(
             Result(check.id, check.title, finding.status, list(finding.messages), finding.fix, finding.details)
         )
-    if isinstance(ctx.probe_error, UsageError):  # --python names no usable interpreter: one error, not one per check
-        raise ctx.probe_error
+    if isinstance(ctx.site.probe_error, UsageError):  # --python names no usable interpreter: one error, not one each
+        raise ctx.site.probe_error
     return Report(ctx.profile.name, ctx.device, results, ctx.device_reason)

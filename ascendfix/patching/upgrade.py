@@ -60,7 +60,7 @@ def canonical(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Target:
+class WheelTarget:
     """Where the candidate releases come from: wheel platform tags and the Python they are for."""
 
     platforms: tuple[str, ...]
@@ -155,7 +155,7 @@ class Report:
     profile: str
     device: str
     with_: dict[str, str]
-    target: Target
+    target: WheelTarget
     patches: tuple[Verdict, ...]
     conflicts: tuple[Conflict, ...]
     accepted: tuple[Accepted, ...] = ()
@@ -237,11 +237,11 @@ def parse_with(profile: Profile, device: str, values: tuple[str, ...] | list[str
     return chosen
 
 
-def target_for(profile: Profile, device: str, platform: str | None) -> Target:
+def target_for(profile: Profile, device: str, platform: str | None) -> WheelTarget:
     """The platforms (``--platform``, else the device's) and the profile's Python the releases must fit."""
     python = next((c.version for c in profile.components if c.kind == "python" and c.version), None)
     python = python or f"{sys.version_info.major}.{sys.version_info.minor}"
-    return Target((platform,) if platform else PLATFORMS[device], python)
+    return WheelTarget((platform,) if platform else PLATFORMS[device], python)
 
 
 # --- fetching ---------------------------------------------------------------------------------
@@ -255,12 +255,12 @@ def _pip(args: list[str]) -> subprocess.CompletedProcess:
         raise AscendfixError(f"pip did not answer within 30 minutes: {' '.join(cmd)}") from None
 
 
-def _target_args(target: Target) -> list[str]:
+def _target_args(target: WheelTarget) -> list[str]:
     platforms = [arg for p in target.platforms for arg in ("--platform", p)]
     return ["--no-deps", "--only-binary=:all:", "--python-version", target.python, *platforms]
 
 
-def _not_found(spec: str, target: Target, stderr: str) -> AscendfixError:
+def _not_found(spec: str, target: WheelTarget, stderr: str) -> AscendfixError:
     """pip's failure as one line: a release that does not exist (or has no wheel here) is bad input."""
     from packaging.version import InvalidVersion, Version
 
@@ -301,7 +301,7 @@ def _cached_wheel(folder: Path, dist: str, version: str) -> Path | None:
     return None
 
 
-def fetch(dist: str, version: str, target: Target) -> Path:
+def fetch(dist: str, version: str, target: WheelTarget) -> Path:
     """The wheel of ``dist==version`` for ``target``, from the cache or ``pip download --no-deps``."""
     folder = cache_dir() / "wheels" / target.key
     folder.mkdir(parents=True, exist_ok=True)
@@ -327,7 +327,7 @@ def _metadata_fields(text: str) -> tuple[str | None, tuple[str, ...]]:
     return version, tuple(requires)
 
 
-def _wheel_candidate(dist: str, version: str, target: Target) -> Candidate:
+def _wheel_candidate(dist: str, version: str, target: WheelTarget) -> Candidate:
     wheel = fetch(dist, version, target)
     with zipfile.ZipFile(wheel) as zf:
         names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
@@ -377,7 +377,7 @@ def _setup_py_requires(text: str) -> tuple[str, ...] | None:
     return None
 
 
-def pinned_requires(dist: str, version: str, target: Target) -> tuple[str, ...]:
+def pinned_requires(dist: str, version: str, target: WheelTarget) -> tuple[str, ...]:
     """Requires-Dist of a pinned release, from its metadata alone (``pip install --dry-run``; cached)."""
     cached = cache_dir() / "metadata" / target.key / f"{dist}-{version}.json"
     if cached.is_file():
@@ -485,7 +485,7 @@ def _pins(profile: Profile, device: str, candidates: dict[str, Candidate]) -> di
     return pins
 
 
-def _applicable(requires: tuple[str, ...], target: Target) -> list:
+def _applicable(requires: tuple[str, ...], target: WheelTarget) -> list:
     """The parsed requirements whose markers hold on ``target`` (no extras)."""
     from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
     from packaging.requirements import InvalidRequirement, Requirement
@@ -504,7 +504,7 @@ def _applicable(requires: tuple[str, ...], target: Target) -> list:
 
 
 def conflicts(
-    profile: Profile, device: str, candidates: dict[str, Candidate], target: Target
+    profile: Profile, device: str, candidates: dict[str, Candidate], target: WheelTarget
 ) -> tuple[list[Conflict], list[Accepted], list[str]]:
     """Requirements the upgraded stack violates, the profile's accepted conflicts it concerns, and notes."""
     pins = _pins(profile, device, candidates)
