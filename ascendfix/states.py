@@ -1,4 +1,4 @@
-"""The names modules exchange: a patch's state, what a command did to it.
+"""The names modules exchange: a patch's state, what a command did to it, how a check ended.
 
 Each is a ``(str, Enum)``: it compares equal to its JSON spelling (``State.APPLIED ==
 "applied"``), prints as that spelling on every Python version, and is what ``--json``
@@ -53,3 +53,12 @@ class ReasonCode(Name):
     PARTIALLY_PATCHED = "partially-patched"
     APPLIED_OFF_DEVICE = "applied-off-device"
     CANNOT_SWITCH = "cannot-switch-variant"
+
+
+class Status(Name):
+    """How a check ended, in every wing (doctor's checks, ``ray smoke``'s); ``--json`` spells them so."""
+
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"

@@ -66,7 +66,8 @@ def fake_preflight(mp, doctor=(), states=UNSET, importable=UNSET, markers=UNSET,
     def all_applied(site):
         return {pid: ("applied", "") for pid in site.profile.devices[site.device].patches}
 
-    mp.setattr(preflight, "doctor_failures", lambda site: None if doctor is None else list(doctor))
+    failures = None if doctor is None else [preflight.Finding("doctor", message) for message in doctor]
+    mp.setattr(preflight, "doctor_failures", lambda site: failures)
     mp.setattr(preflight, "patch_states", lambda site: all_applied(site) if states is UNSET else states)
     if importable is not UNSET:
         mp.setattr(Site, "importable", lambda self, names: {name: importable for name in names})

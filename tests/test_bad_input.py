@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from ascendfix.cli import base, doctor, fanout, patches
 from ascendfix.cluster import fanout as cluster
-from ascendfix.doctor.model import Report, Result, Status
+from ascendfix.doctor.model import DoctorReport, Result
 from ascendfix.patching.engine import PatchStatus
 from ascendfix.resources import data_dir
-from ascendfix.states import Action, State
+from ascendfix.states import Action, State, Status
 
 from tests.verl_lines import run_steps, step_line
 
@@ -136,7 +136,7 @@ def test_doctor_messages_reach_the_terminal_without_control_characters(capsys, m
 
     check = next(iter(registry.CHECKS))
     result = Result(check, "a check", Status.FAIL, [f"found {ESCAPES}", f"detail {ESCAPES}"], fix=f"run {ESCAPES}")
-    doctor._render_report(Report("verl-796871d", "npu", [result], "given"), verbose=True)
+    doctor._render_report(DoctorReport("verl-796871d", "npu", [result], "given"), verbose=True)
     out = capsys.readouterr().out
     assert "found red" in out and "detail red" in out and "run red" in out
     assert "\x07" not in out and "\r" not in out and "owned" not in out and "\x1b[2J" not in out

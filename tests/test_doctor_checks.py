@@ -14,11 +14,12 @@ import pytest
 from ascendfix.cli.doctor import _render_report
 from ascendfix.doctor import ascend, host, pyenv, runner
 from ascendfix.doctor.context import Context
-from ascendfix.doctor.model import Finding, Report, Result, Status
+from ascendfix.doctor.model import DoctorReport, Finding, Result
 from ascendfix.doctor.registry import CHECKS
 from ascendfix.errors import UsageError
 from ascendfix.profile import manifest
 from ascendfix.site import Site
+from ascendfix.states import Status
 from click.testing import CliRunner
 
 from tests import machine
@@ -349,7 +350,7 @@ def test_list_and_bad_input():
     assert doctor("--device", "tpu").returncode == 2
 
 
-REPORT = Report(
+REPORT = DoctorReport(
     "verl-796871d",
     "npu",
     [

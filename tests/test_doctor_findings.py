@@ -11,11 +11,12 @@ from ascendfix import resources
 from ascendfix.cli.doctor import _render_report
 from ascendfix.doctor import pyenv, runner
 from ascendfix.doctor.context import Context
-from ascendfix.doctor.model import Report, Result, Status
+from ascendfix.doctor.model import DoctorReport, Result
 from ascendfix.errors import UsageError
 from ascendfix.patching import engine
 from ascendfix.profile import manifest, records, rl_plugin
 from ascendfix.site import Site
+from ascendfix.states import Status
 
 from tests import machine
 from tests.machine import doctor
@@ -91,12 +92,12 @@ def test_thousands_of_changed_files_are_a_count_with_the_list_in_the_details(pro
     assert result.status == "fail"
     assert result.messages[0] == "torch 2.7.1: 3000 file(s) differ from the wheel's RECORD (-v lists them)"
     assert max(map(len, result.messages)) < 200 and sorted(result.details) == names
-    report = Report("verl-796871d", "npu", [result])
+    report = DoctorReport("verl-796871d", "npu", [result])
     assert json.loads(json.dumps(report.to_json()))["checks"][0]["details"] == list(result.details)
 
 
 def render(result: Result, verbose: bool, capsys) -> str:
-    _render_report(Report("verl-796871d", "npu", [result]), verbose)
+    _render_report(DoctorReport("verl-796871d", "npu", [result]), verbose)
     return capsys.readouterr().out
 
 

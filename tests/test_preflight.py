@@ -217,9 +217,9 @@ def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypat
         result.hints
     )
     result = run_preflight(Site(DEMO_PROFILE, "npu", environ={"FILTER": "False"}), ["bash", str(script)])
-    assert [p.message for p in result.problems] == [
-        "patch verl-dapo-no-interleave is not applied: run `ascendfix apply`"
-    ]
+    [(message, fix)] = [(p.message, p.fix) for p in result.problems]  # the fix is data, apart from the message
+    assert message == "patch verl-dapo-no-interleave is not applied"
+    assert fix.startswith("ascendfix apply --profile ") and fix.endswith(" --device npu")
     launched = CliRunner().invoke(cli.main, ["run", "--no-preflight", *args[1:]], env={"FILTER": "False"})
     assert launched.exit_code == 0, launched.output
     assert (tmp_path / "logs" / "train.log").read_text().startswith("launched")

@@ -49,7 +49,8 @@ def preflight_of(argv, environ=None, profile=PROFILE, device="npu", **kw):
 
 
 def refusals(argv, environ, **kw) -> list[str]:
-    return [p.message for p in preflight_of(argv, environ, **kw).problems]
+    """Each problem as run shows it: its message, and its fix on a line of its own."""
+    return [p.message + (f"\nfix: {p.fix}" if p.fix else "") for p in preflight_of(argv, environ, **kw).problems]
 
 
 @pytest.fixture(scope="module")

@@ -19,14 +19,14 @@ from pathlib import Path
 
 from ascendfix.checkpoint import geometry, layout, megatron, pickles
 from ascendfix.checkpoint.megatron import ModelShape
-from ascendfix.checkpoint.report import Problem, Report
+from ascendfix.checkpoint.report import CheckReport, Problem
 from ascendfix.errors import UsageError
 
 DATA_SUFFIX = ".distcp"
 _SHOWN = 3
 
 
-def check(folder: Path, model: ModelShape | None = None, quick: bool = False) -> Report:
+def check(folder: Path, model: ModelShape | None = None, quick: bool = False) -> CheckReport:
     """Check the checkpoint in ``folder``; ``model``: the HF config's layer and expert counts, to check too.
 
     Raises UsageError when ``folder`` is not a folder; everything wrong inside it is a :class:`Problem`.
@@ -37,24 +37,24 @@ def check(folder: Path, model: ModelShape | None = None, quick: bool = False) ->
         return _check(folder, model, quick)
 
 
-def _check(folder: Path, model: ModelShape | None, quick: bool) -> Report:
+def _check(folder: Path, model: ModelShape | None, quick: bool) -> CheckReport:
     problems = megatron.layout_problems(folder, megatron_expected=model is not None, quick=quick)
     try:
         metadata = layout.read(folder)
     except FileNotFoundError:
         problems.insert(0, Problem("missing-file", "file", layout.METADATA, _NO_METADATA))
-        return Report(str(folder), 0, 0, 0, 0, problems)
+        return CheckReport(str(folder), 0, 0, 0, 0, problems)
     except (OSError, pickles.UnsafePickle, pickles.Unreadable, layout.Malformed) as e:
         kind = "unsafe-pickle" if isinstance(e, pickles.UnsafePickle) else "unreadable"
         problems.insert(0, Problem(kind, "file", layout.METADATA, str(e)))
-        return Report(str(folder), 0, 0, 0, 0, problems)
+        return CheckReport(str(folder), 0, 0, 0, 0, problems)
     tensor_problems, readable = _tensors(metadata, with_geometry=not quick)
     file_problems, files, size = _files(folder, metadata.entries)
     problems += tensor_problems + file_problems
     if model is not None:
         problems += megatron.config_problems(readable, model)
     chunks = sum(len(t.offsets) for t in metadata.tensors)
-    return Report(str(folder), len(metadata.tensors), chunks, files, size, problems)
+    return CheckReport(str(folder), len(metadata.tensors), chunks, files, size, problems)
 
 
 _NO_METADATA = "no .metadata: the save did not finish (rank 0 writes it last), or this is not a DCP checkpoint"

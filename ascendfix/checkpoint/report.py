@@ -18,7 +18,7 @@ class Problem(NamedTuple):
         return {"kind": self.kind, self.about: self.subject, "detail": self.detail}
 
 
-class Report(NamedTuple):
+class CheckReport(NamedTuple):
     """What the check found: counts, and every problem."""
 
     checkpoint: str

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import NamedTuple
 
 import click
@@ -111,7 +110,7 @@ def apply(profile, device, python, roots, only, variants, dry_run, strict, as_js
             wrote = sum(s.action in (Action.APPLIED, Action.SWITCHED) for s in report.statuses)
             click.echo(f"\n{wrote} patch(es) applied")
 
-    render(report, as_json, human)
+    return render(report, as_json, human)
 
 
 @click.command()
@@ -123,9 +122,8 @@ def revert(profile, python, roots, only, as_json) -> None:
     """Restore every patched file byte for byte (any device's patches)."""
     sel = selection(profile, None, roots, python, only, need_device=False)
     report = PatchReport(sel, engine.revert(sel, on_wait=tell_lock_wait))
-    render(report, as_json, lambda r: render_statuses(r.statuses))
-    if any(s.action == Action.REFUSED for s in report.statuses):
-        sys.exit(1)
+    refused = any(s.action == Action.REFUSED for s in report.statuses)
+    return render(report, as_json, lambda r: render_statuses(r.statuses), 1 if refused else 0)
 
 
 @click.command()
@@ -138,9 +136,8 @@ def status(profile, device, python, roots, as_json) -> None:
     """Show each patch's state: applied, not-applied, not-applicable, drifted or partial."""
     sel = selection(profile, device, roots, python)
     report = PatchReport(sel, engine.status(sel, on_wait=tell_lock_wait))
-    render(report, as_json, lambda r: render_statuses(r.statuses))
-    if any(s.state not in (State.APPLIED, State.NOT_APPLICABLE) for s in report.statuses):
-        sys.exit(1)
+    pending = any(s.state not in (State.APPLIED, State.NOT_APPLICABLE) for s in report.statuses)
+    return render(report, as_json, lambda r: render_statuses(r.statuses), 1 if pending else 0)
 
 
 @click.command()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -71,12 +70,10 @@ def run(
     prepared = launch.prepare(site, command, preflight.default_seams(smoke), full=not no_preflight)
     pre = prepared.preflight
     for finding in pre.hints:
-        err().print(f"[yellow]hint[/] ({finding.source}): {escape(finding.message)}")
-        if verbose and finding.detail:
-            err().print(f"      [dim]{escape(finding.detail)}[/]")
+        render_finding("[yellow]hint[/]", finding, verbose)
     render_env_notes(jobenv.env_notes(site.settings))
     for finding in pre.problems:
-        err().print(f"[red]problem[/] ({finding.source}): {escape(finding.message)}")
+        render_finding("[red]problem[/]", finding, verbose)
     job = launch.begin(prepared, log_dir)
     total = preflight.total_steps(prepared.overrides)
     status = RichStatus(total) if err().is_terminal and out().is_terminal else None
@@ -102,7 +99,16 @@ def run(
     how = f" after {result.forwarded}" + (" and SIGKILL" if result.killed else "") if result.forwarded else ""
     log = escape(str(job.log_dir))
     err().print(f"[dim]ascendfix: exit status {result.exit_status}{how}; log {log}/train.log[/]")
-    sys.exit(result.exit_status)
+    return result.exit_status
+
+
+def render_finding(kind: str, finding, verbose: bool) -> None:
+    """One preflight finding on stderr: its line, the fix under it, and with ``-v`` the detail."""
+    err().print(f"{kind} ({finding.source}): {escape(finding.message)}")
+    if finding.fix:
+        err().print(f"      [bold]fix:[/] [cyan]{escape(finding.fix)}[/]")
+    if verbose and finding.detail:
+        err().print(f"      [dim]{escape(finding.detail)}[/]")
 
 
 def render_env_notes(notes: list[tuple[str, str]]) -> None:

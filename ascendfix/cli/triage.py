@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -45,5 +44,4 @@ def triage_command(logdir: Path | None, as_json: bool) -> None:
         console.print(f"{then}; lines by code: {escape(counts)}")
         console.print(f"[dim]read {escape(read)}[/]")
 
-    render(result, as_json, human)
-    sys.exit(1 if result.first is not None else 0)
+    return render(result, as_json, human, 1 if result.first is not None else 0)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from ascendfix.cli.base import device_option, err, escape, json_option, out, profile_option, render
@@ -38,9 +36,7 @@ def upgrade_check(profile: str, device: str | None, releases: tuple[str, ...], p
     detected = detect_device()
     device = device or (detected if detected in prof.devices else next(iter(prof.devices)))
     report = upgrade.check(prof, device, upgrade.parse_with(prof, device, releases), platform)
-    render(report, as_json, _render)
-    if not report.ok:
-        sys.exit(1)
+    return render(report, as_json, _render, 0 if report.ok else 1)
 
 
 def _render(report) -> None:

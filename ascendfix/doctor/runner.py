@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 
 from ascendfix.doctor.context import Context
-from ascendfix.doctor.model import Finding, Report, Result, fail
+from ascendfix.doctor.model import DoctorReport, Finding, Result, fail
 from ascendfix.doctor.registry import CHECKS, Check
 from ascendfix.errors import AscendfixError, UsageError
 
@@ -32,7 +32,7 @@ def _isolated(check: Check, ctx: Context) -> Finding:
     return finding
 
 
-def run(ctx: Context, only: Iterable[str] = ()) -> Report:
+def run(ctx: Context, only: Iterable[str] = ()) -> DoctorReport:
     """Every selected check's Result, in registry order.
 
     Checks run in daemon threads: one that is still running at the deadline (``ctx.timeout``
@@ -61,4 +61,4 @@ def run(ctx: Context, only: Iterable[str] = ()) -> Report:
         )
     if isinstance(ctx.site.probe_error, UsageError):  # --python names no usable interpreter: one error, not one each
         raise ctx.site.probe_error
-    return Report(ctx.profile.name, ctx.device, results, ctx.device_reason)
+    return DoctorReport(ctx.profile.name, ctx.device, results, ctx.device_reason)

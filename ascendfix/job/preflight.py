@@ -26,7 +26,7 @@ from pathlib import Path
 from ascendfix.profile import rules
 from ascendfix.profile.records import Profile
 from ascendfix.site import Site
-from ascendfix.states import State
+from ascendfix.states import State, Status
 
 TOTAL_STEPS = "trainer.total_training_steps"
 _OVERRIDE = re.compile(r"^[+~]{0,2}([A-Za-z_][\w\-]*(?:\.[\w\-]+)+)=(.*)$", re.DOTALL)
@@ -37,11 +37,13 @@ _MAX_SCRIPT_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class Finding:
-    """One preflight result: ``source`` is doctor, patches, overrides or env; ``detail`` the long why (``-v``)."""
+    """One preflight result: ``source`` is doctor, patches, rules, overrides, checkpoint, ray or smoke;
+    ``fix`` the command or change that fixes it (when one is known); ``detail`` the long why (``-v``)."""
 
     source: str
     message: str
     detail: str = ""
+    fix: str = ""
 
 
 @dataclass
@@ -183,9 +185,8 @@ def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full:
     result = Preflight(overrides, full, trainer=trainer)
     failures = doctor_failures(site) if full else []
     if failures is None:
-        result.hints.append(Finding("doctor", "doctor not run: run `ascendfix doctor` before a long job"))
-    for message in failures or ():
-        result.problems.append(Finding("doctor", message))
+        result.hints.append(Finding("doctor", "doctor not run before a long job", fix=site.command("doctor")))
+    result.problems.extend(failures or ())
     states = patch_states(site)
     wanted = profile.device(device).patches
     names, pairs = rules.modules(profile.rules), rules.markers(profile.rules)
@@ -204,13 +205,14 @@ def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full:
     # a patch a refusal already names (the converter's) is not reported a second time
     named = {c.patch for r in profile.rules if r.id in refused for c in r.when if c.patch is not None}
     if states is None:
-        result.hints.append(Finding("patches", "patch status unknown: run `ascendfix status` before a long job"))
+        result.hints.append(Finding("patches", "patch status unknown before a long job", fix=site.command("status")))
     else:
         for pid in [p for p in wanted if p not in named] if full else ():
             state, reason = states.get(pid, ("", ""))
             because = f" ({reason})" if reason else ""
             if state in (State.DRIFTED, State.PARTIAL):
-                result.problems.append(Finding("patches", f"patch {pid} is {state}{because}: see `ascendfix status`"))
+                drifted = f"patch {pid} is {state}{because}"
+                result.problems.append(Finding("patches", drifted, fix=site.command("status")))
             elif state == State.NOT_APPLIED:
                 # left out on purpose when applying it would break a rule (DAPO + filter_groups)
                 applied = facts._replace(patch_states={**facts.patch_states, pid: State.APPLIED})
@@ -218,10 +220,9 @@ def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full:
                 if blocking:
                     result.hints.append(Finding("patches", f"{pid} is not applied, as rule {blocking[0]} requires"))
                 else:
-                    result.problems.append(Finding("patches", f"patch {pid} is not applied: run `ascendfix apply`"))
+                    result.problems.append(Finding("patches", f"patch {pid} is not applied", fix=site.command("apply")))
     for hit in outcome.hits:
-        fix = f"; fix: {hit.fix}" if hit.fix else ""
-        finding = Finding("rules", f"{hit.message} (source: {hit.source}){fix}")
+        finding = Finding("rules", f"{hit.message} (source: {hit.source})", fix=hit.fix or "")
         (result.problems if hit.action == rules.REFUSE else result.hints).append(finding)
     for rid in outcome.undecided:
         unknown = f"rule {rid} not checked: the patch states, modules or files it needs are unknown"
@@ -303,17 +304,19 @@ def batch_size_hints(overrides: Mapping[str, str]) -> list[str]:
 PREFLIGHT_SKIPS = ("patches", "env")
 
 
-def doctor_failures(site: Site) -> list[str] | None:
-    """The messages of doctor's fail-level checks on the site (those ``run`` does not handle itself);
-    None when doctor cannot run."""
+def doctor_failures(site: Site) -> list[Finding] | None:
+    """Doctor's fail-level checks on the site (those ``run`` does not handle itself), each with its fix and
+    details; None when doctor cannot run."""
     from ascendfix.doctor import registry, runner
     from ascendfix.doctor.context import Context
-    from ascendfix.doctor.model import Status
 
     checks = [cid for cid in registry.CHECKS if cid not in PREFLIGHT_SKIPS]
     report = runner.run(Context(site), checks)
-    failed = [r for r in report.checks if r.status == Status.FAIL]
-    return [f"{r.title}: {r.messages[0] if r.messages else 'failed'}" for r in failed]
+    return [
+        Finding("doctor", f"{r.title}: {r.messages[0] if r.messages else 'failed'}", "\n".join(r.details), r.fix)
+        for r in report.checks
+        if r.status == Status.FAIL
+    ]
 
 
 def patch_states(site: Site) -> dict[str, tuple[str, str]] | None:

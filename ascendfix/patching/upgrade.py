@@ -149,7 +149,7 @@ class Accepted:
 
 
 @dataclass(frozen=True)
-class Report:
+class UpgradeReport:
     """The whole judgement: verdicts per patch, conflicts, and the accepted conflicts it concerns."""
 
     profile: str
@@ -566,7 +566,7 @@ def _requirement_name(text: str) -> str:
         return text
 
 
-def check(profile: Profile, device: str, with_: dict[str, str | Path], platform: str | None = None) -> Report:
+def check(profile: Profile, device: str, with_: dict[str, str | Path], platform: str | None = None) -> UpgradeReport:
     """Fetch (or read) every named release and judge the device's patches and the pins on them."""
     profile.device(device)
     target = target_for(profile, device, platform)
@@ -579,4 +579,4 @@ def check(profile: Profile, device: str, with_: dict[str, str | Path], platform:
     )
     found, accepted, notes = conflicts(profile, device, candidates, target)
     asked = {dist: str(what) for dist, what in with_.items()}
-    return Report(profile.name, device, asked, target, verdicts, tuple(found), tuple(accepted), tuple(notes))
+    return UpgradeReport(profile.name, device, asked, target, verdicts, tuple(found), tuple(accepted), tuple(notes))
