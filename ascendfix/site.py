@@ -150,10 +150,10 @@ def is_checkout(root: Path) -> bool:
     return any((root / marker).exists() for marker in (".git", "pyproject.toml", "setup.py"))
 
 
-def _same_interpreter(python: str | None) -> bool:
+def _same_interpreter(python: str) -> bool:
     """Whether ``python`` is the running interpreter. A venv's python links to its base
     interpreter, so the paths are compared as given, not resolved."""
-    return python is None or os.path.abspath(python) == os.path.abspath(sys.executable)
+    return os.path.abspath(python) == os.path.abspath(sys.executable)
 
 
 def probe(
@@ -164,7 +164,7 @@ def probe(
     With ``everything``, the answer also has ``markers`` (the PEP 508 marker environment)
     and ``installed`` (name, version and Requires-Dist of every installed distribution).
     """
-    if _same_interpreter(python):
+    if python is None or _same_interpreter(python):
         namespace: dict = {}
         exec(compile(PROBE, "<ascendfix-probe>", "exec"), namespace)
         return Probe.from_json(namespace["probe"](list(packages), list(distributions), everything))
@@ -289,7 +289,7 @@ class Site:
             if self._probe_error is not None:
                 raise self._probe_error
             if self._probe is None or (everything and not self._everything):
-                full = everything or not _same_interpreter(self.python)
+                full = everything or (self.python is not None and not _same_interpreter(self.python))
                 dists = self.distributions if full else []
                 try:
                     self._probe = probe(self.python, self.packages, dists, everything=full)

@@ -53,7 +53,7 @@ def resolve_env(profile: Profile, device: str, environ: Mapping[str, str]) -> li
     """
     settings = []
     for var in profile.device(device).env:
-        if var.prepend:
+        if var.prepend and var.value is not None:  # the loader makes a prepended variable carry a value
             current = environ.get(var.name)
             value = prepended(var.value, current)
             source = "user" if value == current else "profile"

@@ -388,19 +388,8 @@ def load_profile(ref: str) -> Profile:
             other = seen_files.setdefault((patch.package, f.path), patch.id)
             if other != patch.id:
                 top.fail("devices", f"patches {other!r} and {patch.id!r} both edit {f.path}; one patch per file")
-    variants = {}
     vtable = top.table("variants", required=False)
-    for pid, choice in vtable.data.items() if vtable else []:
-        if pid not in patches:
-            if pid in own.get("variants", {}):  # an inherited choice for a patch this profile dropped is simply moot
-                vtable.fail(vtable.field(pid), f"not a patch of this profile (its patches: {', '.join(patches)})")
-            continue
-        names = [v.name for v in patches[pid].variants]
-        if choice not in names:
-            vtable.fail(vtable.field(pid), f"unknown variant {choice!r} (expected one of {', '.join(names)})")
-        variants[pid] = choice
-    if vtable:
-        vtable.seen.update(vtable.data)
+    variants = _variant_choices(vtable, patches, own.get("variants", {})) if vtable is not None else {}
     top.seen.add("extends")
     top.done()
     own_rules = "rules" in own
@@ -413,6 +402,22 @@ def load_profile(ref: str) -> Profile:
     return Profile(
         name, description, path, components, devices, tuple(conflicts), patches, variants, hints, rules, trainer
     )
+
+
+def _variant_choices(vtable: Table, patches: dict[str, Patch], own: dict[str, Any]) -> dict[str, str]:
+    """The profile's ``[variants]``: patch id -> the variant it chooses (``own``: the manifest's own table)."""
+    variants = {}
+    for pid, choice in vtable.data.items():
+        if pid not in patches:
+            if pid in own:  # an inherited choice for a patch this profile dropped is simply moot
+                vtable.fail(vtable.field(pid), f"not a patch of this profile (its patches: {', '.join(patches)})")
+            continue
+        names = [v.name for v in patches[pid].variants]
+        if choice not in names:
+            vtable.fail(vtable.field(pid), f"unknown variant {choice!r} (expected one of {', '.join(names)})")
+        variants[pid] = choice
+    vtable.seen.update(vtable.data)
+    return variants
 
 
 def _hint(t: Table) -> Hint:

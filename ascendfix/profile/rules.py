@@ -173,7 +173,7 @@ def _value_test(cond: Condition, value: str | None) -> bool:
         return value.strip().strip("'\"") == cond.equals
     if cond.not_equals is not None:
         return value.strip().strip("'\"") != cond.not_equals
-    return cond.contains in value
+    return cond.contains is not None and cond.contains in value
 
 
 def check(cond: Condition, facts: Facts) -> tuple[bool | None, str]:
@@ -197,7 +197,7 @@ def check(cond: Condition, facts: Facts) -> tuple[bool | None, str]:
             return None, ""
         ran = [name for name in cond.command if name in facts.runs]
         return bool(ran), f"the command runs {ran[0]}" if ran else ""
-    if cond.marker is not None:
+    if cond.marker is not None and cond.module is not None:
         found = (facts.markers or {}).get((cond.module, cond.marker))
         if found is None:
             return None, ""
@@ -208,7 +208,7 @@ def check(cond: Condition, facts: Facts) -> tuple[bool | None, str]:
             return None, ""
         found = facts.importable[cond.module]
         return found == cond.importable, f"{cond.module} {'importable' if found else 'not importable'}"
-    if facts.patch_states is None or cond.patch not in facts.patch_states:
+    if facts.patch_states is None or cond.patch is None or cond.patch not in facts.patch_states:
         return None, ""
     state = facts.patch_states[cond.patch]
     if cond.applied is not None:
@@ -254,7 +254,9 @@ def modules(rules: tuple[Rule, ...] | list[Rule]) -> list[str]:
 
 def markers(rules: tuple[Rule, ...] | list[Rule]) -> list[tuple[str, str]]:
     """The ``(module, marker)`` pairs the rules ask about (to read in the module's file)."""
-    return sorted({(c.module, c.marker) for r in rules for c in r.when if c.marker is not None})
+    return sorted(
+        {(c.module, c.marker) for r in rules for c in r.when if c.module is not None and c.marker is not None}
+    )
 
 
 def commands(rules: tuple[Rule, ...] | list[Rule]) -> list[str]:

@@ -10,7 +10,7 @@ import re
 import stat
 import sys
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal, NoReturn, overload
 
 from ascendfix.errors import UsageError
 from ascendfix.profile import parsecache
@@ -31,13 +31,16 @@ class Table:
         self.data = data
         self.seen: set[str] = set()
 
-    def fail(self, field: str, reason: str) -> None:
+    def fail(self, field: str, reason: str) -> NoReturn:
+        """Stop with the one line that names the file, the field and what is wrong."""
         raise UsageError(f"{self.path}: {field}: {reason}")
 
     def field(self, key: str) -> str:
+        """The dotted name of ``key`` in this table, as errors name it."""
         return f"{self.where}.{key}" if self.where else key
 
     def get(self, key: str, kind: type | tuple[type, ...], required: bool = True, default: Any = None) -> Any:
+        """The value of ``key``, of one of the types ``kind`` (``default`` when it is absent and not required)."""
         self.seen.add(key)
         if key not in self.data:
             if required:
@@ -50,13 +53,21 @@ class Table:
             self.fail(self.field(key), f"expected {names}, got {type_name(value)}")
         return value
 
+    @overload
+    def text(self, key: str, required: Literal[True] = True) -> str: ...
+
+    @overload
+    def text(self, key: str, required: bool) -> str | None: ...
+
     def text(self, key: str, required: bool = True) -> str | None:
+        """A non-empty string (None when it is absent and not required)."""
         value = self.get(key, str, required)
         if value is not None and not value.strip():
             self.fail(self.field(key), "must not be empty")
         return value
 
     def strings(self, key: str, required: bool = True, choices: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        """An array of strings (each one of ``choices`` when given); empty when absent and not required."""
         values = self.get(key, list, required, default=[])
         for i, value in enumerate(values):
             if not isinstance(value, str):
@@ -65,11 +76,19 @@ class Table:
                 self.fail(f"{self.field(key)}[{i}]", f"unknown value {value!r} (expected one of {', '.join(choices)})")
         return tuple(values)
 
+    @overload
+    def table(self, key: str, required: Literal[True] = True) -> Table: ...
+
+    @overload
+    def table(self, key: str, required: bool) -> Table | None: ...
+
     def table(self, key: str, required: bool = True) -> Table | None:
+        """A sub-table (None when it is absent and not required)."""
         value = self.get(key, dict, required)
         return None if value is None else Table(self.path, value, self.field(key))
 
     def tables(self, key: str, required: bool = True) -> list[Table]:
+        """An array of tables; empty when absent and not required."""
         values = self.get(key, list, required, default=[])
         return [Table(self.path, v, f"{self.field(key)}[{i}]") for i, v in enumerate(values)]
 
@@ -110,7 +129,7 @@ def _parse_toml(path: Path, data: bytes) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib  # novermin (guarded: Python 3.10 reads tomli, the same parser)
     else:  # pragma: no cover - exercised on the container's Python 3.10
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[no-redef, import-not-found, unused-ignore]
     try:
         parsed = tomllib.loads(data.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
