@@ -169,10 +169,8 @@ def test_python_version_of_the_target(profile, wrong):
         assert result.details == (" ".join(why.split()),)
 
 
-def test_python_310_interpreter_passes_python_check(profile):
-    if not machine.PY310.exists():
-        pytest.skip("Python 3.10 is not installed")
-    result = run_checks(profile, machine.PY310, "python")["python"]
+def test_python_310_interpreter_passes_python_check(profile, python310):
+    result = run_checks(profile, python310, "python")["python"]
     assert result.status == "ok" and result.messages[0].startswith("Python 3.10.")
 
 

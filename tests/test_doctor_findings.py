@@ -20,7 +20,7 @@ from ascendfix.states import Status
 
 from tests import machine
 from tests.machine import doctor
-from tests.test_rl_plugin import LINEAR_CE, VERL_INIT, checkout_profile, commits, installer
+from tests.rl_plugin_files import LINEAR_CE, VERL_INIT, checkout_profile, commits, installer
 
 
 @pytest.fixture(scope="module")

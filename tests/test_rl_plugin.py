@@ -8,34 +8,17 @@ runs the same on verl 0.5.0's real files from PyPI.
 from __future__ import annotations
 
 import zipfile
-from pathlib import Path
 
 import pytest
 from ascendfix.doctor import pyenv
 from ascendfix.doctor.context import Context
 from ascendfix.patching import engine
-from ascendfix.profile import manifest, records, rl_plugin
+from ascendfix.profile import manifest, rl_plugin
 from ascendfix.site import Distribution, Site
 
-from tests import machine, upstream
+from tests import upstream
+from tests.rl_plugin_files import FP8, LINEAR_CE, VERL_INIT, checkout_profile, commits, installer
 from tests.stack import DEMO_PROFILE, make_stack
-
-VERL_INIT = '"""verl."""\n\nfrom .protocol import DataProto\n\n__version__ = "0.5.0.dev"\n'
-LINEAR_CE = "import torch\n\nfrom . import kernels\n\n\ndef linear_cross_entropy(x):\n    return kernels.run(x)\n"
-FP8 = "from typing import Any, Callable, Optional\n\n\ndef scales(xs: list[int]) -> list[int]:\n    return xs\n"
-
-
-def installer(text: str, path: str) -> str:
-    """The installer's edit, written out by hand for the fixture files (not through the module under test)."""
-    if path == rl_plugin.VERL_INIT:
-        return text + (
-            "\n# NPU acceleration support added by mindspeed-rl plugin\n"
-            "from verl.utils.device import is_npu_available\n\n"
-            'if is_npu_available:\n    import verl_npu\n    print("NPU acceleration enabled for verl")\n'
-        )
-    if path == rl_plugin.LINEAR_CROSS_ENTROPY:
-        return text.replace("\nfrom . import kernels\n", "\n# from . import kernels\n")
-    return text.replace("Callable, Optional\n", "Callable, Optional, List\n").replace("list[int]", "List[int]")
 
 
 def test_installer_edits_are_rederived_exactly_and_once():
@@ -51,26 +34,6 @@ def test_installer_edits_are_rederived_exactly_and_once():
     assert rl_plugin.installer_edit("verl/utils/device.py", b"x = 1\n") is None
     other = VERL_INIT + "import verl_npu\n"  # imported, but not as the installer writes it
     assert not rl_plugin.is_installer_edit(rl_plugin.VERL_INIT, VERL_INIT.encode(), other.encode())
-
-
-def checkout_profile(tmp_path: Path, files: dict[str, str]) -> tuple[Path, records.Profile]:
-    verl = tmp_path / "verl-src"
-    head = machine.git_project(verl, "verl", files)
-    path = tmp_path / "profile.toml"
-    path.write_text(f'extends = "verl-796871d"\nname = "fixture"\n[components.verl]\ncommit = "{head}"\n')
-    return verl, manifest.load_profile(str(path))
-
-
-def commits(profile, verl: Path, monkeypatch, plugin_installed: bool):
-    installed = Context.installed
-    commit = profile.component("mindspeed_rl").commit
-    plugin = Distribution("0.0.1", {"vcs_info": {"commit_id": commit}}, None)
-    monkeypatch.setattr(
-        Context,
-        "installed",
-        lambda self, d: (plugin if plugin_installed else None) if d == "verl_npu" else installed(self, d),
-    )
-    return pyenv.check_commits(Context(Site(profile, "npu", roots={"verl": verl}, environ={}), "test"))
 
 
 def run_commits_on(tmp_path, monkeypatch, files: dict[str, str]):
