@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
+def demo_run(tmp_path_factory, ascendfix_cli):
     """The demo, run once as a process, with something answering at RAY_ADDRESS (a listener that is no
     Ray cluster: run's gate would refuse the job if the demo let it through); (result, address, folder)."""
     tmp_path = tmp_path_factory.mktemp("demo")
@@ -27,14 +25,8 @@ def demo_run(tmp_path_factory):
         listener.listen()
         host, port = listener.getsockname()
         address = f"{host}:{port}"
-        env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": address, "TMPDIR": str(tmp_path)}
-        result = subprocess.run(
-            [sys.executable, "-m", "ascendfix", "demo", "--dir", str(tmp_path / "demo")],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-        )
+        env = {"RAY_ADDRESS": address, "TMPDIR": str(tmp_path)}
+        result = ascendfix_cli("demo", "--dir", tmp_path / "demo", env=env)
     return result, address, tmp_path / "demo"
 
 
