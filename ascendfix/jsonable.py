@@ -7,7 +7,6 @@ mappings — and refuses anything else, so nothing reaches a JSON file as a Pyth
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import PurePath
@@ -27,7 +26,9 @@ def jsonable(obj: Any) -> Any:
         return jsonable(obj.to_json())
     if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
         return {key: jsonable(value) for key, value in obj._asdict().items()}
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    if hasattr(type(obj), "__dataclass_fields__") and not isinstance(obj, type):
+        import dataclasses  # only for a dataclass: every command's start pays for what it imports
+
         return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, PurePath):
         return str(obj)
