@@ -105,8 +105,8 @@ def run(
 def render_finding(kind: str, finding, verbose: bool) -> None:
     """One preflight finding on stderr: its line, the fix under it, and with ``-v`` the detail."""
     err().print(f"{kind} ({finding.source}): {escape(finding.message)}")
-    if finding.fix:
-        err().print(f"      [bold]fix:[/] [cyan]{escape(finding.fix)}[/]")
+    for i, line in enumerate(finding.fix.splitlines()):  # a fix of several commands: one a line
+        err().print(f"      {'[bold]fix:[/]' if i == 0 else '    '} [cyan]{escape(line)}[/]")
     if verbose and finding.detail:
         err().print(f"      [dim]{escape(finding.detail)}[/]")
 
