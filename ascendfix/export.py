@@ -72,9 +72,23 @@ def _arg(component: Component, what: str) -> str:
     return f"{re.sub(r'[^A-Za-z0-9]', '_', component.name).upper()}_{what}"
 
 
+_PINNED_FIELDS = ("version", "distribution", "repo", "commit", "tag", "subdirectory")
+
+
 def _components(profile: Profile, device: str) -> list[Component]:
+    """The device's components; a pinned field that is not one printable line (a newline would inject lines
+    into the constraints file or the Dockerfile) is refused, naming it."""
     profile.device(device)
-    return [c for c in profile.components if device in c.devices]
+    components = [c for c in profile.components if device in c.devices]
+    for c in components:
+        for field in _PINNED_FIELDS:
+            value = getattr(c, field, None)
+            if isinstance(value, str) and not value.isprintable():
+                raise UsageError(
+                    f"{profile.source}: components.{c.name}.{field}: {value!r} is not one line of printable "
+                    "text; write the pin on one line"
+                )
+    return components
 
 
 def _find(components: list[Component], kind: str, name: str | None = None) -> Component | None:

@@ -90,14 +90,22 @@ class Tree:
         finally:
             os.close(fd)
 
+    def info(self, rel: str) -> os.stat_result | None:
+        """The ``lstat`` of ``rel`` itself, or None when nothing is there (its folders are reached without
+        following any link)."""
+        try:
+            with self._parent(rel) as (fd, name):
+                return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
     def kind(self, rel: str) -> str | None:
         """What is at ``rel`` itself: "file", "folder", "link", "other", or None (its folders are reached
         without following any link)."""
-        try:
-            with self._parent(rel) as (fd, name):
-                mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
-        except FileNotFoundError:
+        info = self.info(rel)
+        if info is None:
             return None
+        mode = info.st_mode
         if stat.S_ISLNK(mode):
             return "link"
         return "file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "other"
@@ -120,10 +128,12 @@ class Tree:
                 if e.errno == errno.ELOOP:
                     raise Escape(self._not_plain(dfd, name, rel, "a regular file")) from None
                 raise
+            info = os.fstat(fd)  # before a file object: one refuses a folder with a bare errno
+            if not stat.S_ISREG(info.st_mode):
+                os.close(fd)
+                what = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+                raise Escape(f"{self.root / rel} is {what}, where ascendfix reads a file")
             with os.fdopen(fd, "rb") as f:
-                info = os.fstat(f.fileno())
-                if not stat.S_ISREG(info.st_mode):
-                    raise Escape(f"{self.root / rel} is not a regular file")
                 if limit is not None and info.st_size > limit:
                     raise TooLarge(f"{self.root / rel} is {info.st_size:,} bytes, over the {limit:,} this reads")
                 return f.read()
@@ -131,13 +141,15 @@ class Tree:
     def write(self, rel: str, data: bytes, mode: int | None = None, check: Callable[[], None] | None = None) -> None:
         """Replace ``rel`` with ``data`` atomically: a fresh temp file beside it (``O_EXCL|O_NOFOLLOW``), fsync,
         rename, folder fsync. Missing folders are made. ``mode`` defaults to the replaced file's, else 0o644.
+        The replaced file's owner and group are kept (where this user may set them).
         ``check`` runs right before the rename (a raise there leaves the file as it was)."""
         with self._parent(rel, create=True) as (dfd, name):
+            try:
+                replaced = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                replaced = None
             if mode is None:
-                try:
-                    mode = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode & 0o7777
-                except FileNotFoundError:
-                    mode = 0o644
+                mode = replaced.st_mode & 0o7777 if replaced is not None else 0o644
             tmp = f".{name}{TEMP_SUFFIX}"
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=dfd)
@@ -146,6 +158,9 @@ class Tree:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
                     f.flush()
+                    if replaced is not None and (replaced.st_uid, replaced.st_gid) != (os.geteuid(), os.getegid()):
+                        with contextlib.suppress(PermissionError):  # only root may give a file away
+                            os.fchown(f.fileno(), replaced.st_uid, replaced.st_gid)
                     os.fchmod(f.fileno(), mode)
                     os.fsync(f.fileno())
                 if check is not None:
@@ -244,6 +259,80 @@ def _is_temp_tag(tag: str) -> bool:
     return tag == "" or (len(tag) == 9 and tag[0] == "." and all(c in _TAG_CHARS for c in tag[1:]))
 
 
+# --- private cache folders: this user's own, writable by nobody else, reached without a symlink ---------
+
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def is_private(st: os.stat_result) -> bool:
+    """Owned by this user and writable by nobody else."""
+    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def open_private_folder(path: Path, create: bool, parts: tuple[str, ...] = ()) -> int | None:
+    """A descriptor of ``path`` (then of each of ``parts`` below it, opened through its parent's descriptor) when
+    every one is a private folder of this user (made 0700 when ``create``), else None."""
+    if create:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.mkdir(mode=0o700)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
+    except OSError:
+        return None
+    for part in parts:
+        if not is_private(os.fstat(fd)):
+            break
+        try:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o700, dir_fd=fd)
+            nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=fd)
+        except OSError:
+            os.close(fd)
+            return None
+        os.close(fd)
+        fd = nfd
+    if is_private(os.fstat(fd)):
+        return fd
+    os.close(fd)
+    return None
+
+
+def read_private(folder: int, name: str, limit: int | None = None) -> bytes:
+    """The bytes of entry ``name`` of a private folder: a private regular file of this user, not reached through a
+    symlink, of at most ``limit`` bytes (OSError or ValueError otherwise)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW, dir_fd=folder)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not is_private(st):
+            raise ValueError(f"{name}: not a private regular file")
+        if limit is not None and st.st_size > limit:
+            raise ValueError(f"{name}: over {limit} bytes")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def write_private(folder: int, name: str, data: bytes) -> None:
+    """Write entry ``name`` of a private folder: a fresh 0600 temp file beside it, renamed into place (OSError)."""
+    tmp = f".{name}.{os.getpid()}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp, dir_fd=folder)  # a leftover (or anything planted under this name) goes first
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=folder)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=folder)
+        raise
+
+
 def lock_holder(folder: Path) -> int | None:
     """The pid holding a flock on ``folder``, as /proc/locks tells (None when it cannot say)."""
     try:
@@ -259,26 +348,47 @@ def lock_holder(folder: Path) -> int | None:
     return None
 
 
+_HELD: set[tuple[int, int]] = set()  # (st_dev, st_ino) of the folders this process holds locked
+
+
 @contextlib.contextmanager
 def locked(folders: list[Path], on_wait: Callable[[Path, int | None], None] | None = None):
-    """Hold an exclusive flock on each folder (sorted, so concurrent runs cannot deadlock).
+    """Hold an exclusive flock on each distinct folder (by device and inode, in a fixed order, so concurrent
+    runs cannot deadlock).
 
     The lock is taken on the folder itself, so it leaves no file behind. When another process
     holds one, ``on_wait(folder, its pid or None)`` is called before waiting (Ctrl-C interrupts the wait).
+    A folder this process already holds is a bug (RuntimeError), never a wait: it would wait on itself.
     """
-    fds = []
+    fds: list[tuple[int, tuple[int, int]]] = []
     try:
-        for folder in sorted(set(folders)):
+        for folder, key in _distinct(folders):
+            if key in _HELD:
+                raise RuntimeError(f"this process already holds the lock on {folder}: a second lock would wait forever")
             fd = os.open(folder, os.O_RDONLY)
-            fds.append(fd)
+            fds.append((fd, key))
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                holder = lock_holder(folder)
+                if holder == os.getpid():
+                    raise RuntimeError(f"this process already holds the lock on {folder}") from None
                 if on_wait is not None:
-                    on_wait(folder, lock_holder(folder))
+                    on_wait(folder, holder)
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            _HELD.add(key)
         yield
     finally:
-        for fd in reversed(fds):
+        for fd, key in reversed(fds):
+            _HELD.discard(key)
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+def _distinct(folders: list[Path]) -> list[tuple[Path, tuple[int, int]]]:
+    """Each distinct folder once (the first name it was given by), with its (st_dev, st_ino), in inode order."""
+    found: dict[tuple[int, int], Path] = {}
+    for folder in folders:
+        info = os.stat(folder)
+        found.setdefault((info.st_dev, info.st_ino), folder)
+    return [(folder, key) for key, folder in sorted(found.items())]

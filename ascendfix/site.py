@@ -214,6 +214,26 @@ def parse_roots(values: tuple[str, ...] | list[str]) -> dict[str, Path]:
     return roots
 
 
+def distinct_folders(folders: list[Path]) -> list[Path]:
+    """``folders`` resolved, each distinct folder (by device and inode) once, in the order given: a venv reached
+    through a symlinked prefix and a ``--root`` naming its real site-packages are one root."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for folder in folders:
+        resolved = folder.resolve()
+        info = os.stat(resolved)
+        if (info.st_dev, info.st_ino) not in seen:
+            seen.add((info.st_dev, info.st_ino))
+            out.append(resolved)
+    return out
+
+
+def located_root(location: str) -> Path:
+    """The folder holding a package the probe found at ``location``, resolved (as ``--root`` is), so one folder
+    has one name however the interpreter reached it."""
+    return Path(location).parent.resolve()
+
+
 def targets_from_probe(
     found: Probe | None, packages: Iterable[str], roots: Mapping[str, Path] | None = None
 ) -> dict[str, Target]:
@@ -227,7 +247,7 @@ def targets_from_probe(
         info = (found.packages.get(name) if found else None) or {}
         locations = info.get("locations") or []
         if locations:
-            root = Path(locations[0]).parent
+            root = located_root(locations[0])
             kind = "checkout" if is_checkout(root) else "site-packages"
             targets[name] = Target(name, root, f"{kind} of {where}", kind == "checkout")
         else:
@@ -382,3 +402,25 @@ def _has_marker(root: Path | None, module: str, name: str) -> bool | None:
             return marker.test(f.read(_MAX_MARKED_BYTES))
     except OSError:
         return None
+
+
+def reinstall_spec(package: str, root: Path | None) -> str:
+    """``package==<version>`` as the dist-info in ``root`` records it, else the bare name."""
+    version = installed_version(package, root) if root is not None else None
+    return f"{package}=={version}" if version else package
+
+
+def installed_version(package: str, root: Path) -> str | None:
+    """The version of ``package`` that ``root`` (a site-packages folder) holds, from its dist-info folder's name."""
+    import re
+
+    wanted = re.sub(r"[-_.]+", "_", package).lower()
+    try:
+        folders = [p for p in root.iterdir() if p.name.endswith(".dist-info") and not p.is_symlink()]
+    except OSError:
+        return None
+    for folder in sorted(folders):
+        name, _, version = folder.name.removesuffix(".dist-info").partition("-")
+        if re.sub(r"[-_.]+", "_", name).lower() == wanted and re.fullmatch(r"[0-9A-Za-z.+!_-]+", version):
+            return version
+    return None

@@ -27,6 +27,7 @@ class State(Name):
     NOT_APPLICABLE = "not-applicable"
     DRIFTED = "drifted"
     PARTIAL = "partial"
+    HAND_EDITED = "hand-edited"  # holds the guide's own edit, typed by hand, over a known original: apply adopts it
 
 
 class Action(Name):
@@ -34,6 +35,7 @@ class Action(Name):
 
     APPLIED = "applied"
     SWITCHED = "switched"
+    ADOPTED = "adopted"  # a hand-edited file, replaced by the patch applied to its upstream original
     WOULD_APPLY = "would-apply"
     UNCHANGED = "unchanged"
     SKIPPED = "skipped"
@@ -53,6 +55,8 @@ class ReasonCode(Name):
     PARTIALLY_PATCHED = "partially-patched"
     APPLIED_OFF_DEVICE = "applied-off-device"
     CANNOT_SWITCH = "cannot-switch-variant"
+    PARTIAL_HAND_EDIT = "partial-hand-edit"  # the guide's hand edit at some of the sites only
+    HAND_EDIT_AND_MORE = "hand-edit-and-more"  # the guide's hand edit and another change
 
 
 class Status(Name):

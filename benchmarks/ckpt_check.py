@@ -1,7 +1,8 @@
 """``ascendfix ckpt check`` against torch's own ``FileSystemReader(d).read_metadata()``, side by side, in one run.
 
 The checkpoints are written here with torch's own metadata classes (a ``.metadata`` that torch
-itself reads) and sparse data files of the right sizes:
+itself reads) and sparse data files of the right sizes, each record's zip frame (its local header's magic and its end
+record) written at its entry's ends, where ``ckpt check`` reads them:
 
 - the expert tensor alone: Qwen3-235B-A22B's ``decoder.layers.mlp.experts.experts.linear_fc1.weight``,
   (94, 128, 3072, 4096) bf16, one chunk per layer, expert and gate/up half: 94 x 128 x 2 = 24,064
@@ -10,7 +11,8 @@ itself reads) and sparse data files of the right sizes:
 
 torch only unpickles (a bare ``pickle.load``); ``ckpt check`` reads the same file without running it
 and checks everything: each tensor's bounds, overlaps and exact cover, every chunk's storage entry,
-each file's presence and size, orphans and duplicates. Each side runs in its own interpreter (ours
+each file's presence and size, orphans and duplicates, each record's zip frame (N + 1 small reads a
+file), in its bounded child. Each side runs in its own interpreter (ours
 without torch loaded, as the command runs), best of ``--repeat`` calls, the import not counted;
 then each whole command, start-up included.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -97,9 +100,15 @@ def write_checkpoint(folder: Path, tensors) -> int:
         items[tensor.name] = TensorStorageMetadata(properties, torch.Size(tensor.shape), chunks)
     metadata = Metadata(items, storage_data=storage, storage_meta=StorageMeta())
     (folder / ".metadata").write_bytes(__import__("pickle").dumps(metadata))
+    framed: dict[str, list] = {}
+    for info in storage.values():
+        framed.setdefault(info.relative_path, []).append(info)
     for rank, end in enumerate(ends):
         with open(folder / f"__{rank}_0.distcp", "wb") as f:
-            f.truncate(end)  # sparse: the size the entries need, no blocks
+            f.truncate(end)  # sparse: the size the entries need, no blocks but each record's zip frame
+            for info in framed.get(f"__{rank}_0.distcp", []):
+                os.pwrite(f.fileno(), b"PK\x03\x04", info.offset)
+                os.pwrite(f.fileno(), b"PK\x05\x06" + bytes(18), info.offset + info.length - 22)
     return len(storage)
 
 

@@ -18,7 +18,11 @@ the best of three. Whole checkpoint = the sum over its tensors (both functions w
 Targets: fast-validate < 1 s for the whole checkpoint; >= 1000x stock 2.7.1 on the expert tensor.
 The ratio columns are measured side by side in this run: stock 2.7.1 / fast and stock 2.10.0 / fast.
 
-    python benchmarks/dcp_validation.py [--layers N] [--equivalence EXAMPLES]
+    python benchmarks/dcp_validation.py [--layers N] [--identical N] [--equivalence EXAMPLES]
+
+``--identical N`` (default 24,064) also loads N shards that all cover one box (and one beside them),
+the defect the check exists for: stock torch raises at once, and fast-validate must too, in about its
+time and memory (seconds and peak traced MiB, side by side).
 
 ``--equivalence 10000`` also runs the hypothesis equivalence properties of
 tests/test_fast_validate.py with that many examples per function and torch version.
@@ -169,6 +173,25 @@ def timed(func, logger, args, runs: int) -> tuple[float, tuple]:
     return best, result
 
 
+def identical(columns: dict, count: int) -> None:
+    """N shards over one box: each column's seconds and peak traced memory, stock and fast side by side."""
+    import tracemalloc
+
+    one_box = [ShardMetadata([0, 0], [4, 4]) for _ in range(count - 1)]
+    args_ = ([*one_box, ShardMetadata([4, 4], [4, 4])],)  # one beside them: both dimensions are sharded
+    print(f"\n{SHARDS}, {count} identical shards: seconds, peak MiB")
+    for version in VERSIONS:
+        row = []
+        for name in (f"stock {version}", f"fast {version}"):
+            seconds, result = timed(*columns[name][SHARDS], args_, 3)
+            tracemalloc.start()
+            outcome(*columns[name][SHARDS], *args_)
+            peak = tracemalloc.get_traced_memory()[1] / 2**20
+            tracemalloc.stop()
+            row.append(f"{name} {seconds:9.4f} s {peak:8.1f} MiB ({result[0]})")
+        print("  " + "   ".join(row))
+
+
 def equivalence(examples: int) -> None:
     env = {**os.environ, "ASCENDFIX_EQUIVALENCE_EXAMPLES": str(examples), "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_fast_validate.py"]
@@ -184,6 +207,7 @@ def equivalence(examples: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=94, help="model depth (94 is Qwen3-235B-A22B)")
+    parser.add_argument("--identical", type=int, default=24064, help="shards over one box for the defect's row")
     parser.add_argument("--equivalence", type=int, metavar="EXAMPLES", help="also run the equivalence properties")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # rows as they are measured: stock takes minutes
@@ -213,6 +237,7 @@ def main() -> None:
         for version in VERSIONS[1:]:
             speedup = whole[f"stock {version}"] / whole[f"fast {version}"]
             print(f"  fast-validate vs stock {version} on the whole checkpoint: {speedup:.0f}x; results identical")
+    identical(columns, args.identical)
     if args.equivalence:
         equivalence(args.equivalence)
 

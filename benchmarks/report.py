@@ -1,9 +1,11 @@
 """Parse a generated Ray session logs directory side by side with `grep -r "step:" | wc -l`.
 
 Target: ascendfix's parser reaches at least 1/3 of grep's throughput, in constant memory
-(its peak RSS on the full directory is close to its peak RSS on a small slice of it).
+(its peak RSS on the full directory is close to its peak RSS on a small slice of it). Then one
+log that is a single unfinished line (tqdm's \\r bars, ``--line-mb`` of them) against grep on
+the same file: linear time and a peak RSS that does not grow with the line.
 
-    python benchmarks/report.py [--size-mb 1024] [--dir DIR] [--keep]
+    python benchmarks/report.py [--size-mb 1024] [--line-mb 200] [--dir DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -95,9 +97,26 @@ def parse(path: Path) -> list[float]:
     return [float(x) for x in out.split()]
 
 
+def unfinished_line(base: Path, size_mb: int) -> None:
+    """A log of ``size_mb`` MB that never ends its line, then a small one: time and peak RSS against grep."""
+    bar = NOISE[2].encode().replace(b"\n", b"") + b"\r"
+    for name, mb in (("line-small.log", max(1, size_mb // 8)), ("line.log", size_mb)):
+        with open(base / name, "wb") as f:
+            block = bar * (PIECE // len(bar))
+            for _ in range(mb):
+                f.write(block)
+    grep_s, _ = timed(f"grep -c 'step:' {base / 'line.log'} || true", shell=True)
+    took, rss, *_ = parse(base / "line.log")
+    small_took, small_rss, *_ = parse(base / "line-small.log")
+    print(f"one unfinished {size_mb} MB line: ascendfix {took:.2f} s ({size_mb / took:.0f} MB/s), grep {grep_s:.2f} s")
+    print(f"  ascendfix/grep time ratio {took / grep_s:.2f}; {size_mb // 8} MB took {small_took:.2f} s (linear: ~1/8)")
+    print(f"  peak RSS {rss:.0f} MB on {size_mb} MB, {small_rss:.0f} MB on {size_mb // 8} MB")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--line-mb", type=int, default=200, help="size of the one-line (tqdm bars) log")
     ap.add_argument("--dir", type=Path, help="where to generate (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the generated folder")
     args = ap.parse_args()
@@ -122,6 +141,7 @@ def main() -> None:
         print(f"{int(lines)} step lines, {int(dups)} duplicates, {int(skipped)} skipped)")
         print(f"throughput ratio ascendfix/grep: {grep_s / took:.2f} (target >= 0.33)")
         print(f"peak RSS: {rss:.0f} MB on {mb:.0f} MB, {slice_rss:.0f} MB on a {slice_mb:.0f} MB slice")
+        unfinished_line(base, args.line_mb)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

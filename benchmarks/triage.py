@@ -3,8 +3,9 @@
 The directory is report's benchmark folder (verl step lines among Ray, vllm and torch noise), with
 a multi-node HCCL failure appended to a few workers' files: one node's port goes down, the others
 time out on it. Target: triage's throughput close to report's (ratio printed), in constant memory.
-Also timed: a worst case, a log where every line mentions an error in passing (each one passes the
-pre-filter and is parsed, none is a failure).
+Also timed: two worst cases, a log where every line mentions an error in passing (each one passes
+the pre-filter and is parsed, none is a failure), and one of short exception lines below a
+traceback (each one is a finding).
 
     python benchmarks/triage.py [--size-mb 512] [--dir DIR] [--keep]
 """
@@ -29,6 +30,8 @@ HARMLESS = (
     "(WorkerDict pid=48213, ip=10.0.0.12) WARNING 08-05 14:02:20 [utils.py:88] retrying after ConnectionError\n"
     "[2025-08-05 14:02:21,102 W 48213 48301] core_worker.cc:1022: ERROR count 0 in the last interval\n"
 )
+# short exceptions, each below its own traceback: every third line is a finding
+SHORT = "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nKeyError: 'actor'\n"
 PORT_DOWN = (
     "[rank7]: RuntimeError: EJ0002: [PID: {pid}] 2025-08-05-14:09:31.202.787 The network port is down.\n"
     "[rank7]: [ERROR] 2025-08-05-14:09:31 (PID:{pid}, Device:7, RankID:7) ERR02200 DIST call hccl api failed.\n"
@@ -100,6 +103,8 @@ def main() -> None:
         worst.mkdir()
         (worst / "train.log").write_text(HARMLESS * (8 * PIECE // len(HARMLESS)))
         worst_s, *_ = run_triage(worst)
+        (worst / "train.log").write_text(SHORT * (8 * PIECE // len(SHORT)))
+        short_s, *_ = run_triage(worst)
         mb = size / PIECE
         slice_mb = sum(f.stat().st_size for f in slice_dir.iterdir()) / PIECE
         print(f"generated {mb:.0f} MB in {files} files, a port down on rank 7 and 15 ranks timing out after it")
@@ -110,6 +115,7 @@ def main() -> None:
         print(f"throughput ratio triage/report: {report_s / float(took):.2f} (target: close to 1)")
         print(f"triage peak RSS: {rss} MB on {mb:.0f} MB, {slice_rss} MB on a {slice_mb:.0f} MB slice")
         print(f"worst case, every line a candidate: {8 / float(worst_s):.1f} MB/s")
+        print(f"worst case, every line a short exception (a finding): {8 / float(short_s):.1f} MB/s")
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

@@ -28,7 +28,7 @@ from tests import upstream
 REPO = Path(__file__).resolve().parent.parent
 NO_TORCH = "torch is not installed (pip install torch==2.13.0: the CPU build is enough)"
 NO_MCORE = "megatron-core is not installed (pip install megatron-core==0.12.1 psutil: it installs on CPU)"
-JSON_KEYS = ["checkpoint", "ok", "tensors", "chunks", "files", "bytes", "problems"]
+JSON_KEYS = ["checkpoint", "ok", "tensors", "chunks", "files", "bytes", "proven_bytes", "problems", "warnings"]
 
 DCP_SAVE = """
 import os, sys
@@ -178,7 +178,9 @@ def test_a_four_rank_dcp_save_is_complete(dcp):
         "chunks": 8,
         "files": 4,
         "bytes": sum(f.stat().st_size for f in data_files),
+        "proven_bytes": None,
         "problems": [],
+        "warnings": [],
     }
     assert len(data_files) == 4
 
@@ -606,3 +608,242 @@ def test_every_node_of_a_real_ray_cluster_checks_the_checkpoint(two_ray_nodes, d
     assert len(report["nodes"]) == 2
     assert {n["result"]["chunks"] for n in report["nodes"]} == {8}
     assert len({n["view"] for n in report["nodes"]}) == 1
+
+
+def _entry(folder: Path, fqn: str):
+    """(file, start, length) of the first storage entry of ``fqn`` (read with torch: our own save, trusted)."""
+    pytest.importorskip("torch", reason=NO_TORCH)
+    metadata = pickle.loads((folder / ".metadata").read_bytes())
+    index, info = next((i, v) for i, v in metadata.storage_data.items() if i.fqn == fqn)
+    return folder / info.relative_path, info.offset, info.length, list(index.offset)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    """The command as a new user runs it: its own interpreter, which must never import torch."""
+    probe = "import runpy, sys; sys.argv = ['ascendfix', *sys.argv[1:]]; "
+    probe += "sys.modules['torch'] = None; runpy.run_module('ascendfix', run_name='__main__')"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.slow
+def test_a_zero_fill_and_a_lost_tail_are_named_with_file_and_tensor(dcp):
+    path, start, length, offsets = _entry(dcp, "w")
+    with open(path, "r+b") as f:  # rsync --inplace died: this record's bytes never came
+        f.seek(start)
+        f.write(bytes(length))
+    done = _cli("ckpt", "check", str(dcp), "--json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    (problem,) = report["problems"]
+    assert (problem["kind"], problem["file"], problem["tensor"], problem["offsets"]) == (
+        "corrupt",
+        path.name,
+        "w",
+        offsets,
+    )
+    assert "zero fill" in problem["detail"]
+
+    last = max(dcp.glob("*.distcp"), key=lambda p: p.name)
+    data = bytearray(last.read_bytes())
+    data[-512:] = bytes(512)  # a lost write at its end (these records are 1.5 kB; a real one's last 4 KiB)
+    last.write_bytes(bytes(data))
+    problems = {(p["file"], p["kind"]): p for p in ckpt_check(dcp)[1]["problems"]}
+    tail = problems[(last.name, "corrupt")]
+    assert "end record" in tail["detail"] and tail["tensor"] in {"w", "b"}
+
+
+@pytest.mark.slow
+def test_a_complete_save_says_its_bytes_were_not_proven(dcp):
+    done = _cli("ckpt", "check", str(dcp))
+    assert done.returncode == 0, done.stderr
+    assert "complete (each record's zip frame read; its bytes not proven)" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_verl_tree_is_followed_to_the_save_its_iteration_file_names(dcp, tmp_path):
+    top = tmp_path / "checkpoints"
+    for step in (10, 20):
+        actor = top / f"global_step_{step}" / "actor"
+        (actor / "huggingface").mkdir(parents=True)
+        shutil.copytree(dcp, actor / "dist_ckpt")
+        (actor / "transformer_config.json").write_text("{}")
+    (top / "latest_checkpointed_iteration.txt").write_text("20")
+    wanted = str(top / "global_step_20" / "actor" / "dist_ckpt")
+    for given in (top, top / "global_step_20", top / "global_step_20" / "actor", Path(wanted)):
+        code, report = ckpt_check(given)
+        assert (code, report["checkpoint"]) == (0, wanted), given
+    (Path(wanted) / ".metadata").unlink()  # the save it names did not finish
+    code, report = ckpt_check(top)
+    assert code == 1
+    assert kinds(report) == {
+        ("incomplete-save", "latest_checkpointed_iteration.txt"),
+        ("missing-file", ".metadata"),
+    }
+    (top / "latest_checkpointed_iteration.txt").write_text("30")
+    code, report = ckpt_check(top)
+    assert kinds(report) == {("missing-save", "latest_checkpointed_iteration.txt")}
+    assert "global_step_30" in report["problems"][0]["detail"]
+
+
+def test_a_hf_config_beside_the_save_is_the_default_config(tmp_path):
+    from ascendfix.checkpoint import verl
+
+    actor = tmp_path / "actor"
+    (actor / "dist_ckpt").mkdir(parents=True)
+    (actor / "huggingface").mkdir()
+    (actor / "huggingface" / "config.json").write_text(json.dumps({"num_hidden_layers": 4}))
+    found = verl.locate(actor)
+    assert (found.folder, found.kind, found.config) == (actor / "dist_ckpt", "dcp", actor / "huggingface/config.json")
+
+
+def _safetensors(path: Path, tensors: dict[str, tuple[str, list, bytes]]) -> None:
+    header, data = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    encoded = json.dumps(header).encode()
+    path.write_bytes(len(encoded).to_bytes(8, "little") + encoded + data)
+
+
+def test_an_mbridge_save_is_checked_as_safetensors(tmp_path):
+    hf = tmp_path / "global_step_5" / "actor" / "huggingface"
+    hf.mkdir(parents=True)
+    _safetensors(hf / "model-00001-of-00002.safetensors", {"a.weight": ("BF16", [2, 2], bytes(8))})
+    _safetensors(hf / "model-00002-of-00002.safetensors", {"b.weight": ("F32", [3], bytes(12))})
+    index = {
+        "weight_map": {"a.weight": "model-00001-of-00002.safetensors", "b.weight": "model-00002-of-00002.safetensors"}
+    }
+    (hf / "model.safetensors.index.json").write_text(json.dumps(index))
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("5\n")
+    code, report = ckpt_check(tmp_path)
+    assert (code, report["checkpoint"], report["files"]) == (0, str(hf), 2)
+    second = hf / "model-00002-of-00002.safetensors"
+    second.write_bytes(second.read_bytes()[:-4])
+    index["weight_map"]["c.weight"] = "model-00001-of-00002.safetensors"
+    (hf / "model.safetensors.index.json").write_text(json.dumps(index))
+    code, report = ckpt_check(tmp_path)
+    assert code == 1
+    assert kinds(report) >= {("truncated", second.name), ("missing-tensor", "model.safetensors.index.json")}
+
+
+@pytest.mark.slow
+def test_a_copy_still_running_and_a_megatron_plan_without_its_files(mcore):
+    common = mcore / "common.pt"
+    common.rename(mcore / ".common.pt.Xa3b9Q")  # rsync's partial copy, not renamed yet
+    (mcore / "metadata.json").unlink()
+    code, report = ckpt_check(mcore)
+    assert code == 1
+    assert kinds(report) == {
+        ("partial-copy", ".common.pt.Xa3b9Q"),
+        ("incomplete", "metadata.json"),
+        ("missing-file", "common.pt"),
+    }
+    assert "a copy is still running" in report["problems"][0]["detail"]
+
+
+@pytest.mark.slow
+def test_a_data_file_from_another_save_is_a_warning(dcp):
+    stale = dcp / "__3_0.distcp"
+    os.utime(stale, (stale.stat().st_atime, stale.stat().st_mtime - 86400))
+    code, report = ckpt_check(dcp)
+    assert code == 0
+    assert [(w["kind"], w["file"]) for w in report["warnings"]] == [("stray-mtime", "__3_0.distcp")]
+
+
+def _hostile(folder: Path, data: bytes) -> dict:
+    folder.mkdir(exist_ok=True)
+    (folder / ".metadata").write_bytes(data)
+    done = _cli("ckpt", "check", str(folder), "--json")
+    assert done.returncode == 1 and not done.stderr, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_hostile_metadata_pickles_are_unreadable_in_one_line(tmp_path):
+    deep = b"\x80\x04}(" + b")" + b"\x85" * 1_000_000 + b"K\x01u."  # a key nested a million tuples deep
+    memo_bomb = b"\x80\x04N" + b"r" + (2**28).to_bytes(4, "little") + b"."
+    path_bomb = b"\x80\x04cpathlib\nPosixPath\n]" + b"\x94" + b"(h\x00h\x00e" * 40 + b"\x85R."
+    for name, data in {"deep": deep, "memo": memo_bomb, "path": path_bomb}.items():
+        report = _hostile(tmp_path / name, data)
+        (problem,) = report["problems"]
+        assert (problem["kind"], problem["file"]) == ("unreadable", ".metadata"), name
+        assert "\n" not in problem["detail"]
+
+
+@pytest.mark.slow
+def test_random_mutations_of_a_real_metadata_never_crash_the_check(dcp, tmp_path):
+    import random
+
+    original = (dcp / ".metadata").read_bytes()
+    rng = random.Random(27)
+    for n in range(40):
+        data = bytearray(original)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        (dcp / ".metadata").write_bytes(bytes(data))
+        code, report = ckpt_check(dcp)
+        assert code in (0, 1), n
+        assert all("\n" not in p["detail"] for p in report["problems"])
+
+
+def test_stand_ins_cannot_be_rebound_by_one_pickle_for_the_next():
+    # BUILD on the Metadata class itself: sets a class attribute, were the classes shared between loads
+    rebind = b"\x80\x04ctorch.distributed.checkpoint.metadata\nMetadata\nN}\x8c\x03bad\x88s\x86b."
+    pickles.loads(rebind)
+    later = pickles.loads_collecting(pickle.dumps(0), ())
+    assert not hasattr(later.classes["torch.distributed.checkpoint.metadata", "Metadata"], "bad")
+
+
+def test_a_fifo_or_a_device_as_common_pt_is_unreadable(tmp_path):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist"}))
+    os.mkfifo(folder / "common.pt")
+    problems = megatron.layout_problems(folder, megatron_expected=True, quick=False)
+    assert [(p.kind, p.subject) for p in problems] == [("unreadable", "common.pt")]
+    (folder / "common.pt").unlink()
+    (folder / "common.pt").symlink_to("/dev/zero")
+    problems = megatron.layout_problems(folder, megatron_expected=True, quick=False)
+    assert [(p.kind, p.subject) for p in problems] == [("unreadable", "common.pt")]
+
+
+def test_odd_layer_names_and_huge_numbers_give_no_traceback(tmp_path):
+    model = megatron.ModelShape(4, 8, frozenset(range(4)))
+    odd = [
+        Tensor("decoder.layers.².mlp.linear_fc1.weight", (4, 8), [(0, 0)], [(4, 8)]),
+        Tensor("decoder.layers." + "9" * 5000 + ".mlp.linear_fc1.weight", (4, 8), [(0, 0)], [(4, 8)]),
+        Tensor("decoder.layers.mlp.experts.experts.linear_fc1.weight", (4, 8), [(0, 0)], [(10**30, 10**30)]),
+    ]
+    assert megatron.config_problems(odd, model)  # problems, no exception
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"num_hidden_layers": 10**30}))
+    with pytest.raises(UsageError, match="num_hidden_layers"):
+        megatron.read_config(config)
+
+
+def test_a_symlinked_folder_inside_an_entry_path_is_not_followed(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "x.distcp").write_bytes(bytes(64))
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "sub").symlink_to(tmp_path / "elsewhere")
+    problems, _, _ = check._files(folder, layout.Entries(["w"], [(0,)], ["sub/x.distcp"], [0], [64]))
+    assert [(p.kind, p.detail) for p in problems] == [("unsafe-path", "a symbolic link in its folders: not followed")]
+
+
+@pytest.mark.slow
+def test_preflight_checks_the_save_verl_resumes_from(dcp, tmp_path):
+    top = tmp_path / "checkpoints"
+    assert preflight.resume_folders({"trainer.default_local_dir": str(top)}) == {}  # nothing saved yet
+    shutil.copytree(dcp, top / "global_step_3" / "actor" / "dist_ckpt")
+    (top / "latest_checkpointed_iteration.txt").write_text("3")
+    found = preflight.resume_folders({"trainer.default_local_dir": str(top)})
+    assert found == {str(top): ["trainer.default_local_dir"]}
+    assert preflight.resume_folders({"trainer.default_local_dir": str(top), "trainer.resume_mode": "disable"}) == {}
+    seam = preflight.default_seams().checkpoint_problems
+    assert seam(top) == []
+    (top / "global_step_3" / "actor" / "dist_ckpt" / "__0_0.distcp").unlink()
+    assert [m.split(" ", 2)[:2] for m in seam(top)] == [
+        ["incomplete-save", "latest_checkpointed_iteration.txt:"],
+        ["missing-file", "__0_0.distcp:"],
+    ]

@@ -319,10 +319,12 @@ def test_template_is_self_contained_python39():
 PROBES = """
 boxes = [((0, 0), (2, 3)), ((2, 0), (2, 3)), ((0, 0), (2, 3))]
 ragged = [((0, 0), (2, 3)), ((1, 1), (1, 3)), ((1, 2), (0, 0)), ((-1, 2), (-2, 5))]
-print(_ascendfix_overlapping_pairs(boxes), sorted(_ascendfix_overlapping_pairs(ragged)))
+print(list(_ascendfix_overlapping_pairs(boxes)), sorted(_ascendfix_overlapping_pairs(ragged)))
 print(_ascendfix_boxes([[0, 1], (2, 3)], [[1, 1], (1, 1)], None), _ascendfix_boxes([[0, 1]], [[1, 1.0]], None))
 print(_ascendfix_boxes([[0, 1, 2]], [[1, 1, 1]], [0, 2]), _ascendfix_boxes([[0, 1, 2]], [[1, 1, 1]], [1]))
-print(_ascendfix_later([(0, 2), (0, 1)], range(3)), _ascendfix_in_sweep_order([(0, 1)], boxes, [1, 0], 1))
+later = _ascendfix_later(boxes, range(3))
+print([list(c) for c in later], {k: list(v) for k, v in _ascendfix_in_sweep_order(boxes, [1, 0, 2], 1).items()})
+print([list(c) for c in _ascendfix_later(ragged, range(4))], _ascendfix_in_sweep_order(ragged, [3, 2, 1, 0], 1))
 """
 
 
@@ -442,3 +444,71 @@ def test_real_torch_plan_validation_is_unchanged(real_torch, plan):
     stock, patched = pairs["_validate_global_plan"]
     expected = outcome(stock._validate_global_plan, recorder, *args)
     assert outcome(patched._validate_global_plan, recorder, *args) == expected
+
+
+# --- N identical shards: the defect the check exists for costs what it costs stock torch -------------
+
+IDENTICAL = 8000
+
+
+def _peak(func, *args) -> tuple[object, int]:
+    """``func(*args)``'s outcome (its answer, or the exception's type and message) and its peak traced memory."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        try:
+            answer = func(*args)
+        except ValueError as e:
+            answer = (type(e), str(e))
+        return answer, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_identical_shards_stop_at_the_first_overlap_in_stock_memory(version):
+    """8,000 shards over one box (and one beside it, so both dimensions count as sharded): stock torch raises at
+    once; the patched check raises the same, in about the memory stock needs (the pairs are made lazily, never
+    all 32 million of them)."""
+    stock_source = _source(version, upstream.SHARD_INTERNALS)
+    (stock, _), (patched, _) = (
+        load(stock_source, SHARD_FUNCTIONS),
+        load(SHARD.apply(stock_source, "t").code, SHARD_FUNCTIONS),
+    )
+    shards = [*(ShardMetadata([0, 0], [4, 4]) for _ in range(IDENTICAL - 1)), ShardMetadata([4, 4], [4, 4])]
+    name = "validate_non_overlapping_shards_metadata"
+    expected, stock_peak = _peak(stock[name], shards)
+    answer, peak = _peak(patched[name], shards)
+    assert answer == expected and expected[0] is ValueError
+    assert peak < stock_peak + 1000 * IDENTICAL, (peak, stock_peak)  # boxes and groups: O(N), not O(N^2)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_identical_chunks_hold_one_chunks_overlaps_at_a_time(version):
+    """A plan of 8,000 chunks over one box: torch reports every pair, so the helper's answer must be made as the
+    stock loop walks it; building it costs O(N) memory, and walking it gives every pair in torch's order."""
+    (patched, _) = load(PLAN.apply(_source(version, upstream.DEFAULT_PLANNER), "t").code, PLAN_FUNCTIONS)
+    chunks = [ChunkStorageMetadata(Size([0, 0]), Size([4, 4])) for _ in range(IDENTICAL)]
+    if version in PAIRWISE:
+        helper, args = patched["_ascendfix_chunks_overlapping_later"], (chunks,)
+    else:
+        helper, args = patched["_ascendfix_chunks_overlapping_in_sweep"], (chunks, list(range(IDENTICAL)), 0)
+    answer, peak = _peak(helper, *args)
+    assert peak < 1000 * IDENTICAL, peak
+    if version in PAIRWISE:
+        assert [len(list(c)) for c in (answer[0], answer[1], answer[-1])] == [IDENTICAL - 1, IDENTICAL - 2, 0]
+    else:
+        assert list(answer)[:2] == [1, 2] and len(answer) == IDENTICAL - 1
+        assert list(answer[3]) == [(4, 0), (4, 1), (4, 2)]
+
+
+def test_ckpt_check_names_the_first_overlaps_of_24064_identical_chunks_in_linear_memory():
+    """The expert tensor's chunk count, all over one box: a finding naming three pairs, never all 289 million."""
+    from ascendfix.checkpoint import geometry
+
+    shape = (4, 4)
+    chunks = geometry.boxes(shape, [(0, 0)] * 24064, [(4, 4)] * 24064)
+    found, peak = _peak(geometry.findings, shape, chunks)
+    assert [f.kind for f in found] == ["overlap"] and found[0].detail.endswith("(and more pairs)")
+    assert peak < 1000 * 24064, peak

@@ -289,3 +289,30 @@ def test_leftover_temps_are_only_ascendfix_own_names(tmp_path):
     for name in ours + others:
         (tmp_path / name).write_text("x")
     assert fsutil.Tree(tmp_path).leftover_temps(target.name) == sorted(ours)
+
+
+def test_a_commit_marker_outlives_a_root_the_next_command_cannot_see(stack, monkeypatch):
+    """Killed after its commit marker: a command that sees only the first root finishes it forward, but keeps the
+    marker while another listed root is not seen; that root is then finished forward too, not rolled back."""
+    from ascendfix.patching import journal
+
+    def killed(self, journal_):
+        raise KeyboardInterrupt  # as kill -9 right after the marker: every root still journals
+
+    monkeypatch.setattr(journal.Store, "finish", killed)
+    with pytest.raises(KeyboardInterrupt):
+        engine.apply(select(stack))
+    monkeypatch.undo()
+    first, other = sorted([stack.torch, stack.verl])
+    assert (first / ".ascendfix" / "commit.json").exists() and (other / ".ascendfix" / "journal.json").exists()
+    patched_device = {p: p.read_bytes() for p in other.rglob("*.py") if ".ascendfix" not in p.parts}
+    hidden = other.with_name(other.name + ".away")
+    other.rename(hidden)  # not mounted while the next command runs
+    with journal.reading([first], engine.restorer(DEMO_PROFILE)):
+        pass
+    assert (first / ".ascendfix" / "commit.json").exists()  # the other root was not seen without the journal
+    hidden.rename(other)
+    engine.status(select(stack))
+    assert {p: p.read_bytes() for p in other.rglob("*.py") if ".ascendfix" not in p.parts} == patched_device
+    assert {s.state for s in engine.status(select(stack))} <= {"applied", "not-applicable"}
+    assert not (first / ".ascendfix" / "commit.json").exists()  # every root seen without it: dropped

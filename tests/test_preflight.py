@@ -115,7 +115,7 @@ def test_batch_size_hints():
     }
     hints = preflight.batch_size_hints(overrides)
     assert len(hints) == 2
-    assert "300 samples do not split evenly over 16 × 8 devices" in hints[1]
+    assert "300 samples do not split evenly over megatron_dp 128 = 128" in hints[1]
     good = dict(overrides, **{"data.train_batch_size": "128", "actor_rollout_ref.rollout.n": "16"})
     assert preflight.batch_size_hints(good) == []
 
@@ -246,3 +246,42 @@ def test_cli_run_hints_are_one_line_and_minus_v_adds_the_why(tmp_path, monkeypat
     verbose = CliRunner().invoke(cli.main, ["run", "-v", *args[1:]], terminal_width=200).output.splitlines()
     at = verbose.index("hint (overrides): consider trainer.val_before_train=False (guide 6.3)")
     assert verbose[at + 1].strip().startswith("Validating Qwen3-235B-A22B before step 1 is a full rollout")
+
+
+DAPO_FILTER = "trainer.device=npu algorithm.filter_groups.enable=True"
+
+
+def test_an_unapplied_patch_is_blamed_only_on_a_rule_that_refuses_because_of_it(tmp_path):
+    """The rl-plugin rule refuses with or without the torch patch: the patch is a problem of its own, not a
+    choice that rule made; the DAPO rule refuses only once its patch is applied: that one is the reason."""
+    states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
+    states["torch-shard-overlap-check"] = ("not-applied", "")
+    script = write_script(
+        tmp_path,
+        "python3 -m verl.trainer.main_ppo trainer.device=npu +actor_rollout_ref.rollout.dp_model_parallel_size=2\n",
+    )
+    result = preflight_of(["bash", str(script)], states=states, importable=False)
+    problems = [p.message for p in result.problems]
+    assert "patch torch-shard-overlap-check is not applied" in problems
+    assert next(p for p in result.problems if p.message == "patch torch-shard-overlap-check is not applied").fix
+    assert any(m.startswith("rl-plugin-overrides-need-verl-npu: ") for m in problems)  # refused either way
+    assert not any("as rule" in h.message for h in result.hints)
+
+    states["verl-dapo-no-interleave"] = ("not-applied", "")
+    dapo = write_script(tmp_path, f"python3 -m recipe.dapo.main_dapo {DAPO_FILTER}\n")
+    hints = [h.message for h in preflight_of(["bash", str(dapo)], states=states).hints]
+    assert "verl-dapo-no-interleave is not applied, as rule dapo-no-interleave-filter-groups requires" in hints
+
+
+def test_a_hand_edited_patch_is_in_effect_for_the_rules_and_a_hint_to_adopt(tmp_path):
+    states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
+    states["verl-dapo-no-interleave"] = ("hand-edited", "hand-edited (the guide's 7.2): recipe/dapo/...")
+    dapo = write_script(tmp_path, f"python3 -m recipe.dapo.main_dapo {DAPO_FILTER}\n")
+    result = preflight_of(["bash", str(dapo)], states=states)
+    assert any("verl-dapo-no-interleave is hand-edited" in p.message for p in result.problems)  # the DAPO rule
+    dapo.write_text(dapo.read_text().replace("enable=True", "enable=False"))
+    result = preflight_of(["bash", str(dapo)], states=states)
+    assert result.problems == []
+    adopt = next(h for h in result.hints if h.source == "patches")
+    assert adopt.message == "patch verl-dapo-no-interleave: hand-edited (the guide's 7.2): recipe/dapo/..."
+    assert adopt.fix.startswith("ascendfix apply ")

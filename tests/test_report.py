@@ -225,16 +225,116 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "pip install 'ascendfix[plot]'" in result.output
 
 
-def test_report_refuses_to_merge_two_runs_in_one_folder(tmp_path):
+def resumed(steps: list[dict], factor: float = 1.1) -> list[dict]:
+    """The same steps as a resumed run logs them again: other timings, so other values."""
+    return [{**v, "timing_s/step": v["timing_s/step"] * factor, "critic/rewards/mean": 0.5} for v in steps]
+
+
+def resumed_log(path: Path, crashed_at: int = 7, saved_at: int = 5, last: int = 12) -> Path:
+    """One log holding a run that crashed after step ``crashed_at`` (last save at ``saved_at``) and its
+    resumption (``resume_mode=auto``), which logs its validation at ``saved_at`` and goes on from there."""
+    first = run_steps(crashed_at)
+    again = resumed(run_steps(last))[saved_at:]
+    lines = [f"{RAY_PREFIX}{step_line(n, v)}" for n, v in enumerate(first, 1)]
+    lines.append("Traceback (most recent call last):\nRuntimeError: the node went away")
+    lines.append(f"{RAY_PREFIX}{step_line(saved_at, {'val-core/openai/gsm8k/reward/mean@1': 0.61})}")
+    lines += [f"{RAY_PREFIX}{step_line(n, v)}" for n, v in enumerate(again, saved_at + 1)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_log_holding_a_run_and_its_resumption_reports_the_last_segment_and_names_the_first(tmp_path):
+    log = resumed_log(tmp_path / "train.log")
+    result = invoke("report", str(log), "--json")
+    assert result.exit_code == 0, result.output
+    [data] = json.loads(result.output)
+    assert data["segment"] == 2
+    assert [(s["segment"], s["first_step"], s["last_step"], s["steps"]) for s in data["segments"]] == [
+        (1, 1, 7, 7),
+        (2, 6, 12, 7),
+    ]
+    assert (data["first_step"], data["last_step"], data["steps_seen"]) == (6, 12, 7)
+    assert data["reward_mean"]["first"] == 0.5
+    assert data["parse"]["duplicates"] == 1  # the resumption's validation line at step 5 shares no metric
+    first = report.report_data(report.load_run(log, 1))
+    assert (first["segment"], first["first_step"], first["last_step"]) == (1, 1, 7)
+    assert data["timing_s/step"] == pytest.approx(first["timing_s/step"] * 1.1, rel=0.01)
+    text = " ".join(invoke("report", str(log)).output.split())
+    assert "this log holds 2 runs" in text and "1: steps 1–7" in text and "2: steps 6–12" in text
+    assert "figures are of segment 2, --segment N for another" in text
+    assert "step 6 → 12" in text and "6 steady" in text  # the resumed run's first step is its warm-up
+    assert "(not step 6, the resumed run's first, not validating or saving)" in text
+    chosen = json.loads(invoke("report", str(log), "--segment", "1", "--json").output)[0]
+    assert chosen["segment"] == 1 and chosen["last_step"] == 7
+    bad = invoke("report", str(log), "--segment", "3")
+    assert bad.exit_code == 2 and "--segment 3:" in bad.output and "holds 2 segment(s)" in bad.output
+
+
+def test_a_ray_session_folder_with_a_run_and_its_resumption_keeps_each_copy_with_its_run(tmp_path):
+    """A persistent cluster: each run has its driver log and the raw copy in its TaskRunner's worker-*.out."""
+    import os
+
+    logs = tmp_path / "session_latest" / "logs"
+    first, second = run_steps(7), resumed(run_steps(12))[5:]
+    write_log(logs / "job-driver-raysubmit_b.log", first, prefix=REMOTE_PREFIX)
+    write_log(logs / "worker-0a.out", first, prefix="")
+    driver = logs / "job-driver-raysubmit_a.log"
+    driver.write_text("".join(f"{REMOTE_PREFIX}{step_line(n, v)}\n" for n, v in enumerate(second, 6)))
+    (logs / "worker-0b.out").write_text("".join(f"{step_line(n, v)}\n" for n, v in enumerate(second, 6)))
+    for name, when in (("job-driver-raysubmit_b.log", 1000), ("worker-0a.out", 1000)):
+        os.utime(logs / name, (when, when))  # the crashed run's files were last written first
+    [data] = json.loads(invoke("report", str(logs), "--json").output)
+    assert [(s["first_step"], s["last_step"]) for s in data["segments"]] == [(1, 7), (6, 12)]
+    assert data["segment"] == 2 and data["steps_seen"] == 7 and data["parse"]["duplicates"] == 14
+
+
+def test_the_same_steps_printed_twice_are_one_segment(tmp_path):
     npu = run_steps(3)
-    h100 = [{**values, "timing_s/step": values["timing_s/step"] / 3.4} for values in npu]
-    write_log(tmp_path / "runs" / "npu" / "train.log", npu)
-    write_log(tmp_path / "runs" / "h100" / "train.log", h100)
-    result = invoke("report", str(tmp_path / "runs"))
-    assert result.exit_code == 2
-    assert "step 1 has different values in" in result.output and "report each file on its own" in result.output
-    assert "h100/train.log" in result.output and "npu/train.log" in result.output
     same = write_log(tmp_path / "ray" / "worker-1.out", npu, prefix="")  # the raw copy Ray keeps: duplicates
     write_log(tmp_path / "ray" / "driver.log", npu)
     data = json.loads(invoke("report", str(same.parent), "--json").output)[0]
-    assert data["steps_seen"] == 3 and data["parse"]["duplicates"] == 3
+    assert data["steps_seen"] == 3 and data["parse"]["duplicates"] == 3 and len(data["segments"]) == 1
+    twice = tmp_path / "twice.log"  # one file that prints every line twice (tee into the same log)
+    twice.write_text("".join(f"{step_line(n, v)}\n{step_line(n, v)}\n" for n, v in enumerate(npu, 1)))
+    data = json.loads(invoke("report", str(twice), "--json").output)[0]
+    assert data["steps_seen"] == 3 and len(data["segments"]) == 1
+
+
+def test_an_unfinished_line_is_capped_and_the_step_after_it_still_counts(tmp_path):
+    """tqdm's bars end in \\r, never \\n: a log can hold one line of hundreds of MB."""
+    import tracemalloc
+
+    from ascendfix.job import metrics
+
+    bar = b"\rProcessed prompts:  37%|###7      | 757/2048 [04:11<07:08,  3.01it/s]"
+    log = tmp_path / "bars.log"
+    with open(log, "wb") as f:
+        for _ in range(48 * (1 << 20) // (len(bar) * 1000)):
+            f.write(bar * 1000)
+        f.write(b"\r" + step_line(1, run_steps(1)[0]).encode() + b"\n")
+        f.write((step_line(2, run_steps(2)[1]) + "\n").encode())
+        f.write(bar * 50_000)  # and the file ends inside a bar
+    parser = metrics.StepParser()
+    tracemalloc.start()
+    parser.feed_file(log)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert sorted(parser.steps) == [1, 2]
+    assert peak < 16 << 20  # a few 4 MiB chunks, not the 48 MB line (it held 3 copies of the line)
+    assert len(metrics.partial_line(b"x" * (3 << 20), 0)) == metrics.MAX_PARTIAL_LINE
+    assert metrics.partial_line(b"done\nrest", 5) == b"rest"
+
+
+def test_two_runs_in_one_folder_are_two_segments_each_named_by_its_file(tmp_path):
+    import os
+
+    npu = run_steps(3)
+    h100 = [{**values, "timing_s/step": values["timing_s/step"] / 3.4} for values in npu]
+    a = write_log(tmp_path / "runs" / "npu" / "train.log", npu)
+    write_log(tmp_path / "runs" / "h100" / "train.log", h100)
+    os.utime(a, (1000, 1000))
+    [data] = json.loads(invoke("report", str(tmp_path / "runs"), "--json").output)
+    assert [Path(s["file"]).parent.name for s in data["segments"]] == ["npu", "h100"]
+    assert data["segment"] == 2 and data["timing_s/step"] == pytest.approx(
+        report.report_data(report.load_run(a))["timing_s/step"] / 3.4
+    )

@@ -139,6 +139,8 @@ GUARDED_TRY = (
         (rl_plugin.IMPORT_BLOCK, True),  # the installer's own block
         ("\nfrom verl.utils import device\nif device.is_npu_available:\n    from verl_npu import plugin\n", True),
         (GUARDED_TRY, True),
+        ("\nfrom .utils.device import is_npu_available\nif is_npu_available:\n    import verl_npu\n", True),
+        ("\nfrom .utils import device\nif device.is_npu_available:\n    import verl_npu\n", True),
         ("\nimport verl_npu\n", False),  # not under is_npu_available: not the plugin's block
         ("\nif is_cuda_available:\n    import verl_npu\n", False),
         ("", False),
@@ -166,3 +168,18 @@ def test_the_site_reads_the_block_in_the_verl_that_runs(tmp_path):
     init.unlink()
     init.symlink_to(tmp_path / "elsewhere.py")
     assert site.markers([pair]) == {pair: None}  # unknown, never read
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "\nfrom .utils.device import is_npu_available\nif is_npu_available:\n    import verl_npu\n",
+        "\nfrom .utils import device\nif device.is_npu_available:\n    import verl_npu\n",
+    ],
+)
+def test_a_relative_import_of_the_probe_is_the_plugins_block_too(tail):
+    """verl's own __init__.py imports relatively: a block written that way is the plugin's edit, nothing else."""
+    original = VERL_INIT.encode()
+    current = original + tail.encode()
+    assert rl_plugin.adds_import_block(original, current)
+    assert rl_plugin.original_of("verl/__init__.py", current, lambda b: b == original) == original

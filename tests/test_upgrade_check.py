@@ -108,7 +108,8 @@ def test_a_release_that_does_not_exist_is_named_in_one_line():
     if "cannot fetch" in result.stderr:
         pytest.skip(result.stderr.strip())
     assert result.returncode == 2 and result.stdout == ""
-    (line,) = result.stderr.strip().splitlines()
+    fetching, line = result.stderr.strip().splitlines()  # what it fetches, then the one error line
+    assert fetching.startswith("fetching verl==0.0.99 (manylinux_2_28_aarch64 or manylinux2014_aarch64")
     assert "verl==0.0.99" in line and "no such release" in line and "Traceback" not in result.stderr
 
 

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import os
 import stat
+from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
 from operator import add, lt
 from pathlib import Path
 
-from ascendfix.checkpoint import geometry, layout, megatron, pickles
+from ascendfix.checkpoint import bounded, frames, geometry, layout, leftovers, megatron, pickles
 from ascendfix.checkpoint.megatron import ModelShape
 from ascendfix.checkpoint.report import CheckReport, Problem
-from ascendfix.errors import UsageError
+from ascendfix.errors import AscendfixError, UsageError
 
 DATA_SUFFIX = ".distcp"
 _SHOWN = 3
@@ -29,35 +30,68 @@ _SHOWN = 3
 def check(folder: Path, model: ModelShape | None = None, quick: bool = False) -> CheckReport:
     """Check the checkpoint in ``folder``; ``model``: the HF config's layer and expert counts, to check too.
 
-    Raises UsageError when ``folder`` is not a folder; everything wrong inside it is a :class:`Problem`.
+    The check runs in a bounded child (:mod:`ascendfix.checkpoint.bounded`): a pickle that kills its
+    reader is that file's ``unreadable`` problem. Raises UsageError when ``folder`` is not a folder;
+    everything wrong inside it is a :class:`Problem`.
     """
     if not folder.is_dir():
         raise UsageError(f"{folder}: not a folder (give the checkpoint's folder, the one holding .metadata)")
-    with pickles.no_collection():
-        return _check(folder, model, quick)
+    try:
+        size = os.lstat(folder / layout.METADATA).st_size
+    except OSError:
+        size = 0
+    memory = _MEMORY_BASE + _MEMORY_PER_BYTE * min(size, pickles.MAX_PICKLE_BYTES)
+    try:
+        return CheckReport.from_json(
+            bounded.run(lambda: _check(folder, model, quick).to_json(), memory, layout.METADATA)
+        )
+    except bounded.Died as e:
+        return CheckReport(str(folder), 0, 0, 0, 0, [Problem("unreadable", "file", e.subject, e.detail)])
+    except bounded.Failed as e:
+        raise (UsageError if e.exit_code == 2 else AscendfixError)(str(e)) from None
+
+
+_MEMORY_BASE = 2 << 30  # the check's own memory, beyond what the metadata's records take
+_MEMORY_PER_BYTE = 64  # a .metadata's records in memory, per byte of its pickle (about 20 measured)
 
 
 def _check(folder: Path, model: ModelShape | None, quick: bool) -> CheckReport:
-    problems = megatron.layout_problems(folder, megatron_expected=model is not None, quick=quick)
-    try:
-        metadata = layout.read(folder)
-    except FileNotFoundError:
-        problems.insert(0, Problem("missing-file", "file", layout.METADATA, _NO_METADATA))
-        return CheckReport(str(folder), 0, 0, 0, 0, problems)
-    except (OSError, pickles.UnsafePickle, pickles.Unreadable, layout.Malformed) as e:
-        kind = "unsafe-pickle" if isinstance(e, pickles.UnsafePickle) else "unreadable"
-        problems.insert(0, Problem(kind, "file", layout.METADATA, str(e)))
-        return CheckReport(str(folder), 0, 0, 0, 0, problems)
-    tensor_problems, readable = _tensors(metadata, with_geometry=not quick)
-    file_problems, files, size = _files(folder, metadata.entries)
-    problems += tensor_problems + file_problems
-    if model is not None:
-        problems += megatron.config_problems(readable, model)
-    chunks = sum(len(t.offsets) for t in metadata.tensors)
-    return CheckReport(str(folder), len(metadata.tensors), chunks, files, size, problems)
+    with pickles.no_collection():
+        names = _names(folder)
+        problems = leftovers.partial_copies(names)
+        warnings = tuple(leftovers.stray_mtimes(folder, names))
+        bounded.note(layout.METADATA)
+        try:
+            metadata = layout.read(folder)
+        except FileNotFoundError:
+            problems.insert(0, Problem("missing-file", "file", layout.METADATA, _NO_METADATA))
+            problems += megatron.layout_problems(folder, megatron_expected=model is not None, quick=quick)
+            return CheckReport(str(folder), 0, 0, 0, 0, problems, warnings)
+        except (OSError, pickles.UnsafePickle, pickles.Unreadable, layout.Malformed) as e:
+            kind = "unsafe-pickle" if isinstance(e, pickles.UnsafePickle) else "unreadable"
+            problems.insert(0, Problem(kind, "file", layout.METADATA, str(e)))
+            problems += megatron.layout_problems(folder, megatron_expected=model is not None, quick=quick)
+            return CheckReport(str(folder), 0, 0, 0, 0, problems, warnings)
+        expected = model is not None or metadata.megatron
+        problems += megatron.layout_problems(folder, megatron_expected=expected, quick=quick)
+        bounded.note(None)
+        tensor_problems, readable = _tensors(metadata, with_geometry=not quick)
+        file_problems, files, size = _files(folder, metadata.entries)
+        problems += tensor_problems + file_problems
+        if model is not None:
+            problems += megatron.config_problems(readable, model)
+        chunks = sum(len(t.offsets) for t in metadata.tensors)
+        return CheckReport(str(folder), len(metadata.tensors), chunks, files, size, problems, warnings)
 
 
 _NO_METADATA = "no .metadata: the save did not finish (rank 0 writes it last), or this is not a DCP checkpoint"
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
 
 
 def _tensors(metadata: layout.Layout, with_geometry: bool) -> tuple[list[Problem], list[layout.Tensor]]:
@@ -118,45 +152,19 @@ def _stored_once(name: str, chunks: list, offsets: list) -> list[Problem]:
 
 
 def _files(folder: Path, entries: layout.Entries) -> tuple[list[Problem], int, int]:
-    """Each entry's file: inside the folder, a plain file, long enough; no shared bytes; no stray data file."""
-    problems = []
-    by_file: dict[str, tuple[list, list]] = {}  # file -> (starts, ends) of its entries
-    ends = list(map(add, entries.starts, entries.lengths))
+    """Each entry's file: inside the folder, a plain file, long enough; no shared bytes; no stray data file;
+    each entry's zip frame there (:mod:`ascendfix.checkpoint.frames`), the files read in parallel."""
+    by_file: dict[str, list[tuple[int, int]]] = {}  # file -> its entries, as runs (first index, count)
     at = 0
     for path, run in groupby(entries.paths):  # a rank's entries come together: one run per file, mostly
         count = len(list(run))
-        starts, stops = by_file.setdefault(path, ([], []))
-        starts += entries.starts[at : at + count]
-        stops += ends[at : at + count]
+        by_file.setdefault(path, []).append((at, at + count))
         at += count
-    total = 0
-    for path in sorted(by_file):
-        starts, stops = by_file[path]
-        if not _contained(path):
-            problems.append(Problem("unsafe-path", "file", path, "a storage entry names a file outside the folder"))
-            continue
-        try:
-            info = os.lstat(folder / path)
-        except OSError:
-            detail = f"missing; it holds {_entries_word(len(starts))}"
-            problems.append(Problem("missing-file", "file", path, detail))
-            continue
-        if not stat.S_ISREG(info.st_mode):
-            what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a plain file"
-            problems.append(Problem("unsafe-path", "file", path, f"{what}: not followed"))
-            continue
-        total += info.st_size
-        end = max(stops)
-        if info.st_size < end:
-            short = sum(1 for e in stops if e > info.st_size)
-            detail = f"{info.st_size:,} bytes, but its entries reach byte {end:,}: truncated ({short} entries cut)"
-            problems.append(Problem("truncated", "file", path, detail))
-        if starts != sorted(starts):  # a writer's entries come in file order: then no sort is needed
-            starts, stops = map(list, zip(*sorted(zip(starts, stops, strict=True)), strict=True))
-        shared = sum(map(lt, starts[1:], stops))
-        if shared:
-            detail = f"{shared} storage entr{'y shares' if shared == 1 else 'ies share'} bytes with the one before"
-            problems.append(Problem("duplicate", "file", path, detail))
+    paths = sorted(by_file)
+    with ThreadPoolExecutor(min(_READERS, max(1, len(paths)))) as pool:  # reads release the GIL
+        found = list(pool.map(lambda path: _file(folder, path, by_file[path], entries), paths))
+    problems = [p for file_problems, _ in found for p in file_problems]
+    total = sum(size for _, size in found)
     try:
         names = os.listdir(folder)
     except OSError:
@@ -164,6 +172,89 @@ def _files(folder: Path, entries: layout.Entries) -> tuple[list[Problem], int, i
     for name in sorted(n for n in names if n.endswith(DATA_SUFFIX) and n not in by_file):
         problems.append(Problem("orphan", "file", name, "no storage entry names this data file (an older save?)"))
     return problems, len(by_file), total
+
+
+_READERS = 8
+
+
+def _file(folder: Path, path: str, runs: list[tuple[int, int]], entries: layout.Entries) -> tuple[list, int]:
+    """One data file's problems (its entries: the index ``runs``), and its size."""
+    count = sum(b - a for a, b in runs)
+    if not _contained(path):
+        return [Problem("unsafe-path", "file", path, "a storage entry names a file outside the folder")], 0
+    if "/" in path and _through_link(folder, path):
+        return [Problem("unsafe-path", "file", path, "a symbolic link in its folders: not followed")], 0
+    try:
+        fd = os.open(folder / path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return [Problem("missing-file", "file", path, f"missing; it holds {_entries_word(count)}")], 0
+    except OSError as e:
+        if os.path.islink(folder / path):
+            return [Problem("unsafe-path", "file", path, "a symbolic link: not followed")], 0
+        return [Problem("unreadable", "file", path, f"cannot open it ({e.strerror})")], 0
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return [Problem("unsafe-path", "file", path, "not a plain file: not followed")], 0
+        return _frames(fd, path, info.st_size, runs, entries), info.st_size
+    finally:
+        os.close(fd)
+
+
+def _frames(fd: int, path: str, size: int, runs: list[tuple[int, int]], entries: layout.Entries) -> list[Problem]:
+    """The file's sizes, shared bytes and records' frames."""
+    starts = [s for a, b in runs for s in entries.starts[a:b]] if len(runs) > 1 else entries.starts[slice(*runs[0])]
+    lengths = [n for a, b in runs for n in entries.lengths[a:b]] if len(runs) > 1 else entries.lengths[slice(*runs[0])]
+    indices: list[int] | range = [i for a, b in runs for i in range(a, b)] if len(runs) > 1 else range(*runs[0])
+    stops = list(map(add, starts, lengths))
+    if starts != sorted(starts):  # a writer's entries come in file order: then no sort is needed
+        order = sorted(range(len(starts)), key=starts.__getitem__)
+        indices, starts, lengths, stops = ([column[k] for k in order] for column in (indices, starts, lengths, stops))
+    problems = []
+    end = max(stops)
+    if size < end:
+        short = sum(1 for e in stops if e > size)
+        detail = f"{size:,} bytes, but its entries reach byte {end:,}: truncated ({short} entries cut)"
+        problems.append(Problem("truncated", "file", path, detail))
+        inside = [k for k, e in enumerate(stops) if e <= size]
+        indices, starts, lengths = ([column[k] for k in inside] for column in (indices, starts, lengths))
+    shared = sum(map(lt, starts[1:], stops))
+    if shared:
+        detail = f"{shared} storage entr{'y shares' if shared == 1 else 'ies share'} bytes with the one before"
+        problems.append(Problem("duplicate", "file", path, detail))
+    try:
+        bad = frames.frame_problems(fd, starts, lengths)
+    except OSError as e:
+        return [*problems, Problem("unreadable", "file", path, f"cannot read it ({e.strerror})")]
+    return problems + record_problems(path, [(indices[b.index], b.what) for b in bad], entries)
+
+
+def record_problems(path: str, bad: list[tuple[int, str]], entries: layout.Entries, kind: str = "corrupt") -> list:
+    """``bad``: (entry index, what is wrong) in ``path``; the first few named with their item, then a count."""
+    problems = []
+    for i, what in bad[:_SHOWN]:
+        start, length = entries.starts[i], entries.lengths[i]
+        fqn, offsets = entries.fqns[i], entries.offsets[i]
+        chunk = "(bytes item)" if offsets is None else str(list(offsets))
+        detail = f"{fqn} {chunk}, bytes {start:,}-{start + length:,}: {what}"
+        problems.append(Problem(kind, "file", path, detail, fqn, offsets))
+    if len(bad) > _SHOWN:
+        i, what = bad[_SHOWN]
+        detail = f"and {len(bad) - _SHOWN} more of its {_entries_word(len(bad))} like that"
+        problems.append(Problem(kind, "file", path, detail, entries.fqns[i], entries.offsets[i]))
+    return problems
+
+
+def _through_link(folder: Path, path: str) -> bool:
+    """Whether a folder on ``path`` (below ``folder``) is a symbolic link or not a folder."""
+    parts = path.split("/")[:-1]
+    for n in range(1, len(parts) + 1):
+        try:
+            if not stat.S_ISDIR(os.lstat(folder.joinpath(*parts[:n])).st_mode):
+                return True
+        except OSError:
+            return False  # missing: the open says so
+    return False
 
 
 def _entries_word(count: int) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from itertools import chain, product
+from itertools import chain, islice, product
 from operator import add
 from typing import NamedTuple
 
@@ -94,10 +94,10 @@ def _findings(shape: tuple, chunks: list, sizes: list, start_columns: list, size
     if any(0 in values for values in size_values):
         solid = [b for b in chunks if all(b[1])]
         sizes = [s for _, s in solid]
-    pairs = template()._ascendfix_overlapping_pairs(solid)
+    pairs = list(islice(template()._ascendfix_overlapping_pairs(solid), _SHOWN + 1))  # made lazily
     if pairs:
         shown = "; ".join(f"{_box(solid[i])} and {_box(solid[j])}" for i, j in pairs[:_SHOWN])
-        more = f" (and {len(pairs) - _SHOWN} more pairs)" if len(pairs) > _SHOWN else ""
+        more = " (and more pairs)" if len(pairs) > _SHOWN else ""
         return [ChunkProblem("overlap", f"chunks overlap: {shown}{more}")]
     if all(len(values) == 1 for values in size_values):  # chunks of one shape (a tensor split evenly)
         covered = len(sizes) * math.prod(sizes[0]) if sizes else 0

@@ -7,7 +7,6 @@ field is checked for its type here and anything else is :class:`Malformed`, nami
 from __future__ import annotations
 
 import os
-import stat
 from itertools import chain, repeat
 from operator import itemgetter
 from pathlib import Path
@@ -19,13 +18,13 @@ from ascendfix.errors import AscendfixError
 METADATA = ".metadata"
 
 _DCP = "torch.distributed.checkpoint.metadata"
-_M = pickles.METADATA_NAMES
-_METADATA = _M[_DCP, "Metadata"]
-_TENSOR = _M[_DCP, "TensorStorageMetadata"]
-_BYTES = _M[_DCP, "BytesStorageMetadata"]
+_METADATA = (_DCP, "Metadata")
+_TENSOR = (_DCP, "TensorStorageMetadata")
+_BYTES = (_DCP, "BytesStorageMetadata")
 _CHUNK = (_DCP, "ChunkStorageMetadata")
 _INDEX = (_DCP, "MetadataIndex")
 _STORAGE = ("torch.distributed.checkpoint.filesystem", "_StorageInfo")
+MCORE_PLAN = ("megatron.core.dist_checkpointing.strategies.torch", "MCoreSavePlan")
 
 
 class Malformed(AscendfixError):
@@ -58,18 +57,18 @@ class Layout(NamedTuple):
     tensors: list[Tensor]
     blobs: list[str]
     entries: Entries
+    megatron: bool  # it names megatron-core's save plan: a Megatron save (metadata.json, common.pt required)
 
 
 def read(folder: Path) -> Layout:
-    """Read and check ``folder/.metadata``; raises OSError (FileNotFoundError when it is not there),
-    pickles' errors, or :class:`Malformed`. A symbolic link or a file past 1 GiB is not read."""
-    path = folder / METADATA
-    info = os.lstat(path)
-    if not stat.S_ISREG(info.st_mode):
-        raise pickles.Unreadable("not a plain file (a symbolic link is not followed)")
-    if info.st_size > pickles.MAX_PICKLE_BYTES:
-        raise pickles.Unreadable(f"{info.st_size:,} bytes: too large for a checkpoint's metadata")
-    return parse(path.read_bytes())
+    """Read and check ``folder/.metadata``; raises FileNotFoundError when it is not there, pickles' errors, or
+    :class:`Malformed`. Opened with :func:`pickles.open_plain` (no symbolic link, no FIFO, at most 1 GiB)."""
+    if not os.path.lexists(folder / METADATA):
+        raise FileNotFoundError(METADATA)
+    fd = pickles.open_plain(folder / METADATA, pickles.MAX_PICKLE_BYTES)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    return parse(data)
 
 
 def parse(data: bytes) -> Layout:
@@ -83,7 +82,8 @@ def parse(data: bytes) -> Layout:
     """
     found = pickles.loads_collecting(data, (_CHUNK, _INDEX, _STORAGE))
     metadata = found.obj
-    if type(metadata) is not _METADATA:
+    tensor_kind, bytes_kind = found.classes[_TENSOR], found.classes[_BYTES]
+    if type(metadata) is not found.classes[_METADATA]:
         raise Malformed(f"it holds a {type(metadata).__name__}, not torch's checkpoint Metadata")
     fields = vars(metadata)
     items = fields.get("state_dict_metadata")
@@ -92,21 +92,21 @@ def parse(data: bytes) -> Layout:
         raise Malformed("state_dict_metadata is not a dict")
     if not isinstance(storage, dict):
         raise Malformed("storage_data is not a dict (a checkpoint written by another storage writer?)")
-    chunk_kind, chunk_states = found.kinds[_CHUNK], found.states[_CHUNK]
+    chunk_kind, chunk_states = found.classes[_CHUNK], found.states[_CHUNK]
     tensors, blobs, used = [], [], 0
     for name, item in items.items():
         if not isinstance(name, str):
             raise Malformed(f"an item's name is a {type(name).__name__}, not a string")
-        if type(item) is _BYTES:
+        if type(item) is bytes_kind:
             blobs.append(name)
-        elif type(item) is _TENSOR:
+        elif type(item) is tensor_kind:
             tensor, used = _tensor(name, vars(item), chunk_kind, chunk_states, used)
             tensors.append(tensor)
         else:
             raise Malformed(f"{name}: a {type(item).__name__}, neither tensor nor bytes metadata")
     if used > len(chunk_states):
         raise Malformed(f"{len(chunk_states)} chunk records for {used} chunks of the tensors")
-    return Layout(tensors, blobs, _entries(storage, found))
+    return Layout(tensors, blobs, _entries(storage, found), MCORE_PLAN in found.named)
 
 
 def _ints(value) -> bool:
@@ -138,7 +138,7 @@ def _entries(storage: dict, found: pickles.Collected) -> Entries:
     """The entries' columns; Malformed unless each is (name, None or offsets) -> (file, start, length)."""
     index_states, info_states = found.states[_INDEX], found.states[_STORAGE]
     count = len(storage)
-    if _count(storage, found.kinds[_INDEX]) != count or _count(storage.values(), found.kinds[_STORAGE]) != count:
+    if _count(storage, found.classes[_INDEX]) != count or _count(storage.values(), found.classes[_STORAGE]) != count:
         raise Malformed("storage_data holds something other than (MetadataIndex, _StorageInfo) pairs")
     if count > min(len(index_states), len(info_states)):
         counts = f"{count} storage entries, {len(index_states)} index and {len(info_states)} info records"
@@ -151,6 +151,9 @@ def _entries(storage: dict, found: pickles.Collected) -> Entries:
     offset_types = list(map(type, offsets))  # the ints inside: an entry matches a chunk's, or is an orphan
     if offset_types.count(tuple) + offset_types.count(type(None)) != count:
         raise Malformed("storage_data: an offset that is neither a tuple nor None")
+    inside = [v for o in offsets if o is not None for v in o]
+    if _count(inside, int) != len(inside):
+        raise Malformed("storage_data: an offset that is not a tuple of ints")
     if _count(chain(starts, lengths), int) != 2 * count or min(starts, default=0) < 0 or min(lengths, default=0) < 0:
         raise Malformed("storage_data: a start or length that is not a non-negative int")
     return Entries(fqns, offsets, paths, starts, lengths)

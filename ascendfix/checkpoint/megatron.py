@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import NamedTuple
 
-from ascendfix.checkpoint import pickles
+from ascendfix.checkpoint import bounded, pickles
 from ascendfix.checkpoint.layout import Tensor
 from ascendfix.checkpoint.report import Problem
 from ascendfix.errors import UsageError
@@ -33,6 +33,8 @@ BACKEND = "torch_dist"
 LAYERS = "decoder.layers."
 EXPERTS = "mlp.experts.experts."
 _MAX_JSON_BYTES = 1 << 20
+_MAX_COUNT = 100_000  # layers or experts a config may say (Qwen3-235B-A22B: 94 and 128)
+_MAX_DIGITS = 6
 _EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")  # Qwen3-MoE, Mixtral, DeepSeek
 
 
@@ -49,7 +51,7 @@ def layout_problems(folder: Path, megatron_expected: bool, quick: bool) -> list[
         return []
     problems = _config_file(folder / CONFIG)
     common = folder / COMMON
-    if not common.exists():
+    if not os.path.lexists(common):
         problems.append(Problem("missing-file", "file", COMMON, "missing: Megatron's common state (written by rank 0)"))
     elif not quick:
         problems += _common_file(common)
@@ -77,6 +79,7 @@ def _config_file(path: Path) -> list[Problem]:
 
 
 def _common_file(path: Path) -> list[Problem]:
+    bounded.note(COMMON)
     try:
         found = pickles.read_torch_zip(path)
     except pickles.UnsafePickle as e:
@@ -104,17 +107,23 @@ class ModelShape(NamedTuple):
 def read_config(path: Path) -> ModelShape:
     """The layer and expert counts of an HF ``config.json``; UsageError naming the field when they are not there."""
     try:
-        config = json.loads(path.read_bytes())
+        fd = pickles.open_plain(path, _MAX_JSON_BYTES)
+        with os.fdopen(fd, "rb") as f:
+            config = json.loads(f.read())
+    except pickles.Unreadable as e:
+        raise UsageError(f"--config {path}: {e}") from None
     except (OSError, ValueError) as e:
-        raise UsageError(f"--config {path}: cannot read it as JSON ({e})") from None
+        raise UsageError(f"--config {path}: cannot read it as JSON ({str(e)[:120]})") from None
     if not isinstance(config, dict):
         raise UsageError(f"--config {path}: not a JSON object (give the HF model's config.json)")
     layers = config.get("num_hidden_layers")
-    if type(layers) is not int or layers <= 0:
-        raise UsageError(f"--config {path}: num_hidden_layers must be a positive integer (an HF config.json has it)")
+    if type(layers) is not int or not 0 < layers <= _MAX_COUNT:
+        detail = f"num_hidden_layers must be an integer from 1 to {_MAX_COUNT:,} (an HF config.json has it)"
+        raise UsageError(f"--config {path}: {detail}")
     experts = next((config[k] for k in _EXPERT_KEYS if config.get(k) is not None), 0)
-    if type(experts) is not int or experts < 0:
-        raise UsageError(f"--config {path}: the expert count ({', '.join(_EXPERT_KEYS)}) must be an integer")
+    if type(experts) is not int or not 0 <= experts <= _MAX_COUNT:
+        keys = ", ".join(_EXPERT_KEYS)
+        raise UsageError(f"--config {path}: the expert count ({keys}) must be an integer from 0 to {_MAX_COUNT:,}")
     dense = config.get("mlp_only_layers") or []
     step = config.get("decoder_sparse_step") or 1
     if not isinstance(dense, list) or any(type(i) is not int for i in dense) or type(step) is not int or step < 1:
@@ -132,7 +141,8 @@ def config_problems(tensors: list[Tensor], model: ModelShape) -> list[Problem]:
         if not tensor.name.startswith(LAYERS):
             continue
         head, _, rest = tensor.name[len(LAYERS) :].partition(".")
-        stacked = not head.isdigit()
+        number = _layer_number(head)
+        stacked = number is None
         is_expert = (tensor.name[len(LAYERS) :] if stacked else rest).startswith(EXPERTS)
         expert_tensors += is_expert
         axis = 1 if stacked else 0  # the expert axis
@@ -141,8 +151,8 @@ def config_problems(tensors: list[Tensor], model: ModelShape) -> list[Problem]:
             problems.append(Problem("shape", "tensor", tensor.name, f"{got} layers; the config has {model.layers}"))
             layers_seen |= _covered(tensor, 0)
             continue
-        if not stacked:
-            layers_seen.add(int(head))
+        if number is not None:
+            layers_seen.add(number)
         if is_expert and (len(tensor.shape) <= axis or tensor.shape[axis] != model.experts):
             got = tensor.shape[axis] if len(tensor.shape) > axis else 0
             problems.append(Problem("shape", "tensor", tensor.name, f"{got} experts; the config has {model.experts}"))
@@ -155,7 +165,7 @@ def config_problems(tensors: list[Tensor], model: ModelShape) -> list[Problem]:
                 detail = f"no chunk for layer(s) {_ranges(missing)} of {model.layers}"
                 problems.append(Problem("missing-layer", "tensor", tensor.name, detail))
         if is_expert:
-            problems += _missing_experts(tensor, model, None if stacked else int(head))
+            problems += _missing_experts(tensor, model, number)
     beyond = {n for n in layers_seen if n >= model.layers}
     if beyond:
         detail = f"layer(s) {_ranges(beyond)} beyond the config's {model.layers}"
@@ -170,11 +180,22 @@ def config_problems(tensors: list[Tensor], model: ModelShape) -> list[Problem]:
     return problems
 
 
+def _layer_number(head: str) -> int | None:
+    """``decoder.layers.<N>.``'s N (ASCII digits, a few of them), or None: a stacked tensor's name."""
+    return int(head) if head.isascii() and head.isdigit() and len(head) <= _MAX_DIGITS else None
+
+
+def _span(start: int, size: int, limit: int) -> range:
+    """``range(start, start + size)`` clipped to ``[0, limit]``: a chunk's numbers are untrusted."""
+    return range(max(0, min(start, limit)), max(0, min(start + size, limit)))
+
+
 def _covered(tensor: Tensor, axis: int) -> set[int]:
     covered: set[int] = set()
+    limit = _MAX_COUNT + 1
     for offsets, sizes in zip(tensor.offsets, tensor.sizes, strict=True):
         if len(offsets) > axis and len(sizes) > axis:
-            covered.update(range(offsets[axis], offsets[axis] + sizes[axis]))
+            covered.update(_span(offsets[axis], sizes[axis], limit))
     return covered
 
 
@@ -183,10 +204,10 @@ def _missing_experts(tensor: Tensor, model: ModelShape, layer: int | None) -> li
     held: dict[int, set[int]] = {}
     for offsets, sizes in zip(tensor.offsets, tensor.sizes, strict=True):
         if layer is None:
-            for n in range(offsets[0], offsets[0] + sizes[0]):
-                held.setdefault(n, set()).update(range(offsets[1], offsets[1] + sizes[1]))
+            for n in _span(offsets[0], sizes[0], model.layers):
+                held.setdefault(n, set()).update(_span(offsets[1], sizes[1], model.experts))
         else:
-            held.setdefault(layer, set()).update(range(offsets[0], offsets[0] + sizes[0]))
+            held.setdefault(layer, set()).update(_span(offsets[0], sizes[0], model.experts))
     wanted = sorted(model.moe_layers) if layer is None else [layer] if layer in model.moe_layers else []
     by_gap: dict[tuple[int, ...], set[int]] = {}
     for n in wanted:

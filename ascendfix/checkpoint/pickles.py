@@ -24,14 +24,18 @@ import io
 import os
 import pickle
 import posixpath
+import stat
 import zipfile
 from typing import NamedTuple
 
+from ascendfix.checkpoint import prescan
 from ascendfix.errors import AscendfixError
 
 _DCP = "torch.distributed.checkpoint.metadata"
 _FS = "torch.distributed.checkpoint.filesystem"
 MAX_PICKLE_BYTES = 1 << 30
+MAX_ZIP_BYTES = 16 << 30  # Megatron's common.pt: the state no rank shards
+_MAX_PATH = 4096
 
 
 class UnsafePickle(AscendfixError):
@@ -64,6 +68,12 @@ def _ignored(name: str) -> type:
 class Dtype(str):
     """A torch dtype, by name (``bfloat16``)."""
 
+    __slots__ = ()
+
+
+def _dtype(name: str) -> Dtype:
+    return Dtype(name)
+
 
 class StorageRef(NamedTuple):
     """A tensor storage in a torch zip file: the member ``data/<key>`` holding ``numel`` elements of ``itemsize``."""
@@ -91,7 +101,11 @@ def _enum_member(value):
 
 
 def _path(*parts):
-    return posixpath.join(*map(str, parts)) if parts else "."
+    """``PosixPath(*parts)`` of strings only (a path made of anything else is no checkpoint's, and ``str`` of a
+    nested reference can take any memory)."""
+    if list(map(type, parts)).count(str) != len(parts) or sum(map(len, parts)) > _MAX_PATH:
+        raise Unreadable("a pathlib path made of something other than a few short strings")
+    return posixpath.join(*parts) if parts else "."
 
 
 def _rebuild_tensor(storage, offset, size, stride, *_rest):
@@ -122,47 +136,61 @@ class _StorageType(NamedTuple):
     itemsize: int
 
 
-METADATA_NAMES: dict[tuple[str, str], object] = {
-    (_DCP, "Metadata"): _record("Metadata"),
-    (_DCP, "TensorStorageMetadata"): _record("TensorStorageMetadata"),
-    (_DCP, "ChunkStorageMetadata"): _record("ChunkStorageMetadata"),
-    (_DCP, "BytesStorageMetadata"): _record("BytesStorageMetadata"),
-    (_DCP, "TensorProperties"): _ignored("TensorProperties"),
-    (_DCP, "MetadataIndex"): _record("MetadataIndex"),
-    (_DCP, "StorageMeta"): _record("StorageMeta"),
-    (_DCP, "_MEM_FORMAT_ENCODING"): _enum_member,
-    ("torch.distributed.checkpoint.planner", "SavePlan"): _ignored("SavePlan"),
-    ("torch.distributed.checkpoint.planner", "WriteItem"): _ignored("WriteItem"),
-    ("torch.distributed.checkpoint.planner", "TensorWriteData"): _ignored("TensorWriteData"),
-    ("torch.distributed.checkpoint.planner", "WriteItemType"): _enum_member,
-    ("megatron.core.dist_checkpointing.strategies.torch", "MCoreSavePlan"): _ignored("MCoreSavePlan"),
-    (_FS, "_StorageInfo"): _record("StorageInfo"),
-    ("torch", "Size"): tuple,
-    ("torch.serialization", "_get_layout"): _layout,
-    ("collections", "OrderedDict"): dict,
-    **{(module, cls): _path for module in ("pathlib", "pathlib._local") for cls in ("PosixPath", "PurePosixPath")},
-    **{("torch", name): Dtype(name) for name in _DTYPES},
-}
-"""What a ``.metadata`` pickle may name, and the stand-in each name becomes."""
+def metadata_names() -> dict[tuple[str, str], object]:
+    """What a ``.metadata`` pickle may name, and the stand-in each name becomes: fresh classes and dtypes on
+    every call, so that what one pickle sets on a stand-in (``BUILD`` on a class) never reaches another load."""
+    return {
+        (_DCP, "Metadata"): _record("Metadata"),
+        (_DCP, "TensorStorageMetadata"): _record("TensorStorageMetadata"),
+        (_DCP, "ChunkStorageMetadata"): _record("ChunkStorageMetadata"),
+        (_DCP, "BytesStorageMetadata"): _record("BytesStorageMetadata"),
+        (_DCP, "TensorProperties"): _ignored("TensorProperties"),
+        (_DCP, "MetadataIndex"): _record("MetadataIndex"),
+        (_DCP, "StorageMeta"): _record("StorageMeta"),
+        (_DCP, "_MEM_FORMAT_ENCODING"): _enum_member,
+        ("torch.distributed.checkpoint.planner", "SavePlan"): _ignored("SavePlan"),
+        ("torch.distributed.checkpoint.planner", "WriteItem"): _ignored("WriteItem"),
+        ("torch.distributed.checkpoint.planner", "TensorWriteData"): _ignored("TensorWriteData"),
+        ("torch.distributed.checkpoint.planner", "WriteItemType"): _enum_member,
+        ("megatron.core.dist_checkpointing.strategies.torch", "MCoreSavePlan"): _ignored("MCoreSavePlan"),
+        (_FS, "_StorageInfo"): _record("StorageInfo"),
+        ("torch", "Size"): tuple,
+        ("torch.serialization", "_get_layout"): _layout,
+        ("collections", "OrderedDict"): dict,
+        **{(module, cls): _path for module in ("pathlib", "pathlib._local") for cls in ("PosixPath", "PurePosixPath")},
+        **{("torch", name): _dtype(name) for name in _DTYPES},
+    }
 
-ZIP_NAMES: dict[tuple[str, str], object] = {
-    **METADATA_NAMES,
-    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
-    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-    ("argparse", "Namespace"): _record("Namespace"),
-    **{("torch", name): _StorageType(name, size) for name, size in _STORAGES.items()},
-}
-"""What a ``torch.save`` zip's ``data.pkl`` may name: the metadata's names, tensors, storages, namespaces."""
+
+def zip_names() -> dict[tuple[str, str], object]:
+    """What a ``torch.save`` zip's ``data.pkl`` may name (fresh per call): the metadata's names, tensors,
+    storages, namespaces."""
+    return {
+        **metadata_names(),
+        ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+        ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+        ("argparse", "Namespace"): _record("Namespace"),
+        **{("torch", name): _StorageType(name, size) for name, size in _STORAGES.items()},
+    }
+
+
+METADATA_NAMES = frozenset(metadata_names())
+"""The names a ``.metadata`` pickle may use."""
+ZIP_NAMES = frozenset(zip_names())
+"""The names a ``torch.save`` zip's ``data.pkl`` may use."""
 
 
 class _Unpickler(pickle.Unpickler):
     def __init__(self, data: bytes, names: dict, storages: list | None):
         super().__init__(io.BytesIO(data))
         self._names, self._storages = names, storages
+        self.named: set[tuple[str, str]] = set()
 
     def find_class(self, module: str, name: str):
         try:
-            return self._names[module, name]
+            found = self._names[module, name]
+            self.named.add((module, name))
+            return found
         except (KeyError, TypeError):
             raise UnsafePickle(f"it names {module}.{name}, which is not a checkpoint class (never loaded)") from None
 
@@ -192,47 +220,61 @@ def no_collection():
             gc.enable()
 
 
-def loads(data: bytes, names: dict = METADATA_NAMES, storages: list | None = None):
-    """Unpickle ``data`` with ``names`` as the only classes and functions it may use (see the module doc).
+def loads(data: bytes, names: dict | None = None, storages: list | None = None, named: set | None = None):
+    """Unpickle ``data`` with ``names`` (default: a fresh :func:`metadata_names`) as the only classes and
+    functions it may use (see the module doc), after :func:`ascendfix.checkpoint.prescan.scan` when it is small.
 
     ``storages``: a list that collects each tensor storage a torch zip's pickle refers to (none allowed
-    when None). Raises :class:`UnsafePickle` for a name outside ``names``, :class:`Unreadable` for
-    anything else wrong.
+    when None); ``named``: a set that collects each (module, name) the pickle used. Raises
+    :class:`UnsafePickle` for a name outside ``names``, :class:`Unreadable` for anything else wrong.
     """
+    if len(data) <= prescan.SCANNED_BYTES:
+        prescan.scan(data)
+    unpickler = _Unpickler(data, metadata_names() if names is None else names, storages)
     try:
         with no_collection():
-            return _Unpickler(data, names, storages).load()
+            return unpickler.load()
     except (UnsafePickle, Unreadable):
         raise
     except Exception as e:  # a malformed pickle can raise anything the opcodes reach
-        raise Unreadable(f"not a readable pickle ({type(e).__name__}: {str(e)[:120]})") from None
+        raise Unreadable(f"not a readable pickle ({type(e).__name__}: {_short(e)})") from None
+    finally:
+        if named is not None:
+            named |= unpickler.named
+
+
+def _short(error: Exception) -> str:
+    text = str(error)[:120]
+    return text.encode("ascii", "backslashreplace").decode()
 
 
 class Collected(NamedTuple):
-    """What :func:`loads_collecting` returns: the object, and per collected class its stand-in and states."""
+    """What :func:`loads_collecting` returns: the object, the stand-ins of this load, the collected states."""
 
     obj: object
-    kinds: dict[tuple[str, str], type]  # (module, name) -> the stand-in class of this load
+    classes: dict[tuple[str, str], object]  # (module, name) -> its stand-in in this load
     states: dict[tuple[str, str], list]  # (module, name) -> each instance's state, in the order the pickle built them
+    named: set[tuple[str, str]]  # every (module, name) the pickle used
 
 
 def loads_collecting(data: bytes, collect: tuple[tuple[str, str], ...]) -> Collected:
-    """:func:`loads` with :data:`METADATA_NAMES`, where each class in ``collect`` (a name of that table) becomes an
+    """:func:`loads` with :func:`metadata_names`, where each class in ``collect`` (a name of that table) becomes an
     empty stand-in whose pickled state goes to a list instead: the states of a checkpoint's many small records
     (its chunks and storage entries) are read in one pass and never copied into an object each.
     """
-    names = dict(METADATA_NAMES)
-    kinds, states = {}, {}
+    names = metadata_names()
+    states = {}
     for key in collect:
         built: list = []
-        kinds[key] = names[key] = type(key[1], (), {"__slots__": (), "__setstate__": built.append})
+        names[key] = type(key[1], (), {"__slots__": (), "__setstate__": built.append})
         states[key] = built
+    named: set = set()
     try:
-        obj = loads(data, names)
+        obj = loads(data, names, named=named)
     finally:
-        for kind in kinds.values():  # a class is a cycle, freed only by the collector: let it not hold the states
-            del kind.__setstate__
-    return Collected(obj, kinds, states)
+        for key in collect:  # a class is a cycle, freed only by the collector: let it not hold the states
+            del names[key].__setstate__  # type: ignore[attr-defined]
+    return Collected(obj, names, states, named)
 
 
 class TorchZip(NamedTuple):
@@ -243,15 +285,30 @@ class TorchZip(NamedTuple):
     member_sizes: dict[str, int]  # storage key -> bytes of its member in the zip
 
 
-def read_torch_zip(path) -> TorchZip:
-    """Read a ``torch.save`` zip file's ``data.pkl`` through :data:`ZIP_NAMES`; the storages stay unread.
-
-    A symbolic link is not followed.
-    """
+def open_plain(path, limit: int) -> int:
+    """A descriptor of ``path`` read-only when it is a plain file of at most ``limit`` bytes: no symbolic link
+    followed, never blocking (a FIFO is refused, not waited on); Unreadable otherwise."""
     try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
         if os.path.islink(path):
-            raise Unreadable("a symbolic link: not followed")
-        with zipfile.ZipFile(path) as archive:
+            raise Unreadable("a symbolic link: not followed") from None
+        raise Unreadable(f"cannot open it ({e.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        os.close(fd)
+        raise Unreadable(f"not a plain file of at most {limit:,} bytes")
+    return fd
+
+
+def read_torch_zip(path) -> TorchZip:
+    """Read a ``torch.save`` zip file's ``data.pkl`` through :func:`zip_names`; the storages stay unread.
+
+    Opened with :func:`open_plain` (no symbolic link followed, no FIFO waited on).
+    """
+    fd = open_plain(path, MAX_ZIP_BYTES)
+    try:
+        with os.fdopen(fd, "rb") as f, zipfile.ZipFile(f) as archive:
             infos = archive.infolist()
             found = [i for i in infos if i.filename.endswith("/data.pkl") and i.filename.count("/") == 1]
             if len(found) != 1:
@@ -259,10 +316,10 @@ def read_torch_zip(path) -> TorchZip:
             if found[0].file_size > MAX_PICKLE_BYTES:
                 raise Unreadable(f"data.pkl is {found[0].file_size} bytes, too large for a state dict's pickle")
             data = archive.read(found[0])
-    except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as e:
-        raise Unreadable(f"not a readable zip file ({e})") from None
+    except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError) as e:
+        raise Unreadable(f"not a readable zip file ({_short(e)})") from None
     storages: list[StorageRef] = []
-    obj = loads(data, ZIP_NAMES, storages)
+    obj = loads(data, zip_names(), storages)
     members = found[0].filename[: -len("data.pkl")] + "data/"
     sizes = {i.filename[len(members) :]: i.file_size for i in infos if i.filename.startswith(members)}
     return TorchZip(obj, storages, sizes)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ascendfix.cli.base import clean, emit_json, json_option, path_type, ray_options, render
+from ascendfix.errors import UsageError
 
 
 @click.group("ckpt")
@@ -25,27 +26,35 @@ def ckpt_group() -> None:
 @ray_options("Check")
 @json_option
 def check_command(folder: Path, config: Path | None, ray_address: str | None, ray_timeout: float, as_json: bool):
-    """Check the DCP checkpoint in FOLDER: .metadata (never run), every tensor's chunks, every file and size.
+    """Check the DCP checkpoint in FOLDER: .metadata (never run), every tensor's chunks, every file, size and
+    record frame.
 
-    A Megatron checkpoint's metadata.json (backend torch_dist) and common.pt are checked too.
-    Exit 0 when nothing is wrong, 1 with one line per problem, 2 on bad input.
+    FOLDER may be verl's trainer.default_local_dir (the save latest_checkpointed_iteration.txt names),
+    global_step_N, global_step_N/actor or the dist_ckpt folder itself; an mbridge save (HF safetensors)
+    is checked as one. A Megatron checkpoint's metadata.json (backend torch_dist) and common.pt are
+    checked too. Exit 0 when nothing is wrong, 1 with one line per problem, 2 on bad input.
     """
-    from ascendfix.checkpoint import check, megatron
+    from ascendfix.checkpoint import megatron, verl
 
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: not a folder (give the checkpoint's folder, or verl's save folder)")
     model = megatron.read_config(config) if config is not None else None
     if ray_address is not None:
         return _on_cluster(folder, config, None if ray_address == "auto" else ray_address, ray_timeout, as_json)
-    report = check.check(folder, model)
+    report = verl.check_save(folder, model, config_given=config is not None)
     return render(report, as_json, _render_report, 0 if report.ok else 1)
 
 
 def _render_report(report) -> None:
     for p in report.problems:
         click.echo(f"{click.style('✗', fg='red')} {p.kind:14} {clean(p.subject)}: {clean(p.detail)}")
+    for p in report.warnings:
+        click.echo(f"{click.style('!', fg='yellow')} {p.kind:14} {clean(p.subject)}: {clean(p.detail)}")
     counts = f"{report.tensors:,} tensors, {report.chunks:,} chunks, {report.files:,} files, {_size(report.bytes)}"
     name = clean(report.checkpoint)
     if report.ok:
-        click.echo(f"{click.style('✓', fg='green')} {name}: {counts}, complete")
+        proof = "" if report.proven_bytes is not None else " (each record's zip frame read; its bytes not proven)"
+        click.echo(f"{click.style('✓', fg='green')} {name}: {counts}, complete{proof}")
     else:
         click.echo(f"{click.style('✗', fg='red', bold=True)} {name}: {counts}: {len(report.problems)} problem(s)")
 

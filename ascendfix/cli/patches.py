@@ -32,6 +32,7 @@ STATE_STYLE = {
     State.NOT_APPLICABLE: {"dim": True},
     State.DRIFTED: {"fg": "red"},
     State.PARTIAL: {"fg": "red"},
+    State.HAND_EDITED: {"fg": "yellow"},
 }
 
 
@@ -47,10 +48,13 @@ class PatchReport(NamedTuple):
     selection: engine.Selection
     statuses: list[engine.PatchStatus]
     dry_run: bool | None = None
+    recovered: list[str] | None = None  # status: what finishing an interrupted command wrote
 
     def to_json(self) -> dict:
-        """``{"profile", "device", ["dry_run"], "patches": [...]}``."""
+        """``{"profile", "device", ["dry_run"], ["recovered"], "patches": [...]}``."""
         extra = {} if self.dry_run is None else {"dry_run": self.dry_run}
+        if self.recovered is not None:
+            extra["recovered"] = self.recovered
         return {
             "profile": self.selection.profile.name,
             "device": self.selection.device,
@@ -76,6 +80,7 @@ def render_statuses(statuses: list[engine.PatchStatus]) -> None:
     for s in statuses:  # ids, reasons and warnings may carry names read from a state folder: cleaned
         action = f" ({s.action})" if s.action and s.action not in (Action.UNCHANGED, Action.SKIPPED) else ""
         variant = f" [{clean(s.variant)}]" if s.variant and s.variant != records.DEFAULT_VARIANT else ""
+        variant += f" (the guide's {clean(s.guide)})" if s.guide else ""
         head = click.style(f"{s.state:15}", **STATE_STYLE.get(s.state, {}))
         click.echo(f"{head} {clean(s.id)}{variant}{action}")
         if s.reason:
@@ -107,7 +112,7 @@ def apply(profile, device, python, roots, only, variants, dry_run, strict, as_js
             planned = sum(s.action == Action.WOULD_APPLY for s in report.statuses)
             click.echo(f"\n{planned} patch(es) would be applied (dry run)")
         else:
-            wrote = sum(s.action in (Action.APPLIED, Action.SWITCHED) for s in report.statuses)
+            wrote = sum(s.action in (Action.APPLIED, Action.SWITCHED, Action.ADOPTED) for s in report.statuses)
             click.echo(f"\n{wrote} patch(es) applied")
 
     return render(report, as_json, human)
@@ -133,11 +138,18 @@ def revert(profile, python, roots, only, as_json) -> None:
 @target_options
 @json_option
 def status(profile, device, python, roots, as_json) -> None:
-    """Show each patch's state: applied, not-applied, not-applicable, drifted or partial."""
+    """Show each patch's state: applied, not-applied, hand-edited, not-applicable, drifted or partial."""
     sel = selection(profile, device, roots, python)
-    report = PatchReport(sel, engine.status(sel, on_wait=tell_lock_wait))
+    statuses, recovered = engine.status_and_recovery(sel, on_wait=tell_lock_wait)
+    report = PatchReport(sel, statuses, recovered=recovered)
+
+    def human(report: PatchReport) -> None:
+        for note in report.recovered or ():
+            click.echo(click.style("recovered:", fg="yellow") + f" {clean(note)}", err=True)
+        render_statuses(report.statuses)
+
     pending = any(s.state not in (State.APPLIED, State.NOT_APPLICABLE) for s in report.statuses)
-    return render(report, as_json, lambda r: render_statuses(r.statuses), 1 if pending else 0)
+    return render(report, as_json, human, 1 if pending else 0)
 
 
 @click.command()

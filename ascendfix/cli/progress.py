@@ -105,6 +105,24 @@ def report_table(console: Any, data: dict[str, Any], sparks: dict[str, str]) -> 
         table.add_row(escape(key), f"{num(value)}  {sparks.get(key, '')}")
     console.print(table)
     console.print(f"[dim]{basis_note(data)}[/]")
+    if len(data["segments"]) > 1:
+        console.print(escape(segments_note(data)), soft_wrap=True)
+
+
+def segments_note(data: dict[str, Any]) -> str:
+    """Which segment of a log holding several runs (a resumption) the figures are of, and the others."""
+    parts = []
+    for seg in data["segments"]:
+        where = f" in {seg['file']}" if seg["file"] else ""
+        mark = " (reported)" if seg["segment"] == data["segment"] else ""
+        parts.append(f"{seg['segment']}: steps {seg['first_step']}–{seg['last_step']}{where}{mark}")
+    return (
+        f"this log holds {len(data['segments'])} runs (a step logged again with other values: "
+        + "a resumed or restarted run): "
+        + "; ".join(parts)
+        + "; figures are of segment "
+        + f"{data['segment']}, --segment N for another"
+    )
 
 
 def percent(share: float | None) -> str:
@@ -116,10 +134,11 @@ def basis_note(data: dict[str, Any]) -> str:
     """What the figures are taken over: the steady steps, or every step seen when there is none yet."""
     steady, seen = data["steady_steps"], data["steps_seen"]
     shares = "time shares are of their total step time"
+    first = "step 1" if data["first_step"] in (1, None) else f"step {data['first_step']}, the resumed run's first"
     if steady:
-        return f"figures are medians over {steady} steady step(s) (not step 1, not validating or saving); {shares}"
+        return f"figures are medians over {steady} steady step(s) (not {first}, not validating or saving); {shares}"
     over = f"step {data['first_step']}'s own" if seen == 1 else f"medians over all {seen} steps seen"
-    return f"no steady step yet (not step 1, not validating or saving): figures are {over}, warm-up included; {shares}"
+    return f"no steady step yet (not {first}, not validating or saving): figures are {over}, warm-up included; {shares}"
 
 
 def sparks(run: Any, extra: tuple[str, ...]) -> dict[str, str]:

@@ -18,12 +18,17 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 @json_option
 @click.option("--plot", type=path_type(dir_okay=False), help="Write a PNG (needs matplotlib).")
 @click.option("--metrics", "extra", default="", help="More metric keys to report, comma-separated.")
-def report_command(paths: tuple[Path, ...], as_json: bool, plot: Path | None, extra: str) -> None:
+@click.option(
+    "--segment",
+    type=click.IntRange(min=1),
+    help="Of a log holding several runs (a resumption logs steps again), report run N (default: the last).",
+)
+def report_command(paths: tuple[Path, ...], as_json: bool, plot: Path | None, extra: str, segment: int | None) -> None:
     """Report each run: a log file, a Ray session logs directory, or a verl JSONL file."""
     from ascendfix.job import report
 
     keys = tuple(k.strip() for k in extra.split(",") if k.strip())
-    runs = [report.load_run(p) for p in paths]
+    runs = [report.load_run(p, segment) for p in paths]
     if plot is not None:
         report.plot(runs, plot)
 

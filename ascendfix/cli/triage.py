@@ -15,8 +15,8 @@ from ascendfix.cli.base import escape, json_option, out, path_type, render
 def triage_command(logdir: Path | None, as_json: bool) -> None:
     """Name the first failure in LOGDIR (default: the Ray session's logs) and count what followed.
 
-    Reads Ray session logs, ascendfix run folders and CANN plog folders. Exits 1 when something
-    failed, 0 when nothing did.
+    Reads Ray session logs, ascendfix run folders, CANN plog folders and a collected dmesg -T or
+    kern.log. Exits 1 when something failed or a file could not be read, 0 when nothing did.
     """
     from ascendfix.job import triage
 
@@ -25,6 +25,15 @@ def triage_command(logdir: Path | None, as_json: bool) -> None:
     def human(data: triage.Triage) -> None:
         console = out()
         read = f"{data.files} files ({data.bytes_read / 2**20:.1f} MB) in {data.logs}"
+        for path, why in data.skipped:
+            console.print(f"[bold yellow]not read[/]  {escape(path)}: {escape(why)}")
+        if data.skipped:
+            unread = f"{len(data.skipped)} files or folders could not be read: run triage as a user who can read them"
+            console.print(f"[yellow]{escape(unread)}[/]")
+        for node, seconds in data.clock_skew.items():
+            side = "behind" if seconds > 0 else "ahead of"
+            skew = f"clock skew: node {node}'s stamps are {abs(seconds):.0f} s {side} the other nodes'"
+            console.print(f"[yellow]{escape(skew)} for the same collective; its times are corrected[/]")
         first = data.first
         if first is None:
             console.print(f"no failure found: read {escape(read)}")
@@ -44,4 +53,4 @@ def triage_command(logdir: Path | None, as_json: bool) -> None:
         console.print(f"{then}; lines by code: {escape(counts)}")
         console.print(f"[dim]read {escape(read)}[/]")
 
-    return render(result, as_json, human, 1 if result.first is not None else 0)
+    return render(result, as_json, human, 1 if result.failed else 0)

@@ -35,7 +35,8 @@ def upgrade_check(profile: str, device: str | None, releases: tuple[str, ...], p
     prof = manifest.load_profile(profile)
     detected = detect_device()
     device = device or (detected if detected in prof.devices else next(iter(prof.devices)))
-    report = upgrade.check(prof, device, upgrade.parse_with(prof, device, releases), platform)
+    with_ = upgrade.parse_with(prof, device, releases)
+    report = upgrade.check(prof, device, with_, platform, tell=lambda what: click.echo(f"{what} ...", err=True))
     return render(report, as_json, _render, 0 if report.ok else 1)
 
 

@@ -98,6 +98,14 @@ def _suggested_interface(interfaces: set[str]) -> str:
     return ranked[0] if ranked else "IFACE"
 
 
+def _site_specific_export(name: str, is_interface: bool, interfaces: set[str]) -> str:
+    """The fix for a value the profile leaves to each site: the site's own, never a guessed one."""
+    if not is_interface:
+        return f"export {name}=VALUE  # this site's value"
+    has = ", ".join(sorted(interfaces - {"lo"})) or "none but lo"
+    return f"export {name}=SITE_NIC  # the NIC this site's nodes reach each other on (this host has: {has})"
+
+
 def selected_interfaces(value: str, interfaces: set[str] | list[str]) -> list[str]:
     """The interfaces an ``*_SOCKET_IFNAME`` value selects (``eth0``, ``eth`` as a prefix, ``=eth0``, ``a,b``)."""
     selected: dict[str, None] = {}
@@ -141,8 +149,7 @@ def check_env(ctx: Context) -> Finding:
         elif var.value is None and not value:
             bad.append(f"{var.name} is unset; it is site-specific")
             whys.append(why)
-            hint = nic if var.check == "interface" else "VALUE"
-            exports.append(f"export {var.name}={hint}")
+            exports.append(_site_specific_export(var.name, var.check == "interface", interfaces))
         elif var.check == "interface" and not _names_interface(value, interfaces):
             bad.append(f"{var.name}={value} names no interface of this host (it has: {', '.join(sorted(interfaces))})")
             exports.append(f"export {var.name}={nic}")

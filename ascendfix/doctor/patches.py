@@ -5,7 +5,7 @@ from __future__ import annotations
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
 from ascendfix.patching import engine, journal
-from ascendfix.states import State
+from ascendfix.states import ReasonCode, State
 
 
 def check_patches(ctx: Context) -> Finding:
@@ -23,13 +23,29 @@ def check_patches(ctx: Context) -> Finding:
             fix=ctx.site.command("status") + "  # rolls it back",
         )
     statuses = engine.evaluate(engine.Selection(ctx.profile, ctx.device, chosen, targets, {}))
-    lines = [f"{s.id}: {s.state}" + (f" ({s.reason})" if s.reason else "") for s in statuses]
+    lines = [f"{s.id}: {_state_word(s)}" + (f" ({s.reason})" if s.reason else "") for s in statuses]
     states = {s.state for s in statuses}
     apply = ctx.site.command("apply")
     if states <= {State.APPLIED}:
         return ok(f"all {len(statuses)} patches applied", *lines)
-    blocking = (State.NOT_APPLIED, State.PARTIAL, State.DRIFTED)
+    blocking = (State.NOT_APPLIED, State.HAND_EDITED, State.PARTIAL, State.DRIFTED)
+    fix = "\n".join(dict.fromkeys(_fix(s, apply) for s in statuses if s.state != State.APPLIED))
     if states & set(blocking):
         todo = sum(1 for s in statuses if s.state in blocking)
-        return fail(f"{todo} of {len(statuses)} patches not applied", *lines, fix=apply)
-    return warn("some patches cannot be applied here", *lines, fix=apply)
+        return fail(f"{todo} of {len(statuses)} patches not applied", *lines, fix=fix)
+    return warn("some patches cannot be applied here", *lines, fix=fix)
+
+
+def _fix(status: engine.PatchStatus, apply: str) -> str:
+    """The one fix for a patch, the engine's (as ``status`` gives it): apply where apply takes the file
+    (not applied, or hand-edited: apply adopts it), else the fix of what stands in its way."""
+    if status.state in (State.NOT_APPLIED, State.HAND_EDITED, State.NOT_APPLICABLE) or not status.hint:
+        return apply
+    return f"{status.id}: {status.hint}"
+
+
+def _state_word(status: engine.PatchStatus) -> str:
+    """The state as doctor words it: a package that is not there is "not found", not "drifted"."""
+    if status.reason_code == ReasonCode.PACKAGE_NOT_FOUND:
+        return "not found"
+    return f"{status.state} (the guide's {status.guide})" if status.guide else str(status.state)

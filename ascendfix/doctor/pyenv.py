@@ -20,7 +20,7 @@ from packaging.version import InvalidVersion, Version
 
 from ascendfix.doctor.context import Context, editable_dir
 from ascendfix.doctor.model import Finding, fail, listing, ok, skip, warn
-from ascendfix.doctor.ours import without_patches
+from ascendfix.doctor.ours import hand_edited, without_patches
 from ascendfix.errors import RefusedError
 from ascendfix.fsutil import sha256_bytes
 from ascendfix.patching.journal import Record, Store
@@ -395,6 +395,7 @@ def _changed_files(metadata_dir: Path) -> tuple[int, list[tuple[str, str, bytes 
 def check_integrity(ctx: Context) -> Finding:
     """Installed ``.py`` files of the pinned distributions against their wheel's RECORD."""
     good, bad, warned, fixes, later, details, checked, files = [], [], [], [], [], [], 0, 0
+    adopt: list[str] = []  # a reinstall (for a file that is more than hand-edited) drops the hand edits too
     for c in ctx.components():
         info = ctx.installed(c.distribution) if c.distribution else None
         if not info or not info.metadata_dir or editable_dir(info):
@@ -403,7 +404,7 @@ def check_integrity(ctx: Context) -> Finding:
         if not (metadata_dir / "RECORD").is_file():
             continue
         checked += 1
-        ours, plugin, foreign, elsewhere = [], [], [], []
+        ours, plugin, foreign, elsewhere, by_hand = [], [], [], [], []
         others = recorded_elsewhere(ctx, metadata_dir.parent)
         count, changed = _changed_files(metadata_dir)
         files += count
@@ -416,6 +417,10 @@ def check_integrity(ctx: Context) -> Finding:
                 ours.append(f"{rel} ({', '.join(patches)})")
             elif code is not None and rl_plugin.original_of(rel, restored, lambda b, d=digest: _digest(b) == d):
                 plugin.append(rel + (f" (and {', '.join(patches)})" if patches else ""))
+            elif code is not None and (
+                guide := hand_edited(ctx.profile, rel, code, lambda b, d=digest: _digest(b) == d)
+            ):
+                by_hand.append(f"{rel} (the guide's {guide})")
             else:
                 foreign.append(rel + (" (missing)" if code is None else ""))
         name = f"{c.distribution} {info.version}"
@@ -423,6 +428,9 @@ def check_integrity(ctx: Context) -> Finding:
             good.append(f"{name}: changed by ascendfix's patches, as expected: {', '.join(ours)}")
         if plugin:  # never reinstalled away: without them the NPU rollout is off
             good.append(f"{name}: changed by the {rl_plugin.INSTALLER} exactly as it edits them: {', '.join(plugin)}")
+        if by_hand:  # apply adopts them: the same fix as the patches check's, no reinstall
+            warned.append(f"{name}: hand-edited as the guide says, over the wheel's own bytes: {', '.join(by_hand)}")
+            adopt = [ctx.site.command("apply") + "  # adopts the hand edits"]
         if elsewhere:
             warned.append(f"{name}: another profile's patches: {', '.join(text for text, _ in elsewhere)}")
             later += _elsewhere_fixes(ctx, [record for _, record in elsewhere])
@@ -439,7 +447,7 @@ def check_integrity(ctx: Context) -> Finding:
             fixes.append(ctx.site.command("apply"))
         return fail(*bad, *warned, *leftovers, *good, fix="\n".join(fixes + later), details=details)
     if leftovers or warned:
-        fix = "\n".join(later + ([ctx.site.command("apply")] if leftovers else []))
+        fix = "\n".join(later + (adopt or [ctx.site.command("apply")] if adopt or leftovers else []))
         return warn(*warned, *leftovers, *good, fix=fix)
     if not checked:
         return skip("no pinned distribution installed from a wheel (nothing to compare against a RECORD)")

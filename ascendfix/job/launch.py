@@ -25,14 +25,13 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from ascendfix.errors import RefusedError, UsageError
-from ascendfix.job.metrics import Step, StepParser
+from ascendfix.job.metrics import MAX_PARTIAL_LINE, Step, StepParser
 from ascendfix.job.redact import job_variables, redact_argv, redact_overrides, redact_variable
 from ascendfix.jsonable import jsonable
 from ascendfix.profile.jobenv import EnvSetting, raise_nofile
 from ascendfix.site import Site
 
 GRACE_S = 30.0
-_MAX_PARTIAL_LINE = 1 << 20
 _PIPE_SIZE = 1 << 20
 
 
@@ -311,7 +310,7 @@ def _pump(
             data = partial[fd] + chunk
             cut = data.rfind(b"\n") + 1
             parser.feed_lines(data[:cut])
-            partial[fd] = data[cut:] if len(data) - cut <= _MAX_PARTIAL_LINE else b""
+            partial[fd] = data[cut:] if len(data) - cut <= MAX_PARTIAL_LINE else b""
             if status is not None and not partial[fd]:
                 status.draw()
     for fd in list(sel.get_map()):

@@ -44,6 +44,8 @@ _REPEATED = re.compile(rb"\s*\[repeated \d+x across cluster\]\s*$")
 _NP_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
 _TOTAL = re.compile(rb"Total training steps: (\d+)")
 _CHUNK = 1 << 22
+# The longest unfinished line kept (a verl step line is a few KB; tqdm's \r bars never end a line).
+MAX_PARTIAL_LINE = 1 << 20
 
 
 @dataclass
@@ -139,22 +141,46 @@ def parse_json_record(line: bytes | str) -> Step | None | bool:
     return Step(step, values)
 
 
-class StepParser:
-    """Streaming parser: feed lines (from a live job or files); keeps each step once.
+@dataclass
+class Segment:
+    """One run's steps inside a log: a step number that comes again with other values (a resumed or
+    restarted run) starts another. ``origin`` is the file it was first seen in; ``order`` sorts the
+    segments as they were written."""
 
-    A step seen again (prefixed in the driver log, raw in ``worker-*.out``) is counted as a
-    duplicate; the record with more metrics wins, so a truncated copy never replaces a whole one.
-    A step seen again with other values is not a copy but another run's: the first such step is
-    kept in ``conflict`` (step number and the two files), and nothing is merged into it.
+    steps: dict[int, Step] = field(default_factory=dict)
+    origin: str = ""
+    order: tuple[float, int] = (0.0, 0)
+
+
+class StepParser:
+    """Streaming parser: feed lines (from a live job or files); keeps each step once, per segment.
+
+    A step seen again with the same values (prefixed in the driver log, raw in ``worker-*.out``) is
+    counted as a duplicate; the record with more metrics wins, so a truncated copy never replaces a
+    whole one. A step number that comes again with other values starts a new segment: the same log
+    (or Ray session folder) then holds a crashed run and its resumption (``resume_mode=auto``), which
+    logs again from its last save, or two runs. Each file follows its own segment; a file whose steps
+    repeat a known segment's values joins it.
     """
 
     def __init__(self, on_step: Callable[[Step], None] | None = None):
-        self.steps: dict[int, Step] = {}
+        self.segments: list[Segment] = []
         self.stats = ParseStats()
         self.on_step = on_step
         self.source = ""  # the file being read, when reading files
-        self.origin: dict[int, str] = {}
-        self.conflict: tuple[int, str, str] | None = None
+        self.source_time = 0.0  # its modification time: segments of different files sort by it
+        self._cursor: dict[str, Segment] = {}  # per source: the segment it feeds
+
+    @property
+    def ordered(self) -> list[Segment]:
+        """The segments as they were written: by their file's modification time, then by position."""
+        return sorted(self.segments, key=lambda s: s.order)
+
+    @property
+    def steps(self) -> dict[int, Step]:
+        """The latest segment's steps (all steps when the log holds one run)."""
+        ordered = self.ordered
+        return ordered[-1].steps if ordered else {}
 
     def feed(self, line: bytes | str) -> Step | None:
         """Parse one console line; returns the Step it added (None for anything else)."""
@@ -182,28 +208,47 @@ class StepParser:
         if parsed is False:
             self.stats.skipped += 1
             return None
-        known = self.steps.get(parsed.step)
+        segment = self._segment_for(parsed)
+        known = segment.steps.get(parsed.step)
+        self._cursor[self.source] = segment
         if known is not None:
-            if not _same_values(known, parsed):
-                self.conflict = self.conflict or (parsed.step, self.origin.get(parsed.step, ""), self.source)
-                return None
             self.stats.duplicates += 1
             if len(parsed.values) <= len(known.values):
                 return None
-        self.steps[parsed.step] = parsed
-        self.origin[parsed.step] = self.source
+        segment.steps[parsed.step] = parsed
         if self.on_step is not None and known is None:
             self.on_step(parsed)
         return parsed
 
-    def sorted_steps(self) -> list[Step]:
-        """The steps kept, by step number."""
-        return [self.steps[k] for k in sorted(self.steps)]
+    def _segment_for(self, step: Step) -> Segment:
+        """The segment ``step`` belongs to: the one this source feeds, unless that one holds the step with
+        other values (the run was resumed or restarted); else a known segment holding the same record
+        (another copy of that run); else a new one."""
+        current = self._cursor.get(self.source)
+        if current is not None:
+            known = current.steps.get(step.step)
+            if known is None or _same_values(known, step):
+                return current
+        for segment in self.segments:
+            known = segment.steps.get(step.step)
+            if known is not None and _same_values(known, step):
+                return segment
+        segment = Segment(origin=self.source, order=(self.source_time, len(self.segments)))
+        self.segments.append(segment)
+        return segment
 
     def feed_file(self, path: Path) -> None:
-        """Parse a whole log or JSONL file without holding it in memory."""
+        """Parse a whole log or JSONL file without holding it in memory.
+
+        A partial line is capped as ``run``'s live pump caps it: a line that never ends (tqdm's
+        ``\r`` bars) keeps only its last ``MAX_PARTIAL_LINE`` bytes, so time and memory stay linear.
+        """
         self.stats.files += 1
         self.source = str(path)
+        try:
+            self.source_time = path.stat().st_mtime
+        except OSError:
+            self.source_time = 0.0
         if path.suffix == ".jsonl":
             with open(path, "rb") as f:
                 for line in f:
@@ -211,15 +256,20 @@ class StepParser:
             return
         with open(path, "rb") as f:
             tail = b""
-            while True:
-                chunk = f.read(_CHUNK)
-                if not chunk:
-                    break
+            while chunk := f.read(_CHUNK):
                 buf = tail + chunk
+                del chunk, tail  # one chunk's copy alive at a time
                 cut = buf.rfind(b"\n") + 1
                 self.feed_lines(buf[:cut])
-                tail = buf[cut:]
+                tail = partial_line(buf, cut)
+                del buf
             self.feed_lines(tail)
+
+
+def partial_line(data: bytes, cut: int) -> bytes:
+    """What to keep of ``data`` after its last complete line (which ends at ``cut``): at most the last
+    ``MAX_PARTIAL_LINE`` bytes, so an unfinished line never grows without bound."""
+    return data[max(cut, len(data) - MAX_PARTIAL_LINE) :]
 
 
 def _same_values(a: Step, b: Step) -> bool:
@@ -232,7 +282,8 @@ def _same_values(a: Step, b: Step) -> bool:
 
 
 def _lines_with(buf: bytes) -> Iterator[bytes]:
-    """Lines holding ``step:<digit>`` or the total-steps banner; one ``find`` for both keeps it one pass."""
+    """Lines holding ``step:<digit>`` or the total-steps banner; one ``find`` for both keeps it one pass.
+    A line is taken from at most ``MAX_PARTIAL_LINE`` bytes before its match (what tqdm's bars left before it)."""
     find, rfind = buf.find, buf.rfind
     pos = find(b"step")
     while pos != -1:
@@ -240,7 +291,7 @@ def _lines_with(buf: bytes) -> Iterator[bytes]:
         if (after[:1] == b":" and after[1:].isdigit()) or buf.startswith(b"Total training ", pos - 15):
             end = find(b"\n", pos)
             end = len(buf) if end == -1 else end
-            yield buf[rfind(b"\n", 0, pos) + 1 : end]
+            yield buf[max(rfind(b"\n", 0, pos) + 1, pos - MAX_PARTIAL_LINE) : end]
             pos = find(b"step", end)
         else:
             pos = find(b"step", pos + 4)
@@ -311,9 +362,10 @@ class Series:
 
     @classmethod
     def of(cls, steps: Iterable[Step]) -> Series:
-        """Training steps (validation-only lines dropped), by step number."""
+        """Training steps (validation-only lines dropped), by step number. The first one is never steady:
+        it is step 1's warm-up, or a resumed run's (its first step loads the save and starts the engines)."""
         training = sorted((s for s in steps if s.is_training), key=lambda s: s.step)
-        return cls(training, [s for s in training if s.is_steady])
+        return cls(training, [s for s in training[1:] if s.is_steady])
 
     def basis(self) -> list[Step]:
         """The steps steady-state figures are taken over: the steady ones, else all (a short run)."""

@@ -169,6 +169,15 @@ def _hint_missing(override: str, overrides: Mapping[str, str]) -> bool:
     return bool(sep) and overrides[key].strip("'\"").lower() != value.lower()
 
 
+def rules_broken_by_applying(
+    profile: Profile, facts: rules.Facts, device: str, pid: str, refused: set[str]
+) -> list[str]:
+    """The rules that refuse once patch ``pid`` is applied and do not refuse now, without it (``refused``):
+    only those are why it is left out. A rule that refuses either way is not about the patch."""
+    applied = facts._replace(patch_states={**(facts.patch_states or {}), pid: State.APPLIED})
+    return [h.rule for h in rules.evaluate(profile.rules, applied, device).refusals if h.rule not in refused]
+
+
 def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full: bool = True) -> Preflight:
     """Problems (doctor failures, bad patch states, refuse rules) and hints (warn rules, missing overrides)
     of running ``argv`` on the ``site`` (its device, interpreter, roots and environment).
@@ -213,10 +222,12 @@ def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full:
             if state in (State.DRIFTED, State.PARTIAL):
                 drifted = f"patch {pid} is {state}{because}"
                 result.problems.append(Finding("patches", drifted, fix=site.command("status")))
+            elif state == State.HAND_EDITED:  # the guide's edit, in effect: adopting it is the fix, not a blocker
+                adopt = f"patch {pid}: {reason or state}"
+                result.hints.append(Finding("patches", adopt, fix=site.command("apply")))
             elif state == State.NOT_APPLIED:
                 # left out on purpose when applying it would break a rule (DAPO + filter_groups)
-                applied = facts._replace(patch_states={**facts.patch_states, pid: State.APPLIED})
-                blocking = [h.rule for h in rules.evaluate(profile.rules, applied, device).refusals]
+                blocking = rules_broken_by_applying(profile, facts, device, pid, refused)
                 if blocking:
                     result.hints.append(Finding("patches", f"{pid} is not applied, as rule {blocking[0]} requires"))
                 else:
@@ -228,7 +239,7 @@ def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full:
         unknown = f"rule {rid} not checked: the patch states, modules or files it needs are unknown"
         result.hints.append(Finding("rules", unknown))
     if full and seams.checkpoint_problems is not None:
-        for folder, keys in checkpoint_folders(overrides).items():
+        for folder, keys in {**checkpoint_folders(overrides), **resume_folders(overrides)}.items():
             for message in seams.checkpoint_problems(Path(folder)):
                 result.problems.append(Finding("checkpoint", f"{keys[0]}={folder}: {message}"))
         for key in (k for k, v in overrides.items() if k.endswith(CHECKPOINT_PATH) and "$" in v):
@@ -275,6 +286,24 @@ def checkpoint_folders(overrides: Mapping[str, str]) -> dict[str, list[str]]:
     return folders
 
 
+def resume_folders(overrides: Mapping[str, str]) -> dict[str, list[str]]:
+    """The save verl resumes from: ``trainer.resume_from_path`` with ``resume_mode`` ``resume_path``, or with
+    ``auto`` (the default) ``trainer.default_local_dir`` when its latest_checkpointed_iteration.txt is there."""
+    mode = overrides.get("trainer.resume_mode", "auto").strip("'\"").lower()
+    if mode == "resume_path":
+        key = "trainer.resume_from_path"
+    elif mode == "auto":
+        key = "trainer.default_local_dir"
+    else:
+        return {}
+    folder = overrides.get(key, "").strip().strip("'\"")
+    if not folder or "$" in folder or folder.lower() in ("null", "none"):
+        return {}
+    if mode == "auto" and not (Path(folder) / "latest_checkpointed_iteration.txt").exists():
+        return {}  # nothing saved yet: verl starts afresh
+    return {folder: [key]}
+
+
 def _int(overrides: Mapping[str, str], key: str) -> int | None:
     try:
         return int(overrides[key].strip("'\""))
@@ -283,7 +312,13 @@ def _int(overrides: Mapping[str, str], key: str) -> int | None:
 
 
 def batch_size_hints(overrides: Mapping[str, str]) -> list[str]:
-    """verl's batch-size divisibility rules, checked before Ray spends minutes starting the job."""
+    """verl's batch-size divisibility checks, before Ray spends minutes starting the job.
+
+    As verl 0.5.0 ``RayPPOTrainer._validate_config`` does (ray_trainer.py:391-418): for the Megatron
+    actor (the guide's; unless ``actor.strategy`` says fsdp) ``n_gpus % (tp·pp·cp)`` and
+    ``real_train_batch_size % (megatron_dp × ppo_micro_batch_size_per_gpu)``, for FSDP
+    ``real_train_batch_size % n_gpus``; and the mini-batch split ``DataProto.make_iterator`` asserts.
+    """
     prompts, n = _int(overrides, "data.train_batch_size"), _int(overrides, "actor_rollout_ref.rollout.n")
     mini = _int(overrides, "actor_rollout_ref.actor.ppo_mini_batch_size")
     nodes, per_node = _int(overrides, "trainer.nnodes"), _int(overrides, "trainer.n_gpus_per_node")
@@ -292,12 +327,39 @@ def batch_size_hints(overrides: Mapping[str, str]) -> list[str]:
         found.append(
             f"data.train_batch_size={prompts} is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size={mini}"
         )
-    if prompts and n and nodes and per_node and (prompts * n) % (nodes * per_node):
+    if not (nodes and per_node):
+        return found
+    n_gpus = nodes * per_node
+    strategy = overrides.get("actor_rollout_ref.actor.strategy", "megatron").strip("'\"")
+    samples = prompts * n if prompts and n else None
+    if strategy.startswith("fsdp"):
+        if samples and samples % n_gpus:
+            found.append(
+                f"data.train_batch_size × rollout.n = {samples} samples do not split evenly over "
+                f"{nodes} × {per_node} devices (verl's _validate_config asserts divisibility)"
+            )
+        return found
+    megatron = "actor_rollout_ref.actor.megatron."
+    tp, pp, cp = (_int(overrides, megatron + k) or 1 for k in _MEGATRON_PARALLEL)
+    if n_gpus % (tp * pp * cp):
         found.append(
-            f"data.train_batch_size × rollout.n = {prompts * n} samples do not split evenly over "
-            f"{nodes} × {per_node} devices (verl's check_config asserts divisibility)"
+            f"trainer.nnodes × trainer.n_gpus_per_node = {n_gpus} devices are not divisible by tensor × pipeline × "
+            f"context parallel = {tp} × {pp} × {cp} (verl's _validate_config asserts it for the Megatron actor)"
+        )
+        return found
+    dp = n_gpus // (tp * pp * cp)
+    micro = _int(overrides, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
+    minimal = dp * (micro or 1)  # unset: verl needs it; any value needs samples % megatron_dp at least
+    if samples and samples % minimal:
+        per = f"megatron_dp {dp} × ppo_micro_batch_size_per_gpu {micro}" if micro else f"megatron_dp {dp}"
+        found.append(
+            f"data.train_batch_size × rollout.n = {samples} samples do not split evenly over {per} = {minimal} "
+            "(verl's _validate_config asserts real_train_batch_size % minimal_bsz == 0)"
         )
     return found
+
+
+_MEGATRON_PARALLEL = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
 
 
 # run sets the profile's environment itself, and preflight reads the patch states directly.
@@ -345,11 +407,13 @@ def default_seams(smoke: bool = False) -> Seams:
         return raysmoke.job_problems(profile, device, overrides, environ)
 
     def checkpoint_problems(folder: Path) -> list[str]:
-        from ascendfix.checkpoint import check
+        from ascendfix.checkpoint import verl
         from ascendfix.errors import UsageError
 
+        if not folder.is_dir():
+            return [f"{folder}: not a folder (the checkpoint is not there)"]
         try:
-            report = check.check(folder, quick=True)
+            report = verl.check_save(folder, quick=True)
         except UsageError as e:
             return [str(e)]
         return [f"{p.kind} {p.subject}: {p.detail}" for p in report.problems]

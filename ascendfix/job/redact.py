@@ -4,7 +4,9 @@ The environment is cut down to what the job reads (the profile's variables, and 
 the libraries a verl job runs: see :data:`JOB_PREFIXES`); every value whose name looks secret is
 replaced, in the environment, the command line (``name=value``, ``--flag=value`` and ``--flag
 value``) and the Hydra overrides (from the command line and from the script), and so are the
-credentials inside any URL (``postgres://user:pw@host``, ``http://user:pw@proxy``).
+credentials inside any URL (``postgres://user:pw@host``, ``http://user:pw@proxy``), a secret-named query
+parameter (``?access_token=…``), a ``Bearer``/``Basic`` credential anywhere, and the value of a header
+argument of a secret-named header (``-H "Authorization: Bearer …"``).
 """
 
 from __future__ import annotations
@@ -42,26 +44,42 @@ JOB_NAMES = frozenset(
 )
 
 # A name is secret when one of its words is one of these, or when it ends with one of the endings
-# (WANDB_API_KEY, HF_TOKEN, PGPASSWORD). Words, not substrings: PATH holds PAT, and verl's
+# (WANDB_API_KEY, HF_TOKEN, PGPASSWORD, RAY_JOB_HEADERS, which carries an Authorization header), or when it
+# holds AUTH anywhere (OAUTH2_PROXY_COOKIE, MY_AUTHKEY). Words, not substrings: PATH holds PAT, and verl's
 # max_num_batched_tokens and ppo_max_token_len_per_gpu hold TOKEN, and none of them is a secret.
 _SECRET_WORDS = frozenset(
     "SECRET SECRETS PASS PASSWORD PASSWD PASSPHRASE PAT DSN CREDENTIAL CREDENTIALS AUTH AUTHORIZATION "
-    "COOKIE APIKEY".split()
+    "COOKIE APIKEY SIGNATURE SIG".split()
 )
-_SECRET_ENDINGS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CONNECTION_STRING")
+_SECRET_ENDINGS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CONNECTION_STRING", "HEADERS")
 _WORD = re.compile(r"[^A-Z0-9]+")
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+_SCHEME_CREDENTIALS = re.compile(r"(?i)\b(Bearer|Basic)(\s+)[A-Za-z0-9._~+/=:-]+")
+_QUERY_PARAMETER = re.compile(r"([?&;])([^=&#\s]+)=([^&#\s]*)")
+_HEADER = re.compile(r"^(\s*[A-Za-z0-9_-]+\s*:)\s*\S")
 
 
 def secret_name(name: str) -> bool:
     """Whether a variable, option or override called ``name`` may hold a secret."""
     upper = name.upper().strip("-+")
-    return upper.endswith(_SECRET_ENDINGS) or any(word in _SECRET_WORDS for word in _WORD.split(upper))
+    return (
+        upper.endswith(_SECRET_ENDINGS) or "AUTH" in upper or any(word in _SECRET_WORDS for word in _WORD.split(upper))
+    )
 
 
 def redact_value(value: str) -> str:
-    """``value`` with the credentials of any URL in it replaced (``scheme://<redacted>@host``)."""
-    return _URL_CREDENTIALS.sub(rf"\1{REDACTED}@", value) if "://" in value else value
+    """``value`` with the secrets inside it replaced: a URL's credentials (``scheme://<redacted>@host``), a
+    secret-named query parameter's value, a ``Bearer``/``Basic`` credential, a secret-named header's value."""
+    header = _HEADER.match(value)
+    if header and secret_name(header.group(1).rstrip(": ")):
+        return f"{header.group(1)} {REDACTED}"
+    if "://" in value:
+        value = _URL_CREDENTIALS.sub(rf"\1{REDACTED}@", value)
+    if "=" in value:
+        value = _QUERY_PARAMETER.sub(
+            lambda m: f"{m[1]}{m[2]}={REDACTED}" if secret_name(m[2]) and m[3] else m[0], value
+        )
+    return _SCHEME_CREDENTIALS.sub(rf"\1\2{REDACTED}", value)
 
 
 def redact_variable(name: str, value: str | None) -> str | None:
@@ -92,7 +110,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             hide_next = False
             continue
         if " " in arg.strip():
-            out.append(" ".join(redact_argv(arg.split(" "))))
+            out.append(_redact_words(arg))
             continue
         name, sep, _ = arg.partition("=")
         if secret_name(name) and (sep or name.startswith("-")):
@@ -101,6 +119,17 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
         else:
             out.append(redact_value(arg))
     return out
+
+
+def _redact_words(arg: str) -> str:
+    """One argument holding spaces: a secret header (``Authorization: Bearer …``, also as ``--header=…``) has its
+    value redacted whole; else each word is redacted as an argument of its own (``bash -c "…"``)."""
+    flag, sep, rest = arg.partition("=")
+    value = rest if sep and flag.startswith("-") else arg
+    header = _HEADER.match(value)
+    if header and secret_name(header.group(1).rstrip(": ")):
+        return f"{flag}={header.group(1)} {REDACTED}" if value is rest else f"{header.group(1)} {REDACTED}"
+    return " ".join(redact_argv(redact_value(arg).split(" ")))
 
 
 def redact_overrides(overrides: Mapping[str, str]) -> dict[str, str]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from ascendfix.errors import AscendfixError, UsageError
 from ascendfix.job import metrics
-from ascendfix.job.metrics import Series, Step, StepParser
+from ascendfix.job.metrics import Segment, Series, Step, StepParser
 
 SPARK = "▁▂▃▄▅▆▇█"
 CURVES = {
@@ -34,39 +35,62 @@ GUIDE_ROWS = ("timing_s/step", "e2e_tps", "update_tps", "vllm_tps")
 
 @dataclass
 class Run:
-    """The parsed steps of one run and where they came from."""
+    """The parsed steps of one run and where they came from: one segment of its log (the latest by default)."""
 
     label: str
     parser: StepParser
+    segment: int | None = None  # 1-based, as ``--segment`` names it; None: the latest
+
+    @cached_property
+    def segments(self) -> list[tuple[Segment, Series]]:
+        """The log's segments that hold a training step, as they were written, each with its series."""
+        every = ((s, Series.of(s.steps.values())) for s in self.parser.ordered)
+        return [(segment, series) for segment, series in every if series.steps]
+
+    @property
+    def chosen(self) -> int:
+        """The segment reported, 1-based."""
+        return self.segment or len(self.segments) or 1
 
     @property
     def series(self) -> Series:
-        """The run's training steps."""
-        return Series.of(self.parser.steps.values())
+        """The run's training steps (of the chosen segment)."""
+        return self.segments[self.chosen - 1][1] if self.segments else Series([])
 
 
-def load_run(path: Path) -> Run:
+def load_run(path: Path, segment: int | None = None) -> Run:
     """Parse a log file, a Ray session logs directory (recursively) or a JSONL file; one without a verl
-    training step is an AscendfixError (exit 1) naming it."""
+    training step is an AscendfixError (exit 1) naming it. ``segment`` picks one run of a log that holds
+    several (a step number that comes again with other values: a resumption); by default the latest."""
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     files = metrics.log_files(path)
     if not files:
         raise UsageError(f"{path}: no log files (*.log, *.out, *.err, *.jsonl, *.txt) in this directory")
-    parser = metrics.parse_paths([path])
-    if not Series.of(parser.steps.values()).steps:
+    run = Run(str(path), metrics.parse_paths([path]), segment)
+    if not run.segments:
         where = "" if path.is_file() else f" in its {len(files)} log file(s)"
         raise AscendfixError(
             f"{path}: no verl training step line (step:N - key:value …){where}; is it the log of a verl run?"
         )
-    if parser.conflict is not None:
-        step, first, second = parser.conflict
-        where = f"{first} and {second}" if first != second else first
-        raise UsageError(
-            f"{path}: step {step} has different values in {where}: these are different runs; "
-            "report each file on its own (ascendfix report FILE)"
-        )
-    return Run(str(path), parser)
+    count = len(run.segments)
+    if segment is not None and not 1 <= segment <= count:
+        raise UsageError(f"--segment {segment}: {path} holds {count} segment(s); give a number from 1 to {count}")
+    return run
+
+
+def segments_data(run: Run) -> list[dict[str, Any]]:
+    """Each segment of the run's log: its number, first and last training step, how many, the file it is in."""
+    return [
+        {
+            "segment": number,
+            "first_step": series.steps[0].step,
+            "last_step": series.steps[-1].step,
+            "steps": len(series.steps),
+            "file": segment.origin or None,
+        }
+        for number, (segment, series) in enumerate(run.segments, 1)
+    ]
 
 
 def reward_key(steps: Sequence[Step]) -> str:
@@ -109,6 +133,8 @@ def report_data(run: Run, extra: Sequence[str] = ()) -> dict[str, Any]:
     rkey = reward_key(steps)
     data: dict[str, Any] = {
         "run": run.label,
+        "segment": run.chosen,
+        "segments": segments_data(run),
         "steps_seen": len(steps),
         "first_step": steps[0].step if steps else None,
         "last_step": steps[-1].step if steps else None,

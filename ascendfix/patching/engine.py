@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ascendfix.errors import RefusedError, UsageError
-from ascendfix.patching import journal
+from ascendfix.patching import hand_edits, journal
 from ascendfix.patching.journal import PlannedWrite, Record, Store, digest
+from ascendfix.patching.proof import Prove, prover, restorer, undo_patch
 from ascendfix.profile.records import Patch, PatchFile, Profile, Variant
-from ascendfix.site import Site, Target
+from ascendfix.site import Site, Target, distinct_folders, reinstall_spec
 from ascendfix.states import Action, ReasonCode, State
 from ascendfix.transforms.base import Outcome, TransformError, marker
 
@@ -34,6 +35,8 @@ class FileStatus(NamedTuple):
     variant: str | None = None  # the variant this file holds, when applied
     code: bytes | None = None  # what is on disk
     reason_code: ReasonCode | None = None  # why it is drifted or partial
+    guide: str | None = None  # the guide's section whose hand edit the file holds
+    hint: str = ""  # the fix a hand edit calls for (else the engine's, by reason_code)
 
 
 class PatchStatus(NamedTuple):
@@ -49,6 +52,7 @@ class PatchStatus(NamedTuple):
     writes: tuple[PlannedWrite, ...] = ()
     reason_code: ReasonCode | None = None
     hint: str = ""  # the command that fixes it
+    guide: str | None = None  # hand-edited: the guide's section whose edit the files hold
 
     def to_json(self) -> dict:
         """The JSON contract: id, state, reason, files[path, sha256, state]; plus variant, action, reason_code
@@ -63,6 +67,10 @@ class PatchStatus(NamedTuple):
         if self.reason_code:
             data["reason_code"] = self.reason_code
             data["hint"] = self.hint
+        elif self.hint:
+            data["hint"] = self.hint
+        if self.guide:
+            data["guide"] = self.guide
         if self.action:
             data["action"] = self.action
         if self.warnings:
@@ -84,8 +92,8 @@ class Selection(NamedTuple):
         return self.profile.variant(patch.id, self.variants)
 
     def roots(self) -> list[Path]:
-        """The located package roots."""
-        return [t.root for t in self.targets.values() if t.root is not None]
+        """The located package roots, each distinct folder once (two packages in one site-packages share one)."""
+        return distinct_folders([t.root for t in self.targets.values() if t.root is not None])
 
 
 def select(site: Site, only: tuple[str, ...] = ()) -> Selection:
@@ -168,12 +176,20 @@ def _evaluate_file(
     chosen, asked = selection.variant(patch), patch.id in selection.variants
     want = pfile.sites
     record = records.get(pfile.path)
+    checkout = target.root if target.is_checkout else None
     if record is not None and record.patch == patch.id and sha == record.patched_sha256:
+        held_by_hand = pfile.preimage_label(record.original_sha256) is None and patch.hand_edits
+        found = hand_edits.find(patch, pfile, code, checkout) if held_by_hand else None
+        if found is not None:  # written over a hand edit (an older ascendfix): the hand edit still decides
+            return _hand_edited(selection, patch, pfile, base, found, chosen)
         if not asked or record.variant == chosen.name:
             return base._replace(state=State.APPLIED, variant=record.variant, reason_code=None), None
         original = store.load_backup(pfile.path, record.original_sha256)
-        if original is not None and prover(selection.profile)(pfile.path, original, code):
+        if original is not None and prover(selection.profile)(pfile.path, original):
             return _switch(base, selection.profile, patch, chosen, record.variant, original, want)
+    found = hand_edits.find(patch, pfile, code, checkout) if label is None and patch.hand_edits else None
+    if found is not None:
+        return _hand_edited(selection, patch, pfile, base, found, chosen)
     try:
         outcome = chosen.build().apply(code, patch.id)
         state, reason = sites_state(outcome, want, pfile.path, patch.id)
@@ -199,6 +215,27 @@ def _evaluate_file(
     if state == State.PARTIAL:
         return base._replace(state=State.PARTIAL, reason=reason, reason_code=ReasonCode.PARTIALLY_PATCHED), None
     return base._replace(reason=reason), None
+
+
+def _hand_edited(
+    selection: Selection, patch: Patch, pfile: PatchFile, base: FileStatus, found: hand_edits.Found, chosen: Variant
+) -> Evaluated:
+    """A file that holds the guide's hand edit: adopted (the chosen variant applied to its proven upstream
+    original, which becomes the backup) when the edit is complete and proven, else why it is refused."""
+    if found.state != State.HAND_EDITED or found.original is None:
+        status = base._replace(state=found.state, reason=found.reason, reason_code=found.reason_code)
+        return status._replace(hint=found.hint), None
+    try:
+        outcome = chosen.build().apply(found.original, patch.id)
+        state, reason = sites_state(outcome, pfile.sites, pfile.path, patch.id)
+    except TransformError as e:
+        state, reason = None, f"{pfile.path}: {e}"
+    if state != State.NOT_APPLIED:
+        return base._replace(reason=f"{found.reason}; but {chosen.name} does not apply to it: {reason}"), None
+    record = _record(selection.profile, patch, chosen, found.original, outcome.code)
+    planned = PlannedWrite(pfile.path, outcome.code, record, original=found.original, expected_sha256=base.sha256)
+    adopted = base._replace(state=State.HAND_EDITED, reason=found.reason, preimage=found.label, reason_code=None)
+    return adopted._replace(guide=found.edit.guide, hint=found.hint), planned
 
 
 def sites_state(outcome: Outcome, want: int, rel: str, patch_id: str) -> tuple[State, str]:
@@ -251,7 +288,7 @@ def _hint(code: ReasonCode, patch: Patch, target: Target | None, rel: str) -> st
         return f"git -C {root} diff -- {rel}  # then: git -C {root} checkout -- {rel}; ascendfix apply"
     if code == ReasonCode.UNSUPPORTED_UPSTREAM:
         return f"this {patch.package} release is not one {patch.id} knows: pin the profile's version, or drop the patch"
-    return f"pip install --force-reinstall --no-deps {patch.package}==<its version>; then ascendfix apply"
+    return f"pip install --force-reinstall --no-deps {reinstall_spec(patch.package, root)}; then ascendfix apply"
 
 
 def _aggregate(patch: Patch, evaluated: list[Evaluated], target: Target | None = None) -> PatchStatus:
@@ -262,7 +299,11 @@ def _aggregate(patch: Patch, evaluated: list[Evaluated], target: Target | None =
         state = State.NOT_APPLICABLE
     elif State.DRIFTED in states:
         state = State.DRIFTED
-    elif State.PARTIAL in states or states - {State.NOT_APPLICABLE} == {State.APPLIED, State.NOT_APPLIED}:
+    elif State.PARTIAL in states:
+        state = State.PARTIAL
+    elif State.HAND_EDITED in states:  # apply adopts the hand-edited files and patches the rest
+        state = State.HAND_EDITED
+    elif states - {State.NOT_APPLICABLE} == {State.APPLIED, State.NOT_APPLIED}:
         state = State.PARTIAL
     else:
         (state,) = states - {State.NOT_APPLICABLE}
@@ -274,9 +315,21 @@ def _aggregate(patch: Patch, evaluated: list[Evaluated], target: Target | None =
     variant = variants.pop() if len(variants) == 1 else None
     bad = next((f for f in files if f.reason_code and f.state in (State.DRIFTED, State.PARTIAL)), None)
     code = bad.reason_code if bad is not None and state in (State.DRIFTED, State.PARTIAL) else None
-    hint = _hint(code, patch, target, bad.path) if code else ""
+    hint = (bad.hint or _hint(code, patch, target, bad.path)) if code else ""
+    by_hand = next((f for f in files if f.guide), None) if state == State.HAND_EDITED else None
+    if by_hand is not None:
+        hint = by_hand.hint
     return PatchStatus(
-        patch.id, state, reasons, tuple(files), warnings, variant=variant, writes=writes, reason_code=code, hint=hint
+        patch.id,
+        state,
+        reasons,
+        tuple(files),
+        warnings,
+        variant=variant,
+        writes=writes,
+        reason_code=code,
+        hint=hint,
+        guide=by_hand.guide if by_hand else None,
     )
 
 
@@ -326,36 +379,6 @@ def _read_or_empty(root: Path, rel: str) -> bytes:
         return b""
 
 
-def prover(profile: Profile) -> journal.Prove:
-    """Whether bytes from a backup or an undo copy may be written back over a file, as ``profile`` can prove:
-    they are a known original of that file (a patch's preimages), or they and the file on disk come back to
-    the same original through a patch's inverse transform (the inverse of the file reproduces them)."""
-    by_rel: dict[str, list[tuple[Patch, PatchFile]]] = {}
-    for patch in profile.patches.values():
-        for pfile in patch.files:
-            by_rel.setdefault(pfile.path, []).append((patch, pfile))
-
-    def prove(rel: str, candidate: bytes, current: bytes | None) -> bool:
-        known = by_rel.get(rel, [])
-        sha = digest(candidate)
-        if any(pfile.preimage_label(sha) for _, pfile in known):
-            return True
-        if current is None:
-            return False
-        for patch, _ in known:
-            theirs, _ = undo_patch(patch, current)
-            if theirs is None:
-                continue
-            if theirs.code == candidate:  # the inverse of the file on disk reproduces it
-                return True
-            ours, _ = undo_patch(patch, candidate)
-            if ours is not None and ours.code == theirs.code:  # both come back to the same original
-                return True
-        return False
-
-    return prove
-
-
 def _devices_of(selection: Selection, patch: Patch) -> str:
     devices = [d for d, dev in selection.profile.devices.items() if patch.id in dev.patches]
     return ", ".join(devices) or "no device"
@@ -363,13 +386,13 @@ def _devices_of(selection: Selection, patch: Patch) -> str:
 
 def status(selection: Selection, on_wait: journal.OnWait | None = None) -> list[PatchStatus]:
     """Patch states after finishing any interrupted run (``on_wait``: told when another process holds a lock)."""
-    recover(selection, on_wait)
-    return evaluate(selection)
+    return status_and_recovery(selection, on_wait)[0]
 
 
-def recover(selection: Selection, on_wait: journal.OnWait | None = None) -> list[str]:
-    """Finish an interrupted apply or revert, in every root, forward or back alike. Returns what was done."""
-    return journal.recover(selection.roots(), prover(selection.profile), on_wait)
+def status_and_recovery(selection: Selection, on_wait: journal.OnWait | None = None) -> tuple[list, list[str]]:
+    """Patch states, read under every root's lock after finishing any interrupted run, and what that wrote."""
+    with journal.reading(selection.roots(), restorer(selection.profile), on_wait) as recovered:
+        return evaluate(selection), recovered
 
 
 def _session(selection: Selection, on_wait: journal.OnWait | None):
@@ -379,7 +402,7 @@ def _session(selection: Selection, on_wait: journal.OnWait | None):
         target = selection.targets.get(patch.package)
         if target is not None and target.root is not None:
             files.setdefault(target.root, []).extend(f.path for f in patch.files)
-    return journal.session(selection.roots(), files, prover(selection.profile), on_wait)
+    return journal.session(selection.roots(), files, restorer(selection.profile), on_wait)
 
 
 def apply(
@@ -410,7 +433,7 @@ def _plan(selection: Selection, statuses: list[PatchStatus], strict: bool, dry_r
             f"{path}: not a known original of {s.id}; its sites matched exactly" for path in unknown
         )
         caveat = selection.profile.patches[s.id].caveat
-        if caveat and s.state == State.NOT_APPLIED:
+        if caveat and s.state in (State.NOT_APPLIED, State.HAND_EDITED):
             warnings += (" ".join(caveat.split()),)
         if strict and unknown:
             problems.append(f"{s.id}: {unknown[0]} is not a known original (sha256 differs) and --strict is set")
@@ -460,8 +483,8 @@ def _applied(s: PatchStatus) -> PatchStatus:
         else f
         for f in s.files
     )
-    action = Action.SWITCHED if s.state == State.APPLIED else Action.APPLIED
-    return s._replace(state=State.APPLIED, files=files, action=action, variant=variant, reason="")
+    action = {State.APPLIED: Action.SWITCHED, State.HAND_EDITED: Action.ADOPTED}.get(s.state, Action.APPLIED)
+    return s._replace(state=State.APPLIED, files=files, action=action, variant=variant, reason="", hint="", guide=None)
 
 
 def revert(selection: Selection, on_wait: journal.OnWait | None = None) -> list[PatchStatus]:
@@ -487,8 +510,9 @@ def revert(selection: Selection, on_wait: journal.OnWait | None = None) -> list[
                 continue
             results.append(_plan_revert(patch, target, stores[patch.package], prove))
         if len(selection.patches) == len(selection.profile.patches):  # not --only: everything recorded goes
-            for name, store in stores.items():
-                results += _plan_revert_foreign(selection, selection.targets[name], store)
+            by_root = {store.root: name for name, store in stores.items()}  # one site-packages: its records once
+            for name in by_root.values():
+                results += _plan_revert_foreign(selection, selection.targets[name], stores[name])
         session.write("revert", _by_root(selection, [s for s in results if s.action != Action.REFUSED]))
     return [s._replace(writes=()) for s in results]
 
@@ -513,7 +537,7 @@ def _plan_revert_foreign(selection: Selection, target: Target, store: Store) -> 
                 continue
             original = store.load_backup(rel, record.original_sha256)
             if code is not None and digest(code) == record.patched_sha256 and original is not None:
-                if prove(rel, original, code):
+                if prove(rel, original):
                     writes.append(PlannedWrite(rel, original, None, expected_sha256=digest(code)))
                 else:
                     again = f"ascendfix revert --profile {record.profile}" if record.profile else "its own profile"
@@ -541,7 +565,7 @@ def _plan_revert_foreign(selection: Selection, target: Target, store: Store) -> 
     return results
 
 
-def _plan_revert(patch: Patch, target: Target, store: Store, prove: journal.Prove) -> PatchStatus:
+def _plan_revert(patch: Patch, target: Target, store: Store, prove: Prove) -> PatchStatus:
     """What reverting ``patch`` writes: each file's original (backup, else through the markers)."""
     records = store.records()
     files, notes, writes = [], [], []
@@ -562,7 +586,7 @@ def _plan_revert(patch: Patch, target: Target, store: Store, prove: journal.Prov
         record = records.get(pfile.path)
         if record is not None and record.patch == patch.id:
             original = store.load_backup(pfile.path, record.original_sha256)
-            if original is not None and not prove(pfile.path, original, code):
+            if original is not None and not prove(pfile.path, original):
                 original = None  # not provably the original: undo through the markers instead, or refuse
             if sha == record.patched_sha256 and original is not None:
                 writes.append(PlannedWrite(pfile.path, original, None, expected_sha256=sha))
@@ -602,20 +626,6 @@ def _plan_revert(patch: Patch, target: Target, store: Store, prove: journal.Prov
     state = State.NOT_APPLICABLE if all(f.state == State.NOT_APPLICABLE for f in files) else State.NOT_APPLIED
     action = Action.REVERTED if wrote else Action.UNCHANGED
     return PatchStatus(patch.id, state, "", tuple(files), action=action, writes=tuple(writes))
-
-
-def undo_patch(patch: Patch, code: bytes) -> tuple[Outcome | None, str | None]:
-    """Undo whichever variant of ``patch`` marked ``code``: (outcome, None) or (None, problem)."""
-    problem = None
-    for variant in patch.variants:
-        try:
-            outcome = variant.build().revert(code, patch.id)
-        except TransformError as e:
-            problem = str(e)
-            continue
-        if outcome.done:
-            return outcome, None
-    return (None, problem) if problem else (Outcome(code, 0, 0), None)
 
 
 def diff(statuses: list[PatchStatus]) -> str:

@@ -13,8 +13,8 @@
 
 Everything in the folder is untrusted input: every path in it must be a plain relative path
 that resolves inside the root without passing a symbolic link, ``.ascendfix`` itself must be a
-real folder, and bytes from ``undo/`` or ``backup/`` are written back only when the caller's
-``prove`` accepts them. A folder that breaks this is refused whole, naming the file.
+real folder, and bytes from ``undo/`` are written back only when the caller's ``restore`` proves
+them (or computes the same bytes from the file on disk). A folder that breaks this is refused whole, naming the file.
 
 Every state file carries ``schema``; a folder written by a newer ascendfix is refused, an
 older one is read (schema 3 added the transaction's id, roots and each file's hashes; schema 2
@@ -24,60 +24,27 @@ each record's ``profile``; before schema 1 there was no field).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 from ascendfix.errors import RefusedError
-from ascendfix.fsutil import TEMP_SUFFIX, Escape, Tree, check_rel, locked, sha256_bytes
+from ascendfix.fsutil import TEMP_SUFFIX, Escape, Tree, check_rel, locked
+from ascendfix.patching.records import Journal, PlannedWrite, Record, digest, parse_record, plain_rel, refuse_folder
 
 STATE_DIR = ".ascendfix"
 SCHEMA = 3
 MAX_SOURCE_BYTES = 4 * 1024 * 1024  # no upstream source file ascendfix patches is over 1 MB
-_HEX = frozenset("0123456789abcdef")
 _GITIGNORE = b"# written by ascendfix: this folder is ascendfix's state, not part of the tree\n*\n"
 
-Prove = Callable[[str, bytes, "bytes | None"], bool]
-"""``prove(rel, candidate, current)``: may ``candidate`` be written back over ``rel`` (now ``current``)?"""
+Restore = Callable[[str, str, "bytes | None", "bytes | None"], "tuple[bytes, str] | None"]
+"""``restore(rel, sha256, candidate, current)``: the bytes to write back over ``rel`` (now ``current``, None when
+absent) so that it hashes to ``sha256``, and what they are: the undo copy ``candidate`` only when the caller can
+prove it, else bytes the caller computes from ``current`` itself; None when neither can be had."""
 OnWait = Callable[[Path, "int | None"], None]
-
-
-def digest(data: bytes) -> str:
-    """The sha256 a record keeps of a file's bytes."""
-    return sha256_bytes(data)
-
-
-class Record(NamedTuple):
-    """One file ascendfix patched: which patch and variant (and the profile that applied it), the original's
-    and the written bytes' sha256."""
-
-    patch: str
-    variant: str
-    original_sha256: str
-    patched_sha256: str
-    profile: str = ""  # unknown in folders written before schema 2
-
-    @classmethod
-    def of(cls, patch: str, variant: str, original: bytes, written: bytes, profile: str) -> Record:
-        """The record of writing ``written`` over ``original``."""
-        return cls(patch, variant, digest(original), digest(written), profile)
-
-
-class PlannedWrite(NamedTuple):
-    """One file a transaction will write: its new bytes and its record afterwards.
-
-    ``record`` None means the file goes back to upstream (a revert): its record and backup
-    are dropped; ``data`` None leaves the file's bytes as they are (only the record goes).
-    ``original`` is kept as the backup when given (an apply). ``expected_sha256`` is the hash of
-    the file as it was planned on: right before the file is replaced it must still be that.
-    """
-
-    rel: str
-    data: bytes | None
-    record: Record | None
-    original: bytes | None = None
-    expected_sha256: str | None = None
 
 
 class WriteError(RefusedError):
@@ -86,10 +53,6 @@ class WriteError(RefusedError):
 
 class Changed(Exception):
     """A file changed between planning and writing."""
-
-
-def _refuse(path: Path, problem: str) -> RefusedError:
-    return RefusedError(f"{path}: {problem}; nothing was touched: check it, then move {path.parent} aside")
 
 
 class Store:
@@ -114,10 +77,28 @@ class Store:
         return f"{STATE_DIR}/backup/{check_rel(rel)}"
 
     def _check_dir(self) -> None:
-        if self.tree.is_link(STATE_DIR):
+        """The state folder, when there is one, is a real folder that only the root's owner (or this user)
+        owns and can write: anything else may hold what another user planted."""
+        info = self.tree.info(STATE_DIR)
+        if info is None:
+            return
+        if stat.S_ISLNK(info.st_mode):
             raise RefusedError(
                 f"{self.dir} is a symbolic link; ascendfix keeps its state only in a real folder: "
                 f"remove the link (rm {self.dir}) and run again"
+            )
+        if not stat.S_ISDIR(info.st_mode):
+            raise RefusedError(f"{self.dir} is not a folder; move it aside and run again")
+        owner = os.stat(self.root).st_uid
+        problem = None
+        if info.st_uid not in (owner, os.geteuid()):
+            problem = f"owned by uid {info.st_uid}, not by the owner of {self.root} (uid {owner})"
+        elif info.st_mode & 0o022:
+            problem = f"writable by group or others (mode {stat.S_IMODE(info.st_mode):o})"
+        if problem:
+            raise RefusedError(
+                f"{self.dir}: {problem}, so anyone may have planted what it holds; nothing was touched: "
+                f"check it, then move it aside"
             )
 
     def _read(self, name: str) -> dict | None:
@@ -130,7 +111,7 @@ class Store:
         except (ValueError, RecursionError) as e:
             raise RefusedError(f"{path}: unreadable ({e}); move it aside to start over") from None
         except Escape as e:
-            raise _refuse(path, str(e)) from None
+            raise refuse_folder(path, str(e)) from None
         schema = data.get("schema", 0) if isinstance(data, dict) else None
         if not isinstance(schema, int):
             raise RefusedError(f"{path}: unreadable (no valid schema); move it aside to start over")
@@ -149,7 +130,7 @@ class Store:
         files = data.get("files")
         if not isinstance(files, dict):
             raise RefusedError(f"{self.state_file}: unreadable (no files table); move it aside to start over")
-        return {_rel(self.state_file, rel): _record(self.state_file, rec) for rel, rec in files.items()}
+        return {plain_rel(self.state_file, rel): parse_record(self.state_file, rec) for rel, rec in files.items()}
 
     def read(self, rel: str) -> bytes | None:
         """The bytes of the file ``rel`` below the root, or None when it is absent. A link, a folder or a
@@ -279,7 +260,7 @@ class Store:
             raise
         return Transaction(self, op, current)
 
-    def roll_back(self, journal: Journal, prove: Prove) -> list[str]:
+    def roll_back(self, journal: Journal, restore: Restore) -> list[str]:
         """Put every file and record the journal names back as it was; the journal stays (see :meth:`finish`)."""
         notes, restores = [], []
         for entry in journal.files:  # everything is checked before anything is written
@@ -287,10 +268,11 @@ class Store:
                 current = self.read(entry.rel)
                 before = self._load_undo(entry.rel)
             except Escape as e:
-                raise _refuse(self.journal_file, f"names {entry.rel!r}: {e}") from None
+                raise refuse_folder(self.journal_file, f"names {entry.rel!r}: {e}") from None
             if entry.before == "":  # schema 2 and older kept no hashes: the undo copy is what was there
                 if before is None or current == before:
                     continue
+                want = digest(before)
             else:
                 now = None if current is None else digest(current)
                 if entry.before is None or now == entry.before:
@@ -298,20 +280,20 @@ class Store:
                 if entry.after is not None and now != entry.after:
                     notes.append(f"{entry.rel}: changed by someone else since the interrupted {journal.op}; left")
                     continue
-                if before is None or digest(before) != entry.before:
-                    before = None
-            if before is None or not prove(entry.rel, before, current):
+                want = entry.before
+            found = restore(entry.rel, want, before, current)
+            if found is None:
                 raise RefusedError(
                     f"{self.dir / 'undo' / entry.rel}: its bytes cannot be proven to be {entry.rel} as it was; "
                     f"nothing was touched: check {self.root / entry.rel}, then move {self.dir} aside"
                 )
-            restores.append((entry.rel, before))
+            restores.append((entry.rel, *found))
         for entry in journal.files:
             self.tree.remove_temps(entry.rel)
-        for rel, before in restores:
-            self.tree.write(rel, before)
+        for rel, data, what in restores:
+            self.tree.write(rel, data)
             self.tree.drop_bytecode(rel)
-            notes.append(f"{rel}: rolled back (an interrupted {journal.op})")
+            notes.append(f"{rel}: rolled back an interrupted {journal.op}: wrote {what}")
         records = self.records()
         for entry in journal.files:
             rel = entry.rel
@@ -352,7 +334,12 @@ class Store:
             return
         if "backup" in names and self.tree.listdir(f"{STATE_DIR}/backup"):
             return
-        self.tree.remove_tree(STATE_DIR)
+        try:
+            self.tree.remove_tree(STATE_DIR)
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                raise
+            # a mount point: what it held is gone and the empty folder stays, which is nothing to recover
 
     def mark_committed(self, txid: str, roots: list[Path]) -> None:
         """Write the commit marker of ``txid`` (this root is the first of the transaction's ``roots``)."""
@@ -360,7 +347,7 @@ class Store:
         self.tree.write(f"{STATE_DIR}/commit.json", json.dumps(data).encode())
 
     def drop_marker(self) -> None:
-        """Remove the commit marker (once no root of its transaction holds a journal)."""
+        """Remove the commit marker (once every root of its transaction is seen without its journal)."""
         self.tree.unlink(f"{STATE_DIR}/commit.json")
         self._drop_if_empty()
 
@@ -377,75 +364,6 @@ class Store:
         self._drop_if_empty()
 
 
-class Entry(NamedTuple):
-    """One file of a journal: its relative path and the sha256 of its bytes before and after."""
-
-    rel: str
-    before: str | None
-    after: str | None
-
-
-class Journal(NamedTuple):
-    """A validated ``journal.json``: every path in it checked to stay in its root."""
-
-    op: str
-    txid: str
-    roots: tuple[Path, ...]
-    files: tuple[Entry, ...]
-    previous: dict[str, Record | None]
-
-    @classmethod
-    def parse(cls, path: Path, data: dict, root: Path) -> Journal:
-        """Check every field of an untrusted journal; a RefusedError names what is wrong."""
-        op = data.get("op", "write")
-        txid = data.get("txid", "")
-        roots = data.get("roots", [str(root)])
-        files, previous = data.get("files", []), data.get("previous", {})
-        if isinstance(files, dict):  # schema 0 named the records it was writing
-            files = list(files)
-        if not isinstance(op, str) or not isinstance(txid, str) or not isinstance(files, list):
-            raise _refuse(path, "not a journal ascendfix wrote (op, txid or files of the wrong type)")
-        if not isinstance(previous, dict):
-            raise _refuse(path, "not a journal ascendfix wrote (previous is not a table)")
-        if not isinstance(roots, list) or not all(isinstance(r, str) and r.startswith("/") for r in roots):
-            raise _refuse(path, "not a journal ascendfix wrote (roots are not absolute paths)")
-        entries = []
-        for item in files:
-            if isinstance(item, str):  # schema 2 and older: no hashes
-                entries.append(Entry(_rel(path, item), "", None))
-            elif isinstance(item, dict) and all(_is_sha(item.get(k)) for k in ("before", "after")):
-                entries.append(Entry(_rel(path, item.get("rel")), item.get("before"), item.get("after")))
-            else:
-                raise _refuse(path, f"not a journal ascendfix wrote (a file entry {str(item)[:80]!r})")
-        prev = {_rel(path, rel): None if rec is None else _record(path, rec) for rel, rec in previous.items()}
-        return cls(op[:40], txid, tuple(Path(r) for r in roots), tuple(entries), prev)
-
-
-def _is_sha(value: object) -> bool:
-    return value is None or _is_hex64(value)
-
-
-def _is_hex64(value: object) -> bool:
-    return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)
-
-
-def _rel(path: Path, rel: object) -> str:
-    try:
-        return check_rel(rel)
-    except Escape as e:
-        raise _refuse(path, f"unsafe path: {e}") from None
-
-
-def _record(path: Path, rec: object) -> Record:
-    try:
-        record = Record(**rec)
-    except TypeError as e:
-        raise RefusedError(f"{path}: unreadable ({e}); move it aside to start over") from None
-    if not all(isinstance(v, str) for v in record) or not all(map(_is_hex64, record[2:4])):
-        raise RefusedError(f"{path}: unreadable (a record's fields are not what ascendfix writes); move it aside")
-    return record
-
-
 def has_journal(root: Path) -> bool:
     """An interrupted transaction left its journal in ``root``."""
     return Tree(root).exists(f"{STATE_DIR}/journal.json")
@@ -460,27 +378,30 @@ def needs_recovery(root: Path) -> bool:
     return bool(names - {"state.json", ".gitignore", "backup"}) or bool(names and "state.json" not in names)
 
 
-def recover(roots: list[Path], prove: Prove, on_wait: OnWait | None = None) -> list[str]:
-    """Finish what an interrupted transaction left in any of ``roots``, the same way in all its roots:
-    forward when its commit marker was written, else back. Returns what was done."""
-    done = []
-    for root in roots:
-        if needs_recovery(root):
-            with locked([root], on_wait):
-                done += _recover_root(Store(root), prove)
-    return done
+@contextlib.contextmanager
+def reading(roots: list[Path], restore: Restore, on_wait: OnWait | None = None) -> Iterator[list[str]]:
+    """Hold every root's lock while a command reads them (an apply in progress is never seen half-way), after
+    finishing what a killed command left; yields what that recovery did."""
+    with locked(roots, on_wait):
+        done = []
+        for root in roots:
+            if needs_recovery(root):
+                done += _recover_root(Store(root), restore)
+        yield done
 
 
 def _journals(store: Store, txid: str) -> bool:
-    """``store``'s root still journals transaction ``txid``."""
+    """``store``'s root may still journal transaction ``txid``: anything but seeing it without that journal (a
+    root not mounted, unreadable or refused keeps the marker, else it would roll back later)."""
     try:
+        os.stat(store.root)
         journal = store.journal()
     except (RefusedError, OSError):
-        return False
+        return True
     return journal is not None and journal.txid == txid
 
 
-def _recover_root(store: Store, prove: Prove) -> list[str]:
+def _recover_root(store: Store, restore: Restore) -> list[str]:
     journal = store.journal()
     if journal is None:
         store.tidy()
@@ -494,7 +415,7 @@ def _recover_root(store: Store, prove: Prove) -> list[str]:
                 first.tidy()
         return []
     try:
-        notes = store.roll_back(journal, prove)
+        notes = store.roll_back(journal, restore)
         store.sweep_temps()
         store._drop_journal()
     except OSError as e:
@@ -550,19 +471,24 @@ class Transaction:
 class Session:
     """The roots of one command, locked, recovered and swept: plan inside it, then :meth:`write`."""
 
-    def __init__(self, prove: Prove):
-        self.prove = prove
+    def __init__(self, restore: Restore):
+        self.restore = restore
 
     def write(self, op: str, writes: dict[Path, list[PlannedWrite]]) -> None:
         """Write ``writes`` (planned writes by package root) in one transaction across the roots."""
         plans = {root: planned for root, planned in sorted(writes.items()) if planned}
+        for root, planned in plans.items():
+            rels = [w.rel for w in planned]
+            twice = next((rel for rel in rels if rels.count(rel) > 1), None)
+            if twice is not None:
+                raise RefusedError(f"{op} refused: {root / twice} is planned twice in one transaction; nothing changed")
         if plans:
-            _transaction(op, plans, self.prove)
+            _transaction(op, plans, self.restore)
 
 
 @contextlib.contextmanager
 def session(
-    roots: list[Path], files: dict[Path, list[str]], prove: Prove, on_wait: OnWait | None = None
+    roots: list[Path], files: dict[Path, list[str]], restore: Restore, on_wait: OnWait | None = None
 ) -> Iterator[Session]:
     """Hold every root's lock for a command that may write: finish what a killed command left, remove
     the temp files beside ``files`` (relative paths by root) and inside each state folder, then yield."""
@@ -570,14 +496,14 @@ def session(
         for root in roots:
             store = Store(root)
             if needs_recovery(root):
-                _recover_root(store, prove)
+                _recover_root(store, restore)
             for rel in files.get(root, []):
                 store.tree.remove_temps(rel)
             store.sweep_temps()
-        yield Session(prove)
+        yield Session(restore)
 
 
-def _transaction(op: str, plans: dict[Path, list[PlannedWrite]], prove: Prove) -> None:
+def _transaction(op: str, plans: dict[Path, list[PlannedWrite]], restore: Restore) -> None:
     """Write ``plans`` all or nothing across roots, under kill -9 at any instruction.
 
     Every root is journaled (undo copies, then the journal) before anything is written; then the
@@ -605,7 +531,7 @@ def _transaction(op: str, plans: dict[Path, list[PlannedWrite]], prove: Prove) -
         first.store.mark_committed(txid, roots)
     except BaseException as e:
         failed = next((tx for tx in opened.values() if tx.current is not None), None)
-        _roll_back_all(op, opened, prove, e, failed)
+        _roll_back_all(op, opened, restore, e, failed)
         raise
     try:
         for root in reversed(roots):
@@ -621,7 +547,7 @@ def _transaction(op: str, plans: dict[Path, list[PlannedWrite]], prove: Prove) -
 
 
 def _roll_back_all(
-    op: str, opened: dict[Path, Transaction], prove: Prove, error: BaseException, failed: Transaction | None
+    op: str, opened: dict[Path, Transaction], restore: Restore, error: BaseException, failed: Transaction | None
 ) -> None:
     """Roll every opened root back after ``error``; raise the one line that says what happened."""
     stuck = None
@@ -629,7 +555,7 @@ def _roll_back_all(
         try:
             journal = tx.store.journal()
             if journal is not None:
-                tx.store.roll_back(journal, prove)
+                tx.store.roll_back(journal, restore)
                 tx.store.sweep_temps()
                 tx.store._drop_journal()
         except (OSError, RefusedError) as e:

@@ -12,11 +12,8 @@ checked against the pins the upgraded stack would have.
 from __future__ import annotations
 
 import ast
-import json
 import re
-import subprocess
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +21,9 @@ from pathlib import Path
 from ascendfix.errors import AscendfixError, UsageError
 from ascendfix.patching.drop_probes import NO_SITE, PROBES
 from ascendfix.patching.engine import sites_state
+from ascendfix.patching.index import PLATFORMS, Tell, WheelTarget, fetch, pinned_requires
 from ascendfix.profile.records import Patch, Profile, Variant
 from ascendfix.profile.schema import read_toml
-from ascendfix.resources import cache_dir
 from ascendfix.states import Name, State
 from ascendfix.transforms.base import TransformError
 
@@ -43,12 +40,6 @@ class Judgement(Name):
 
 APPLIES, REFUSED, OBSOLETE, UNCHANGED, NOT_APPLICABLE = Judgement
 PASSING = (APPLIES, OBSOLETE, UNCHANGED, NOT_APPLICABLE)
-# The wheel platforms of each device: the newer manylinux tag, and the older one as fallback.
-PLATFORMS = {
-    "npu": ("manylinux_2_28_aarch64", "manylinux2014_aarch64"),
-    "cuda": ("manylinux_2_28_x86_64", "manylinux2014_x86_64"),
-}
-_ARCHES = ("x86_64", "aarch64", "arm64", "universal2")
 _WITH = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(==|=)\s*(\S.*?)\s*$")
 
 
@@ -57,36 +48,6 @@ def canonical(name: str) -> str:
     from packaging.utils import canonicalize_name
 
     return canonicalize_name(name)
-
-
-@dataclass(frozen=True)
-class WheelTarget:
-    """Where the candidate releases come from: wheel platform tags and the Python they are for."""
-
-    platforms: tuple[str, ...]
-    python: str
-
-    @property
-    def key(self) -> str:
-        """A folder name for this target's cache."""
-        return f"{'+'.join(self.platforms)}-py{self.python}"
-
-    def markers(self) -> dict[str, str]:
-        """The environment markers of a machine this target describes."""
-        tag = self.platforms[0]
-        arch = next((a for a in _ARCHES if tag.endswith(a)), tag.rsplit("_", 1)[-1])
-        system = "Darwin" if tag.startswith("macosx") else "Windows" if tag.startswith("win") else "Linux"
-        return {
-            "python_version": self.python,
-            "python_full_version": f"{self.python}.0",
-            "platform_machine": arch,
-            "platform_system": system,
-            "sys_platform": {"Darwin": "darwin", "Windows": "win32"}.get(system, "linux"),
-            "os_name": "nt" if system == "Windows" else "posix",
-            "implementation_name": "cpython",
-            "platform_python_implementation": "CPython",
-            "extra": "",
-        }
 
 
 @dataclass(frozen=True)
@@ -244,77 +205,6 @@ def target_for(profile: Profile, device: str, platform: str | None) -> WheelTarg
     return WheelTarget((platform,) if platform else PLATFORMS[device], python)
 
 
-# --- fetching ---------------------------------------------------------------------------------
-
-
-def _pip(args: list[str]) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pip", *args]
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    except subprocess.TimeoutExpired:
-        raise AscendfixError(f"pip did not answer within 30 minutes: {' '.join(cmd)}") from None
-
-
-def _target_args(target: WheelTarget) -> list[str]:
-    platforms = [arg for p in target.platforms for arg in ("--platform", p)]
-    return ["--no-deps", "--only-binary=:all:", "--python-version", target.python, *platforms]
-
-
-def _not_found(spec: str, target: WheelTarget, stderr: str) -> AscendfixError:
-    """pip's failure as one line: a release that does not exist (or has no wheel here) is bad input."""
-    from packaging.version import InvalidVersion, Version
-
-    dist, _, version = spec.partition("==")
-    offered = re.search(r"\(from versions: ([^)]*)\)", stderr)
-    if offered:
-        versions = [v.strip() for v in offered.group(1).split(",") if v.strip() and v.strip() != "none"]
-        try:
-            exists = any(Version(v) == Version(version) for v in versions)
-        except InvalidVersion:
-            exists = False
-        if exists:
-            return UsageError(
-                f"{spec}: the release exists but has no wheel for {' or '.join(target.platforms)} "
-                f"and Python {target.python} (pass --platform TAG)"
-            )
-        if not versions:
-            return UsageError(
-                f"{spec}: the package index has no wheel of {dist} for {' or '.join(target.platforms)} "
-                f"and Python {target.python} (pass --platform TAG)"
-            )
-        return UsageError(f"{spec}: no such release of {dist} on the package index (newest: {versions[-1]})")
-    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("WARNING")]
-    return AscendfixError(f"cannot fetch {spec}: {lines[-1].strip() if lines else 'pip failed'}")
-
-
-def _cached_wheel(folder: Path, dist: str, version: str) -> Path | None:
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-    from packaging.version import Version
-
-    for wheel in sorted(folder.glob("*.whl")):
-        try:
-            name, found, _build, _tags = parse_wheel_filename(wheel.name)
-        except InvalidWheelFilename:
-            continue
-        if name == dist and found == Version(version):
-            return wheel
-    return None
-
-
-def fetch(dist: str, version: str, target: WheelTarget) -> Path:
-    """The wheel of ``dist==version`` for ``target``, from the cache or ``pip download --no-deps``."""
-    folder = cache_dir() / "wheels" / target.key
-    folder.mkdir(parents=True, exist_ok=True)
-    wheel = _cached_wheel(folder, dist, version)
-    if wheel is None:
-        spec = f"{dist}=={version}"
-        result = _pip(["download", "-q", *_target_args(target), "-d", str(folder), spec])
-        wheel = _cached_wheel(folder, dist, version)
-        if result.returncode != 0 or wheel is None:
-            raise _not_found(spec, target, result.stderr)
-    return wheel
-
-
 def _metadata_fields(text: str) -> tuple[str | None, tuple[str, ...]]:
     """(Version, Requires-Dist) of a METADATA file."""
     version, requires = None, []
@@ -327,8 +217,8 @@ def _metadata_fields(text: str) -> tuple[str | None, tuple[str, ...]]:
     return version, tuple(requires)
 
 
-def _wheel_candidate(dist: str, version: str, target: WheelTarget) -> Candidate:
-    wheel = fetch(dist, version, target)
+def _wheel_candidate(dist: str, version: str, target: WheelTarget, tell: Tell | None) -> Candidate:
+    wheel = fetch(dist, version, target, tell)
     with zipfile.ZipFile(wheel) as zf:
         names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
         found, requires = _metadata_fields(zf.read(names[0]).decode("utf-8", "replace")) if names else (None, ())
@@ -375,25 +265,6 @@ def _setup_py_requires(text: str) -> tuple[str, ...] | None:
             if isinstance(found, list) and all(isinstance(r, str) for r in found):
                 return tuple(found)
     return None
-
-
-def pinned_requires(dist: str, version: str, target: WheelTarget) -> tuple[str, ...]:
-    """Requires-Dist of a pinned release, from its metadata alone (``pip install --dry-run``; cached)."""
-    cached = cache_dir() / "metadata" / target.key / f"{dist}-{version}.json"
-    if cached.is_file():
-        return tuple(json.loads(cached.read_text()))
-    spec = f"{dist}=={version}"
-    with tempfile.TemporaryDirectory(prefix="ascendfix-") as scratch:
-        report = Path(scratch) / "report.json"
-        args = ["install", "-q", "--dry-run", "--ignore-installed", *_target_args(target)]
-        result = _pip([*args, "--target", str(Path(scratch) / "t"), "--report", str(report), spec])
-        if result.returncode != 0 or not report.is_file():
-            raise _not_found(spec, target, result.stderr)
-        (install,) = json.loads(report.read_text())["install"]
-    requires = install["metadata"].get("requires_dist") or []
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    cached.write_text(json.dumps(requires))
-    return tuple(requires)
 
 
 # --- judging ------------------------------------------------------------------------------------
@@ -504,7 +375,7 @@ def _applicable(requires: tuple[str, ...], target: WheelTarget) -> list:
 
 
 def conflicts(
-    profile: Profile, device: str, candidates: dict[str, Candidate], target: WheelTarget
+    profile: Profile, device: str, candidates: dict[str, Candidate], target: WheelTarget, tell: Tell | None = None
 ) -> tuple[list[Conflict], list[Accepted], list[str]]:
     """Requirements the upgraded stack violates, the profile's accepted conflicts it concerns, and notes."""
     pins = _pins(profile, device, candidates)
@@ -519,7 +390,7 @@ def conflicts(
         dist = canonical(c.distribution or "")
         if c.kind == "pypi" and device in c.devices and dist not in candidates and dist in pins:
             try:
-                requires[dist] = pinned_requires(dist, pins[dist], target)
+                requires[dist] = pinned_requires(dist, pins[dist], target, tell)
             except AscendfixError as e:
                 notes.append(f"requirements of {dist}=={pins[dist]} unknown: {e}")
     accepted = {
@@ -566,17 +437,20 @@ def _requirement_name(text: str) -> str:
         return text
 
 
-def check(profile: Profile, device: str, with_: dict[str, str | Path], platform: str | None = None) -> UpgradeReport:
-    """Fetch (or read) every named release and judge the device's patches and the pins on them."""
+def check(
+    profile: Profile, device: str, with_: dict[str, str | Path], platform: str | None = None, tell: Tell | None = None
+) -> UpgradeReport:
+    """Fetch (or read) every named release and judge the device's patches and the pins on them (``tell``: told
+    what is being fetched before each download)."""
     profile.device(device)
     target = target_for(profile, device, platform)
     candidates = {
-        dist: _checkout_candidate(dist, what) if isinstance(what, Path) else _wheel_candidate(dist, what, target)
+        dist: _checkout_candidate(dist, what) if isinstance(what, Path) else _wheel_candidate(dist, what, target, tell)
         for dist, what in with_.items()
     }
     verdicts = tuple(
         judge(profile, patch, candidates.get(_dist_of(profile, patch))) for patch in profile.patches_for(device)
     )
-    found, accepted, notes = conflicts(profile, device, candidates, target)
+    found, accepted, notes = conflicts(profile, device, candidates, target, tell)
     asked = {dist: str(what) for dist, what in with_.items()}
     return UpgradeReport(profile.name, device, asked, target, verdicts, tuple(found), tuple(accepted), tuple(notes))

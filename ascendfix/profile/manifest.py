@@ -21,6 +21,7 @@ from ascendfix.profile.records import (
     Component,
     Device,
     EnvVar,
+    HandEdit,
     Hint,
     Patch,
     PatchFile,
@@ -110,11 +111,24 @@ def load_patch(path: Path) -> Patch:
         caveat=top.text("caveat", required=False),
         superseded=_superseded(top.table("superseded", required=False)),
         drop_probe=top.text("drop_probe", required=False),
+        hand_edits=_hand_edits(top, path.parent),
     )
     if patch.drop_probe is not None and patch.drop_probe not in DROP_PROBES:
         top.fail("drop_probe", f"unknown probe {patch.drop_probe!r} (known: {', '.join(DROP_PROBES)})")
     top.done()
     return patch
+
+
+def _hand_edits(top: Table, folder: Path) -> tuple[HandEdit, ...]:
+    """``[[hand_edits]]``: each the guide's section, its text, and the transform (a form with no marker) it is."""
+    edits = []
+    for t in top.tables("hand_edits", required=False):
+        guide = t.text("guide")
+        if not all(part.isdigit() for part in guide.split(".")):
+            t.fail(t.field("guide"), f"{guide!r} is not a section of the guide (e.g. 5.1)")
+        edits.append(HandEdit(guide, t.text("text").strip(), _variant(t.table("transform"), "hand-edit", "", folder)))
+        t.done()
+    return tuple(edits)
 
 
 def _superseded(t: Table | None) -> Superseded | None:
@@ -373,6 +387,8 @@ def load_profile(ref: str) -> Profile:
             if pid in patches:
                 patch = patches[pid]
             else:
+                if not isinstance(pid, str) or not ID.match(pid):  # a path would leave the patches/ folders
+                    top.fail(f"devices.{dname}.patches", f"{str(pid)[:80]!r} is not a patch id (a-z, 0-9 and '-')")
                 patch_path = _find_patch(pid, dirs)
                 if patch_path is None:
                     top.fail(f"devices.{dname}.patches", f"no patch file for {pid!r} (looked in patches/ folders)")

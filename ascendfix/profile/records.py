@@ -120,6 +120,14 @@ class Variant(NamedTuple):
 DEFAULT_VARIANT = "default"
 
 
+class HandEdit(NamedTuple):
+    """The guide's own edit of a patch's sites, as a team types it by hand: a known state that apply adopts."""
+
+    guide: str  # the guide's section ("5.1")
+    text: str  # the guide's text of the edit (its code, or its words where it shows only a picture)
+    form: Variant  # the transform whose forward is the hand edit (no marker) and whose inverse undoes it
+
+
 class Superseded(NamedTuple):
     """From which release of the patch's package a better lever than the patch exists, and what it is."""
 
@@ -147,6 +155,7 @@ class Patch(NamedTuple):
     caveat: str | None = None  # warned on apply (e.g. a setting the patch does not go with)
     superseded: Superseded | None = None  # doctor's hazards check warns from that release on
     drop_probe: str | None = None  # a key of DROP_PROBES: drop_when, checked on a release
+    hand_edits: tuple[HandEdit, ...] = ()  # the guide's hand edits of these files (``[[hand_edits]]``)
 
 
 class Profile(NamedTuple):

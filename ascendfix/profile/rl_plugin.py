@@ -117,11 +117,19 @@ def _imports_plugin(node: ast.stmt) -> bool:
     return isinstance(node, ast.ImportFrom) and (node.module or "").partition(".")[0] == PLUGIN and not node.level
 
 
+def _from_module(node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` of ``verl/__init__.py`` reads (``.utils.device``: its device)."""
+    if node.level == 0:
+        return node.module or ""
+    return "verl" + (f".{node.module}" if node.module else "") if node.level == 1 else ""
+
+
 def _is_probe_import(node: ast.stmt) -> bool:
-    """An import that brings in verl's ``is_npu_available`` (or its module), in any form."""
-    if isinstance(node, ast.ImportFrom) and not node.level:
-        return (node.module == "verl.utils.device" and any(a.name == PROBE for a in node.names)) or (
-            node.module == "verl.utils" and any(a.name == "device" for a in node.names)
+    """An import that brings in verl's ``is_npu_available`` (or its module), in any form, relative ones included."""
+    if isinstance(node, ast.ImportFrom):
+        module = _from_module(node)
+        return (module == "verl.utils.device" and any(a.name == PROBE for a in node.names)) or (
+            module == "verl.utils" and any(a.name == "device" for a in node.names)
         )
     return isinstance(node, ast.Import) and any(a.name == "verl.utils.device" for a in node.names)
 
@@ -146,7 +154,7 @@ def _aliases(statements: list[ast.stmt]) -> set[str]:
     """The names ``is_npu_available`` is bound to by the module's imports (``as npu``)."""
     names = {PROBE}
     for node in statements:
-        if isinstance(node, ast.ImportFrom) and node.module == "verl.utils.device":
+        if isinstance(node, ast.ImportFrom) and _from_module(node) == "verl.utils.device":
             names |= {a.asname for a in node.names if a.name == PROBE and a.asname}
     return names
 

@@ -211,9 +211,10 @@ def check(cond: Condition, facts: Facts) -> tuple[bool | None, str]:
     if facts.patch_states is None or cond.patch is None or cond.patch not in facts.patch_states:
         return None, ""
     state = facts.patch_states[cond.patch]
+    in_effect = State.APPLIED if state == State.HAND_EDITED else state  # the guide's hand edit works as the patch
     if cond.applied is not None:
-        return (state == State.APPLIED) == cond.applied, f"{cond.patch} is {state}"
-    return state == cond.state, f"{cond.patch} is {state}"
+        return (in_effect == State.APPLIED) == cond.applied, f"{cond.patch} is {state}"
+    return in_effect == cond.state, f"{cond.patch} is {state}"
 
 
 def evaluate(rules: tuple[Rule, ...] | list[Rule], facts: Facts, device: str | None = None) -> Outcome:

@@ -8,12 +8,15 @@ import typing
 from typing import Any
 
 from ascendfix.transforms.base import Transform
+from ascendfix.transforms.comment_out import CommentOutAssignment
 from ascendfix.transforms.fast_overlap import FastOverlapScan
 from ascendfix.transforms.return_early import ReturnEarly
 from ascendfix.transforms.set_assignment import SetAssignment
 from ascendfix.transforms.set_keyword import SetKeyword
 
-TRANSFORMS: dict[str, type[Transform]] = {t.name: t for t in (SetAssignment, ReturnEarly, SetKeyword, FastOverlapScan)}
+TRANSFORMS: dict[str, type[Transform]] = {
+    t.name: t for t in (SetAssignment, ReturnEarly, SetKeyword, FastOverlapScan, CommentOutAssignment)
+}
 
 
 def names() -> list[str]:

@@ -37,18 +37,29 @@ def _return_value(func, module) -> str:
     )
 
 
+def _written(ret) -> str:
+    """The value a ``return`` statement returns, as ``_return_value`` spells it (``None`` for a bare one)."""
+    from ascendfix.transforms.cst_util import code_of
+
+    return "None" if ret.value is None else code_of(ret.value)
+
+
 class ReturnEarly(Transform):
     """Matches the module-level ``def <function>`` and inserts ``return <value>`` after its docstring.
 
     The value comes from the function's return annotation, cross-checked against its
     callers in the same file (see ``_return_value``). The rest of the body stays in
     place, unreachable, so the inverse is a plain removal of the inserted line.
+
+    With ``marked`` false the form is a hand edit (the guide's 6.1 and 6.2): an unmarked ``return
+    <value>`` is the done site and none is marked; ``before_docstring`` puts it first in the body,
+    above the docstring, where a hand edit may put it too.
     """
 
     name = "return-early"
 
-    def __init__(self, function: str):
-        self.function = function
+    def __init__(self, function: str, marked: bool = True, before_docstring: bool = False):
+        self.function, self.marked, self.before_docstring = function, marked, before_docstring
 
     def _rewrite(self, source: bytes, patch_id: str, forward: bool) -> Outcome:
         import libcst as cst
@@ -71,19 +82,26 @@ class ReturnEarly(Transform):
             and isinstance(first.body[0], cst.Expr)
             and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
         )
-        at = 1 if is_doc else 0
+        at = 1 if is_doc and not self.before_docstring else 0
         ours = statements[at] if at < len(statements) else None
         is_done = (
             isinstance(ours, cst.SimpleStatementLine)
+            and len(ours.body) == 1
             and isinstance(ours.body[0], cst.Return)
-            and u.has_marker(ours.trailing_whitespace, patch_id)
+            and (
+                u.has_marker(ours.trailing_whitespace, patch_id)
+                if self.marked
+                else ours.trailing_whitespace.comment is None and _written(ours.body[0]) == _return_value(func, module)
+            )
         )
         if forward == is_done:
             return Outcome(source, int(not is_done), int(is_done))
         if forward:
             value = _return_value(func, module)
-            comment = cst.TrailingWhitespace(
-                whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(marker(patch_id))
+            comment = (
+                cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(marker(patch_id)))
+                if self.marked
+                else cst.TrailingWhitespace()
             )
             ret = cst.Return(value=None if value == "None" else cst.parse_expression(value))
             statements.insert(at, cst.SimpleStatementLine(body=[ret], trailing_whitespace=comment))

@@ -30,13 +30,25 @@ class SetKeyword(Transform):
     Only calls inside simple statements count. The engine compares the number of sites
     with the patch's expected count, so a file with one site too many or too few is
     refused whole.
+
+    With ``marked`` false the form is a hand edit (the guide's 7.2): ``value`` written without a
+    marker is a done site, a line carrying this patch's marker is not one, and no marker is written.
     """
 
     name = "set-keyword"
 
-    def __init__(self, method: str, keyword: str, original: str, value: str, when_keyword: str, when_suffix: list[str]):
+    def __init__(
+        self,
+        method: str,
+        keyword: str,
+        original: str,
+        value: str,
+        when_keyword: str,
+        when_suffix: list[str],
+        marked: bool = True,
+    ):
         self.method, self.keyword, self.original, self.value = method, keyword, original, value
-        self.when_keyword, self.when_suffix = when_keyword, when_suffix
+        self.when_keyword, self.when_suffix, self.marked = when_keyword, when_suffix, marked
 
     def _selects(self, call) -> bool:
         from ascendfix.transforms.cst_util import code_of
@@ -167,13 +179,15 @@ class SetKeyword(Transform):
             view = u.Statement(stmt)
             marked = view.marked_lines(patch_id)
             stmt_pending = [a for a in args if u.code_of(a.value) == self.original]
-            stmt_done = [a for a in args if u.code_of(a.value) == self.value and view.end_line(a) in marked]
+            stmt_done = [
+                a for a in args if u.code_of(a.value) == self.value and (view.end_line(a) in marked) == self.marked
+            ]
             pending += len(stmt_pending)
             done += len(stmt_done)
             change = stmt_pending if forward else stmt_done
             if change:
                 values = {id(a): new_value for a in change}
-                lines = {view.end_line(a) for a in change}
+                lines = {view.end_line(a) for a in change} if self.marked else set()
                 edited = u.edit_statement(stmt, values, lines, patch_id, add=forward)
                 edits[id(stmt)] = lambda _node, edited=edited: edited
         if not edits:

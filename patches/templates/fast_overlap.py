@@ -12,8 +12,12 @@ returns::
 Each helper returns, for every position of the stock loop, the candidates the stock inner loop
 visits that really overlap, in the stock visiting order. The stock loop body still runs its own
 overlap test, warnings, messages, ``return`` and error list on them, so whatever torch reports, in
-whatever order, is reported the same. A helper returns None (the stock scan runs unchanged) when
-the boxes are not plain ints of one length, so odd inputs raise exactly where torch raises them.
+whatever order, is reported the same. The candidates are made as the stock loop reaches them, never
+every pair at once: a scan that stops at the first overlap stops there too, and one that reports every
+overlap holds one box's at a time (N identical boxes cost what they cost stock torch); a sweep that
+meets more than a few overlaps per box gives way to the stock scan. A helper returns None (the stock
+scan runs unchanged) when the boxes are not plain ints of one length, so odd inputs raise exactly where
+torch raises them.
 
 Only this file's functions are inserted; ``REPLACES`` is read by the transform, never inserted.
 The inserted code uses nothing but builtins and the stdlib's heapq, itertools and operator, imported
@@ -142,13 +146,12 @@ def _ascendfix_is_grid(offsets, sizes, ndims):
 
 
 def _ascendfix_sweep(boxes, ndims):
-    """Overlapping pairs by a sweep over the dimension with the most distinct offsets."""
+    """Yield the overlapping pairs, as a sweep over the dimension with the most distinct offsets meets them."""
     import heapq
 
     d = max(range(ndims), key=lambda k: len({offsets[k] for offsets, _ in boxes}))
     ends = []  # (end in d, index) of the active boxes: those reaching past the current start
     active = set()
-    pairs = []
     for j in sorted(range(len(boxes)), key=lambda i: boxes[i][0][d]):
         offsets_j, sizes_j = boxes[j]
         start = offsets_j[d]
@@ -160,21 +163,20 @@ def _ascendfix_sweep(boxes, ndims):
                 offsets_i[k] < offsets_j[k] + sizes_j[k] and offsets_j[k] < offsets_i[k] + sizes_i[k]
                 for k in range(ndims)
             ):
-                pairs.append((i, j) if i < j else (j, i))
+                yield (i, j) if i < j else (j, i)
         if start + sizes_j[d] > start:  # one that ends at or before its start overlaps no later box in d
             heapq.heappush(ends, (start + sizes_j[d], j))
             active.add(j)
-    return pairs
 
 
-def _ascendfix_overlapping_pairs(boxes):
-    """Every (i, j), i < j, with a.off < b.off + b.size and b.off < a.off + a.size in each dimension."""
+def _ascendfix_groups(boxes):
+    """On a grid, the ascending index lists (two or more) of identical boxes: every overlap; else None."""
     ndims = len(boxes[0][0]) if boxes else 0
-    if ndims == 0:
-        return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes))]
+    if ndims == 0:  # boxes without a dimension all overlap
+        return [list(range(len(boxes)))] if len(boxes) > 1 else []
     offsets, sizes = zip(*boxes)
     if not _ascendfix_is_grid(offsets, sizes, ndims):
-        return _ascendfix_sweep(boxes, ndims)
+        return None
     # A grid: boxes overlap in a dimension only when their ranges there are the same one, and a range is
     # known by its start (two positive ranges with one start overlap): boxes overlap when their offsets match.
     if len(set(offsets)) == len(boxes):
@@ -182,27 +184,73 @@ def _ascendfix_overlapping_pairs(boxes):
     same = {}
     for i, box in enumerate(boxes):
         same.setdefault(box, []).append(i)
-    return [(g[a], g[b]) for g in same.values() for a in range(len(g)) for b in range(a + 1, len(g))]
+    return [g for g in same.values() if len(g) > 1]
 
 
-def _ascendfix_later(pairs, items):
-    """Per position i, the items[j] of the overlapping j > i, ascending (a pairwise scan's order)."""
-    later = [()] * len(items)
-    for i, j in sorted(pairs):
-        if not later[i]:
-            later[i] = []
-        later[i].append(items[j])
+def _ascendfix_swept(boxes):
+    """The sweep's pairs, or None when it meets more than a few per box (the stock scan is then no slower)."""
+    from itertools import islice
+
+    limit = 4 * len(boxes) + 64
+    pairs = list(islice(_ascendfix_sweep(boxes, len(boxes[0][0])), limit + 1))
+    return None if len(pairs) > limit else pairs
+
+
+def _ascendfix_overlapping_pairs(boxes):
+    """Yield every (i, j), i < j, with a.off < b.off + b.size and b.off < a.off + a.size in each dimension."""
+    groups = _ascendfix_groups(boxes)
+    if groups is None:
+        yield from _ascendfix_sweep(boxes, len(boxes[0][0]))
+        return
+    for g in groups:
+        for a in range(len(g) - 1):
+            for b in range(a + 1, len(g)):
+                yield g[a], g[b]
+
+
+def _ascendfix_later(boxes, items):
+    """Per position i, the items[j] of the overlapping j > i, ascending (pairwise order), made as the scan reaches i."""
+    from itertools import islice
+
+    later = [()] * len(boxes)
+    groups = _ascendfix_groups(boxes)
+    if groups is None:
+        pairs = _ascendfix_swept(boxes)
+        if pairs is None:
+            return None
+        for i, j in sorted(pairs):
+            if not later[i]:
+                later[i] = []
+            later[i].append(items[j])
+        return later
+    for g in groups:
+        for a in range(len(g) - 1):
+            later[g[a]] = map(items.__getitem__, islice(g, a + 1, None))
     return later
 
 
-def _ascendfix_in_sweep_order(pairs, boxes, sorted_indices, sweep_dim):
-    """{idx: [(end, other_idx)]} in sweep order: for each position, its overlapping earlier ones by (end, index)."""
+def _ascendfix_in_sweep_order(boxes, sorted_indices, sweep_dim):
+    """{idx: [(end, other_idx)]} in sweep order: each position's overlapping earlier ones by (end, index), lazily."""
+    from itertools import islice, repeat
+
     position = {idx: p for p, idx in enumerate(sorted_indices)}
+    groups = _ascendfix_groups(boxes)
     earlier = {}
-    for i, j in pairs:
-        a, b = (i, j) if position[i] < position[j] else (j, i)
-        earlier.setdefault(b, []).append((boxes[a][0][sweep_dim] + boxes[a][1][sweep_dim], a))
-    return {b: sorted(earlier[b]) for b in sorted(earlier, key=position.__getitem__)}
+    if groups is None:
+        pairs = _ascendfix_swept(boxes)
+        if pairs is None:
+            return None
+        for i, j in pairs:
+            a, b = (i, j) if position[i] < position[j] else (j, i)
+            earlier.setdefault(b, []).append((boxes[a][0][sweep_dim] + boxes[a][1][sweep_dim], a))
+        return {b: sorted(earlier[b]) for b in sorted(earlier, key=position.__getitem__)}
+    for g in groups:  # identical boxes: one end in the sweep's dimension, so the earlier ones go by index
+        members = sorted(g, key=position.__getitem__)
+        end = boxes[g[0]][0][sweep_dim] + boxes[g[0]][1][sweep_dim]
+        in_order = members == g  # the sweep keeps identical boxes in index order: each one's are a prefix of g
+        for k in range(1, len(members)):
+            earlier[members[k]] = zip(repeat(end), islice(g, k)) if in_order else sorted((end, a) for a in members[:k])
+    return {b: earlier[b] for b in sorted(earlier, key=position.__getitem__)}
 
 
 def _ascendfix_shards_overlapping_later(shards, sharded_dims):
@@ -210,7 +258,7 @@ def _ascendfix_shards_overlapping_later(shards, sharded_dims):
     boxes = _ascendfix_boxes([s.shard_offsets for s in shards], [s.shard_sizes for s in shards], sharded_dims)
     if boxes is None:
         return None
-    return _ascendfix_later(_ascendfix_overlapping_pairs(boxes), range(len(shards)))
+    return _ascendfix_later(boxes, range(len(shards)))
 
 
 def _ascendfix_shards_overlapping_in_sweep(shards, sorted_indices, sweep_dim):
@@ -218,7 +266,7 @@ def _ascendfix_shards_overlapping_in_sweep(shards, sorted_indices, sweep_dim):
     boxes = _ascendfix_boxes([s.shard_offsets for s in shards], [s.shard_sizes for s in shards], None)
     if boxes is None:
         return None
-    return _ascendfix_in_sweep_order(_ascendfix_overlapping_pairs(boxes), boxes, sorted_indices, sweep_dim)
+    return _ascendfix_in_sweep_order(boxes, sorted_indices, sweep_dim)
 
 
 def _ascendfix_chunks_overlapping_later(chunks):
@@ -226,7 +274,7 @@ def _ascendfix_chunks_overlapping_later(chunks):
     boxes = _ascendfix_boxes([c.offsets for c in chunks], [c.sizes for c in chunks], None)
     if boxes is None:
         return None
-    return _ascendfix_later(_ascendfix_overlapping_pairs(boxes), chunks)
+    return _ascendfix_later(boxes, chunks)
 
 
 def _ascendfix_chunks_overlapping_in_sweep(chunks, sorted_indices, sweep_dim):
@@ -234,4 +282,4 @@ def _ascendfix_chunks_overlapping_in_sweep(chunks, sorted_indices, sweep_dim):
     boxes = _ascendfix_boxes([c.offsets for c in chunks], [c.sizes for c in chunks], None)
     if boxes is None:
         return None
-    return _ascendfix_in_sweep_order(_ascendfix_overlapping_pairs(boxes), boxes, sorted_indices, sweep_dim)
+    return _ascendfix_in_sweep_order(boxes, sorted_indices, sweep_dim)

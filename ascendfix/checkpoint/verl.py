@@ -1,0 +1,149 @@
+"""verl's save layout: from any folder of it to the checkpoint folder verl loads (verl 796871d).
+
+verl saves to ``{trainer.default_local_dir}/global_step_N/actor/``: ``dist_ckpt/`` (the DCP/Megatron
+folder), ``huggingface/`` (the HF config and tokenizer; with mbridge the weights, as safetensors,
+and no ``dist_ckpt/``) and ``transformer_config.json``. ``default_local_dir`` holds
+``latest_checkpointed_iteration.txt`` (the step ``resume_mode: auto`` loads on relaunch).
+:func:`locate` accepts any of those folders, or the ``dist_ckpt`` folder itself, and says which
+folder it means.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import NamedTuple
+
+from ascendfix.checkpoint.report import Problem
+
+ITERATION_FILE = "latest_checkpointed_iteration.txt"
+ACTOR, DIST, HF = "actor", "dist_ckpt", "huggingface"
+STEP_PREFIX = "global_step_"
+_CHECKPOINT_FILES = (".metadata", "metadata.json", "common.pt")
+_MAX_ITERATION_BYTES = 64
+
+
+class Located(NamedTuple):
+    """What :func:`locate` found: the folder to check, its kind, the HF config beside it, problems on the way.
+
+    ``kind``: ``dcp`` (a DCP/Megatron folder), ``mbridge`` (HF safetensors, no DCP) or ``none`` (nothing to
+    check: ``problems`` say why); ``via``: the iteration file that named it, when one did.
+    """
+
+    folder: Path
+    kind: str
+    config: Path | None
+    problems: list[Problem]
+    via: str = ""
+
+
+def locate(given: Path) -> Located:
+    """The checkpoint ``given`` (default_local_dir, global_step_N, global_step_N/actor or dist_ckpt) stands for."""
+    if _is_checkpoint(given) or given.name == DIST:
+        return Located(given, "dcp", _config(given.parent), [])
+    if _is_dir(given / DIST):
+        return Located(given / DIST, "dcp", _config(given), [])
+    if _is_dir(given / ACTOR):
+        return locate_actor(given / ACTOR)
+    if os.path.lexists(given / ITERATION_FILE):
+        return _follow(given)
+    if _is_dir(given / HF) and _safetensors(given / HF):
+        return Located(given / HF, "mbridge", _config(given), [])
+    steps = sorted(n for n in _names(given) if n.startswith(STEP_PREFIX))
+    if steps:
+        detail = f"no {ITERATION_FILE}: verl resumes from none of its {len(steps)} {STEP_PREFIX}* folders"
+        return Located(given, "none", None, [Problem("missing-file", "file", ITERATION_FILE, detail)])
+    return Located(given, "dcp", None, [])
+
+
+def locate_actor(actor: Path) -> Located:
+    """An ``actor`` folder: its ``dist_ckpt``, or with mbridge its ``huggingface`` safetensors."""
+    if _is_dir(actor / DIST):
+        return Located(actor / DIST, "dcp", _config(actor), [])
+    if _is_dir(actor / HF) and _safetensors(actor / HF):
+        return Located(actor / HF, "mbridge", _config(actor), [])
+    detail = f"neither {DIST}/ nor {HF}/ safetensors: the save did not finish (or saved no model)"
+    return Located(actor, "none", None, [Problem("incomplete", "file", ACTOR, detail)])
+
+
+def _follow(top: Path) -> Located:
+    """default_local_dir: the save its iteration file names."""
+    step = _read_iteration(top / ITERATION_FILE)
+    if isinstance(step, Problem):
+        return Located(top, "none", None, [step])
+    name = f"{STEP_PREFIX}{step}"
+    actor = top / name / ACTOR
+    if not _is_dir(top / name) or not _is_dir(actor):
+        missing = name if not _is_dir(top / name) else f"{name}/{ACTOR}"
+        detail = f"names step {step}, but {missing} is not there: verl's resume would fail (or start over)"
+        return Located(top, "none", None, [Problem("missing-save", "file", ITERATION_FILE, detail)])
+    found = locate_actor(actor)
+    problems = [p._replace(subject=f"{name}/{p.subject}") for p in found.problems]
+    return found._replace(problems=problems, via=f"{ITERATION_FILE} names step {step}")
+
+
+def _read_iteration(path: Path) -> int | Problem:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        return Problem("unreadable", "file", ITERATION_FILE, f"cannot open it ({e.strerror}; a link is not followed)")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return Problem("unreadable", "file", ITERATION_FILE, "not a plain file")
+        text = os.read(fd, _MAX_ITERATION_BYTES + 1)
+    finally:
+        os.close(fd)
+    value = text.strip()
+    if len(text) > _MAX_ITERATION_BYTES or not value.isdigit() or len(value) > 18:
+        return Problem("unreadable", "file", ITERATION_FILE, "not a step number (verl writes one integer)")
+    return int(value)
+
+
+def _config(actor: Path) -> Path | None:
+    config = actor / HF / "config.json"
+    return config if os.path.isfile(config) and not os.path.islink(config) else None
+
+
+def _is_checkpoint(folder: Path) -> bool:
+    return any(os.path.lexists(folder / name) for name in _CHECKPOINT_FILES) or any(
+        n.endswith(".distcp") for n in _names(folder)
+    )
+
+
+def _safetensors(folder: Path) -> bool:
+    return any(n.endswith(".safetensors") for n in _names(folder))
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def check_save(given: Path, model=None, config_given: bool = False, quick: bool = False):
+    """``ckpt check``: the checkpoint ``given`` stands for (:func:`locate`), checked; the HF config beside
+    the save is read for ``model`` when none was given. Returns the CheckReport (its ``checkpoint``: the folder
+    checked)."""
+    from ascendfix.checkpoint import check, megatron, safetensors
+    from ascendfix.checkpoint.report import CheckReport
+
+    found = locate(given)
+    if found.kind == "none":
+        return CheckReport(str(found.folder), 0, 0, 0, 0, found.problems)
+    if model is None and not config_given and found.config is not None and found.kind == "dcp":
+        model = megatron.read_config(found.config)
+    report = safetensors.check(found.folder) if found.kind == "mbridge" else check.check(found.folder, model, quick)
+    problems = found.problems + report.problems
+    if found.via and report.problems:
+        detail = f"{found.via}, a save that is not complete: verl would resume from it and fail"
+        problems.insert(0, Problem("incomplete-save", "file", ITERATION_FILE, detail))
+    return report._replace(problems=problems)

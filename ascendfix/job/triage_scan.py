@@ -1,0 +1,241 @@
+"""triage's reading: the files under LOGDIR, and each one's failure lines, streamed in blocks.
+
+Files are read in :data:`BLOCK` blocks, up to the size they had when opened (a log that grows
+while it is read still ends); a few fast searches pick the lines that can matter
+(:data:`PREFILTER`, and :func:`needles_for` the file), and only those are decoded and parsed; a line is
+looked at up to :data:`MAX_LINE` bytes, and a partial line longer than that is not carried into
+the next block (as ``run``'s live pump caps one). Symlinks are never followed, binary files (a
+NUL in the first 8 KiB) are skipped, and a file or folder that cannot be read is named.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from ascendfix.job.triage_lines import DATED, Clock, Finding, first_stamp, parse
+from ascendfix.job.triage_table import Table
+
+BLOCK = 1 << 22
+MAX_LINE = 1 << 16
+LOOKBACK = 1 << 16
+ABOVE = 1024  # how far above a line a fingerprint's ``above`` pattern is looked for
+SNIFF = 8192
+_PARSED, _PARSED_LINE = 4096, 512  # distinct short lines whose parse is kept, per file (at most 2 MiB)
+
+# "E" then rror / RROR / xception / RR<digit> / a CANN code / a glog stamp / Ray's error level
+# ("[2025-04-08 18:07:20,444 E 1234 5678]"); one regex with a literal first byte is as fast as a
+# substring search. NEEDLES are the failures printed without any of these (searched with find).
+PREFILTER = re.compile(rb"E(?:rror|RROR|xception|RR\d|[A-Z0-9]\d{4}|\d{3,4} \d| \d+ \d+\])")
+# the failures printed without any of these, searched with find, in the files that print them: Ray's
+# own logs, the driver's and the job's (the kernel's words in kernel logs only); a Ray worker's
+# stdout/stderr (worker-*.out/err, most of a session's bytes) holds none of them
+NEEDLES = (
+    b"NODE_OUT_OF_MEMORY",
+    b"memory pressure (OOM)",
+    b"cannot be scheduled right now",
+    b"exitcode",  # torchrun's failure block and its "failed (exitcode: -9)"
+)
+KERNEL_NEEDLES = (b"of memory",)  # the OOM killer, "Out of memory: Killed process" / "Memory cgroup out of memory"
+KERNEL_LOG = re.compile(r"^(?:dmesg|kern|syslog|messages|journal)", re.I)
+RAY_WORKER_LOG = re.compile(r"^worker-[0-9a-f]+-[0-9a-f]+-\d+\.(?:out|err)$")
+
+
+def needles_for(name: str) -> tuple[bytes, ...]:
+    """The needles a file of this name is searched for, beside the pre-filter."""
+    if KERNEL_LOG.match(name):
+        return NEEDLES + KERNEL_NEEDLES
+    return () if RAY_WORKER_LOG.match(name) else NEEDLES
+
+
+def log_files(root: Path, skipped: list[tuple[str, str]]) -> Iterator[Path]:
+    """Every regular file under ``root`` in name order; symlinks (to files or folders) are not followed.
+    A folder that cannot be listed is added to ``skipped`` as (its path under root, why)."""
+    if not root.is_dir():
+        yield root
+        return
+
+    def unreadable(error: OSError) -> None:
+        where = Path(error.filename or root)
+        skipped.append((str(where.relative_to(root)) if where != root else ".", error.strerror or str(error)))
+
+    for folder, dirs, names in os.walk(root, onerror=unreadable):
+        dirs.sort()
+        for name in sorted(names):
+            path = Path(folder, name)
+            try:
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    yield path
+            except OSError as e:
+                skipped.append((str(path.relative_to(root)), e.strerror or str(e)))
+
+
+class FileScan:
+    """One file's findings, read in blocks without holding the file."""
+
+    def __init__(self, path: Path, rel: str, node: str | None, file_pid: int | None, table: Table):
+        self.path, self.rel, self.node, self.file_pid, self.table = path, rel, node, file_pid, table
+        self.needles = needles_for(path.name)
+        self.parsed: dict[bytes, Finding | None] = {}  # the last lines parsed, by their bytes
+        self.seen: dict[bytes, int] = {}  # each `after` literal: the file offset it was last seen at
+        self.searched: dict[bytes, int] = {a: 0 for a in table.afters}  # ... searched for up to here
+        self.text = False
+        self.size = 0
+        self.error: str | None = None  # why the file could not be read
+
+    def findings(self) -> Iterator[Finding]:
+        """Parse the file's failure lines in order; nothing for a binary, unreadable or non-regular file."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as e:
+            self.error = e.strerror or str(e)
+            return
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return
+            left = info.st_size  # what the file held when opened: a log still growing ends here
+            try:
+                chunk = f.read(min(BLOCK, left))
+            except OSError as e:
+                self.error = e.strerror or str(e)
+                return
+            if b"\0" in chunk[:SNIFF]:
+                return
+            self.text = True
+            clock = Clock(info.st_mtime)
+            lines = _Lines(fd)
+            base, tail = 0, b""  # base: the file offset of the block
+            while chunk:
+                self.size += len(chunk)
+                left -= len(chunk)
+                buf = tail + chunk
+                cut = buf.rfind(b"\n") + 1
+                if len(buf) - cut > MAX_LINE:
+                    cut = len(buf)  # an overlong line: its rest is read on as a line of its own block
+                block, tail = buf[:cut], buf[cut:]
+                yield from self._block(block, base, lines, clock)
+                base += cut
+                chunk = f.read(min(BLOCK, left)) if left > 0 else b""
+            if tail:
+                yield from self._block(tail, base, lines, clock)
+
+    def _block(self, block: bytes, base: int, lines: _Lines, clock: Clock) -> Iterator[Finding]:
+        """Findings in a block of whole lines at file offset ``base``."""
+        dated = 0  # dated stamps before this offset are reflected in the clock's year
+        for start, hit in _candidates(block, self.needles):
+            end = block.find(b"\n", start)
+            end = len(block) if end == -1 else end
+            cut = start
+            if end - start > MAX_LINE:
+                cut = max(start, hit - MAX_LINE // 4)
+                end = cut + MAX_LINE
+            raw = block[cut:end]
+            if raw in self.parsed:  # a log repeats its short lines: each distinct one is parsed once
+                finding = self.parsed[raw]
+            else:
+                finding = parse(raw, self.table, self.rel, self.file_pid, self.node)
+                if len(raw) <= _PARSED_LINE:
+                    if len(self.parsed) >= _PARSED:
+                        self.parsed.clear()
+                    self.parsed[raw] = finding
+            if finding is None or not self._below(finding.fingerprint.after, block, base, start):
+                continue
+            own = first_stamp(raw)
+            if own is None or own.re not in DATED:  # a year-less stamp takes the year of a dated one above
+                _dated_year(block, max(dated, start - LOOKBACK), start, clock)
+            dated = end
+            time = clock.time(own) if own is not None else None
+            above = finding.fingerprint.above
+            if above is not None:
+                finding, time = _with_above(finding, above, block[max(0, start - ABOVE) : start], clock, time)
+            line = lines.at(base + start, block, base)
+            yield finding.placed(line, time)
+        _dated_year(block, max(dated, len(block) - LOOKBACK), len(block), clock)
+        for after in self.table.afters:
+            self._below(after, block, base, len(block))  # remember the block's last one for the next
+
+    def _below(self, after: bytes, block: bytes, base: int, start: int) -> bool:
+        """Whether ``after`` is on a line above ``start`` (within LOOKBACK bytes); each byte is searched once."""
+        if not after:
+            return True
+        lo = max(0, self.searched[after] - base - len(after), start - LOOKBACK)
+        if lo < start:
+            pos = block.rfind(after, lo, start)
+            if pos != -1:
+                self.seen[after] = base + pos
+            self.searched[after] = base + start
+        return base + start - self.seen.get(after, -LOOKBACK - 1) <= LOOKBACK
+
+
+def _dated_year(block: bytes, lo: int, hi: int, clock: Clock) -> None:
+    """Set the clock's year from the last dated stamp in ``block[lo:hi]``."""
+    last = None
+    for rx in DATED:
+        for m in rx.finditer(block, lo, hi):
+            if last is None or m.start() > last.start():
+                last = m
+    if last is not None:
+        clock.time(last)
+
+
+def _with_above(finding: Finding, above: re.Pattern[str], text: bytes, clock: Clock, time):
+    """A finding completed from the lines above it (torchrun's block: time, host and rank above the exitcode)."""
+    matches = list(above.finditer(text.decode("utf-8", "replace")))
+    if not matches:
+        return finding, time
+    groups = matches[-1].groupdict()  # the nearest above
+    if groups.get("stamp"):
+        own = first_stamp(groups["stamp"].encode())
+        time = (clock.time(own) if own else None) or time
+    rank = int(groups["rank"]) if groups.get("rank") else finding.rank
+    return replace(finding, node=groups.get("node") or finding.node, rank=rank), time
+
+
+class _Lines:
+    """Line numbers by file offset, counted only when a finding asks: a file without one is never counted."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.offset = 0  # newlines before this file offset are counted
+        self.count = 0
+
+    def at(self, offset: int, block: bytes, base: int) -> int:
+        """The number of the line at ``offset``, inside ``block`` (read from file offset ``base``)."""
+        while self.offset < base:  # blocks read since the last finding
+            data = os.pread(self.fd, min(BLOCK, base - self.offset), self.offset)
+            if not data:  # the file shrank under us: count from the block
+                self.offset = base
+                break
+            self.count += data.count(b"\n")
+            self.offset += len(data)
+        self.count += block.count(b"\n", self.offset - base, offset - base)
+        self.offset = offset
+        return self.count + 1
+
+
+def _candidates(block: bytes, needles: tuple[bytes, ...]) -> list[tuple[int, int]]:
+    """(line start, first hit) of each line the pre-filter or a needle picks, in order."""
+    starts: dict[int, int] = {}
+    rfind, find = block.rfind, block.find
+    m = PREFILTER.search(block)
+    while m is not None:
+        pos = m.start()
+        starts.setdefault(rfind(b"\n", 0, pos) + 1, pos)
+        end = find(b"\n", pos)
+        if end == -1:
+            break
+        m = PREFILTER.search(block, end)
+    for needle in needles:
+        pos = find(needle)
+        while pos != -1:
+            starts.setdefault(rfind(b"\n", 0, pos) + 1, pos)
+            end = find(b"\n", pos)
+            if end == -1:
+                break
+            pos = find(needle, end)
+    return sorted(starts.items())
