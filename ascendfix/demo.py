@@ -228,9 +228,10 @@ def steps(workspace: Workspace) -> Iterator[DemoStep]:
     from ascendfix.job import metrics, report
     from ascendfix.patching import engine
     from ascendfix.profile import manifest
+    from ascendfix.site import Site
 
     prof = manifest.load_profile(str(workspace.profile))
-    selection = engine.select(prof, "npu", roots=workspace.roots())
+    selection = engine.select(Site(prof, "npu", roots=workspace.roots()))
     yield DemoStep(
         "status before",
         "ascendfix status --profile profile.toml --device npu --root ...",
@@ -267,5 +268,5 @@ def steps(workspace: Workspace) -> Iterator[DemoStep]:
         run_data = report.load_run(log_dir / "train.log")
         yield DemoStep("report", f"ascendfix report {log_dir}", figures=metrics.throughput(run_data.series.steps[0]))
     yield DemoStep(
-        "revert", "byte for byte", statuses=engine.revert(engine.select(prof, None, roots=workspace.roots()))
+        "revert", "byte for byte", statuses=engine.revert(engine.select(Site(prof, roots=workspace.roots())))
     )

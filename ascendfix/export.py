@@ -13,7 +13,8 @@ import re
 
 from ascendfix.errors import UsageError
 from ascendfix.profile.jobenv import prepend_shell
-from ascendfix.profile.manifest import Component, Profile, bundled_profiles, find_manifest
+from ascendfix.profile.manifest import bundled_profiles, find_manifest
+from ascendfix.profile.records import Component, Profile
 
 IMAGE_DEVICE = "npu"
 DOCTOR_CHECKS = ("python", "packages", "commits", "integrity", "patches", "conflicts")

@@ -1,4 +1,4 @@
-"""The names modules exchange: a patch's state, what a command did to it.
+"""The names modules exchange: a patch's state, what a command did to it, how a check ended.
 
 Each is a ``(str, Enum)``: it compares equal to its JSON spelling (``State.APPLIED ==
 "applied"``), prints as that spelling on every Python version, and is what ``--json``
@@ -57,3 +57,12 @@ class ReasonCode(Name):
     CANNOT_SWITCH = "cannot-switch-variant"
     PARTIAL_HAND_EDIT = "partial-hand-edit"  # the guide's hand edit at some of the sites only
     HAND_EDIT_AND_MORE = "hand-edit-and-more"  # the guide's hand edit and another change
+
+
+class Status(Name):
+    """How a check ended, in every wing (doctor's checks, ``ray smoke``'s); ``--json`` spells them so."""
+
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 from ascendfix.cluster import fanout  # noqa: E402
 from ascendfix.cluster import wait as raywait  # noqa: E402
 from ascendfix.job import launch  # noqa: E402
-from ascendfix.profile import manifest  # noqa: E402
+from ascendfix.profile import manifest, records  # noqa: E402
 
 
 def timed(argv: list[str], address: str, repeat: int, nodes: int) -> float:
@@ -40,7 +40,7 @@ def timed(argv: list[str], address: str, repeat: int, nodes: int) -> float:
     return statistics.median(times)
 
 
-def timed_wait(profile: manifest.Profile, address: str, repeat: int, nodes: int) -> float:
+def timed_wait(profile: records.Profile, address: str, repeat: int, nodes: int) -> float:
     """Median wall time of ``ray wait --nodes N`` (arrival, then every node's view), checking all answered."""
     status = ["status", "--profile", profile.name, "--device", "npu", "--json"]
     times = []

@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO))
 from ascendfix.doctor import context, runner  # noqa: E402
 from ascendfix.profile import manifest  # noqa: E402
 from ascendfix.profile.device import ASCEND_HOME  # noqa: E402
+from ascendfix.site import Site  # noqa: E402
 
 TARGET_S = 0.5
 
@@ -55,7 +56,7 @@ def main() -> None:
     device, why = context.choose_device(profile, ASCEND_HOME)
 
     def in_process(python=None):
-        return runner.run(context.Context(profile, device, why, python))
+        return runner.run(context.Context(Site(profile, device, python), why))
 
     rows = []
     t, report = timed(in_process, args.repeat)
@@ -63,7 +64,7 @@ def main() -> None:
     rows.append(("doctor, in-process (checks only)", t, f"{summary}"))
     slowest = []
     for check in report.checks:
-        ctx = context.Context(profile, device, why)
+        ctx = context.Context(Site(profile, device), why)
         ctx.probe()
         start = time.perf_counter()
         runner.run(ctx, [check.id])

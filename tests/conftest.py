@@ -1,14 +1,27 @@
-"""Shared fixtures."""
+"""The test support layer: shared fixtures, and the one way the tests run ``ascendfix`` as a process.
+
+Every test gets its own cache folder (``XDG_CACHE_HOME``, which :mod:`ascendfix.resources` reads), in
+the test process and in every ``ascendfix`` it starts: no test reads or writes the user's
+``~/.cache/ascendfix``. The upstream files the tests download stay in their own cache (tests/upstream.py).
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests import upstream
+
+REPO = Path(__file__).resolve().parent.parent
+GET_PYTHON310 = (
+    "no working Python 3.10 here (the container's Python): install one (`pyenv install 3.10`, or your "
+    "distribution's python3.10 package), or name it in ASCENDFIX_TEST_PYTHON310"
+)
 
 # Every Ray node the tests start binds to loopback. `--node-ip-address 127.0.0.1` alone is not
 # enough: Ray replaces a loopback address with the host's own (ray._private.services
@@ -35,3 +48,85 @@ def copy_tree(tmp_path):
 def upstream_files():
     """The upstream helper module (downloads on first use)."""
     return upstream
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory):
+    """A cache folder for what runs before any test's own (module and session fixtures)."""
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("session-cache"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path_factory, monkeypatch) -> Path:
+    """This test's own ascendfix cache folder (parsed TOML, fetched wheels), never the user's."""
+    folder = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
+    return folder / "ascendfix"
+
+
+@pytest.fixture(scope="session")
+def ascendfix_cli():
+    """``ascendfix ARGS`` run as a process, as a user runs it: ``python -m ascendfix`` of this checkout.
+
+    ``python``: the interpreter to run it with; ``env``: variables added to the test's environment
+    (or, with ``clean_env``, the whole environment but PYTHONPATH and the test's cache folder);
+    ``prefix``: words before the command (``unshare -n``). Returns the CompletedProcess (text).
+    """
+
+    def run(
+        *args: object,
+        python: object = sys.executable,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        clean_env: bool = False,
+        prefix: tuple[str, ...] = (),
+        timeout: float = 300,
+    ) -> subprocess.CompletedProcess:
+        base = {} if clean_env else dict(os.environ)
+        full = {**base, **(env or {}), "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]}
+        argv = [*prefix, str(python), "-m", "ascendfix", *map(str, args)]
+        return subprocess.run(argv, capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout)
+
+    return run
+
+
+@pytest.fixture
+def stack(tmp_path):
+    """The demo workspace (tests/stack.py: a verl checkout and torch stand-ins) in this test's own folder."""
+    from tests.stack import make_stack
+
+    return make_stack(tmp_path)
+
+
+def find_python310() -> Path | None:
+    """A Python 3.10 that runs: ``$ASCENDFIX_TEST_PYTHON310``, else ``python3.10`` on PATH, else pyenv's."""
+    candidates = [os.environ.get("ASCENDFIX_TEST_PYTHON310"), shutil.which("python3.10")]
+    candidates += sorted(str(p) for p in (Path.home() / ".pyenv" / "versions").glob("3.10.*/bin/python3.10"))
+    for candidate in filter(None, candidates):
+        try:
+            answer = subprocess.run(
+                [candidate, "-c", "import sys; print(sys.version_info[:2] == (3, 10))"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if answer.stdout.strip() == "True":
+            return Path(candidate)
+    return None
+
+
+@pytest.fixture(scope="session")
+def python310() -> Path:
+    """A working Python 3.10 interpreter; the test is skipped, saying how to get one, when there is none."""
+    found = find_python310()
+    if found is None:
+        pytest.skip(GET_PYTHON310)
+    return found

@@ -12,15 +12,12 @@ import csv
 import hashlib
 import io
 import os
-import shutil
 import stat
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
-_PYENV310 = Path.home() / ".pyenv" / "versions" / "3.10.13" / "bin" / "python3.10"
-PY310 = _PYENV310 if _PYENV310.exists() else Path(shutil.which("python3.10") or _PYENV310)
 GIT = ["git", "-c", "user.name=doctor-test", "-c", "user.email=doctor@test", "-c", "commit.gpgsign=false"]
 
 

@@ -50,3 +50,27 @@ DEMO_PROFILE = manifest.load_profile("verl-796871d")._replace(
     name="verl-796871d-demo",
     variants={"torch-shard-overlap-check": "skip", "torch-global-plan-check": "skip"},
 )
+
+
+UNSET = object()
+
+
+def fake_preflight(mp, doctor=(), states=UNSET, importable=UNSET, markers=UNSET, seams=None) -> None:
+    """Make preflight see this machine's stack as given, through ``mp`` (a ``pytest.MonkeyPatch``):
+    doctor's failures (None: doctor cannot run), the patch states (None: unknown; default: every patch
+    of the site's device applied), whether the rules' modules are importable and carry their markers
+    (None: unknown), and the outside seams (default: none, so no Ray cluster of the machine is asked)."""
+    from ascendfix.job import preflight
+    from ascendfix.site import Site
+
+    def all_applied(site):
+        return {pid: ("applied", "") for pid in site.profile.devices[site.device].patches}
+
+    failures = None if doctor is None else [preflight.Finding("doctor", message) for message in doctor]
+    mp.setattr(preflight, "doctor_failures", lambda site: failures)
+    mp.setattr(preflight, "patch_states", lambda site: all_applied(site) if states is UNSET else states)
+    if importable is not UNSET:
+        mp.setattr(Site, "importable", lambda self, names: {name: importable for name in names})
+    if markers is not UNSET:
+        mp.setattr(Site, "markers", lambda self, pairs: {pair: markers for pair in pairs})
+    mp.setattr(preflight, "default_seams", lambda smoke=False: seams or preflight.Seams())

@@ -6,16 +6,15 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from ascendfix.cli import base, doctor, fanout, patches
 from ascendfix.cluster import fanout as cluster
-from ascendfix.doctor.model import Report, Result, Status
+from ascendfix.doctor.model import DoctorReport, Result
 from ascendfix.patching.engine import PatchStatus
 from ascendfix.resources import data_dir
-from ascendfix.states import Action, State
+from ascendfix.states import Action, State, Status
 
 from tests.verl_lines import run_steps, step_line
 
@@ -24,15 +23,10 @@ LONG = "a" * 5000
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31mred\x1b[0m\r\x9b1m\u202e"
 
 
-def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ascendfix", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(cwd / "cache")},
-    )
+@pytest.fixture
+def cli(ascendfix_cli):
+    """``ascendfix ARGS`` in ``cwd``, in a bare environment (PATH only), as a fresh login shell runs it."""
+    return lambda cwd, *args: ascendfix_cli(*args, cwd=cwd, clean_env=True, env={"PATH": "/usr/bin:/bin"}, timeout=120)
 
 
 def one_line_error(proc: subprocess.CompletedProcess, code: int = 2) -> str:
@@ -53,12 +47,12 @@ def one_line_error(proc: subprocess.CompletedProcess, code: int = 2) -> str:
     ],
     ids=["profile", "profile.toml", "root", "report", "compare"],
 )
-def test_a_5000_character_option_value_is_one_line(tmp_path, args):
+def test_a_5000_character_option_value_is_one_line(tmp_path, args, cli):
     line = one_line_error(cli(tmp_path, *args))
     assert "File name too long" in line and " characters)" in line and len(line) < 300
 
 
-def test_a_5000_character_value_under_json_is_a_json_error_too(tmp_path):
+def test_a_5000_character_value_under_json_is_a_json_error_too(tmp_path, cli):
     proc = cli(tmp_path, "status", "--profile", LONG, "--device", "npu", "--json")
     one_line_error(proc)
     assert json.loads(proc.stdout)["exit_code"] == 2
@@ -72,7 +66,7 @@ def write_team(tmp_path: Path, patch: str) -> Path:
     return profile
 
 
-def test_a_nul_byte_in_a_patch_path_is_one_line(tmp_path):
+def test_a_nul_byte_in_a_patch_path_is_one_line(tmp_path, cli):
     own = (data_dir("patches") / "verl-cuda-probe-off.toml").read_text()
     own = own.replace('id = "verl-cuda-probe-off"', 'id = "team-probe"')
     own = own.replace('path = "verl/utils/device.py"', 'path = "verl/utils/dev\\u0000ice.py"')
@@ -81,7 +75,7 @@ def test_a_nul_byte_in_a_patch_path_is_one_line(tmp_path):
     assert "team-probe.toml: files[0].path: path 'verl/utils/dev\\x00ice.py' holds a control character" in line
 
 
-def test_an_extends_chain_1200_deep_is_one_line_naming_the_file(tmp_path):
+def test_an_extends_chain_1200_deep_is_one_line_naming_the_file(tmp_path, cli):
     for i in range(1200):
         parent = f"p{i + 1}.toml" if i < 1199 else "verl-796871d"
         (tmp_path / f"p{i}.toml").write_text(f'extends = "{parent}"\nname = "p{i}"\n')
@@ -90,7 +84,7 @@ def test_an_extends_chain_1200_deep_is_one_line_naming_the_file(tmp_path):
 
 
 @pytest.mark.parametrize("depth", [40, 5000])
-def test_a_deeply_nested_toml_array_is_one_line_naming_the_file(tmp_path, depth):
+def test_a_deeply_nested_toml_array_is_one_line_naming_the_file(tmp_path, depth, cli):
     (tmp_path / "deep.toml").write_text("a = " + "[" * depth + "]" * depth + "\n")
     line = one_line_error(cli(tmp_path, "status", "--profile", "deep.toml", "--device", "npu"))
     assert "deep.toml: arrays or tables nested deeper than 32 levels" in line
@@ -136,13 +130,13 @@ def test_doctor_messages_reach_the_terminal_without_control_characters(capsys, m
 
     check = next(iter(registry.CHECKS))
     result = Result(check, "a check", Status.FAIL, [f"found {ESCAPES}", f"detail {ESCAPES}"], fix=f"run {ESCAPES}")
-    doctor._render_report(Report("verl-796871d", "npu", [result], "given"), verbose=True)
+    doctor._render_report(DoctorReport("verl-796871d", "npu", [result], "given"), verbose=True)
     out = capsys.readouterr().out
     assert "found red" in out and "detail red" in out and "run red" in out
     assert "\x07" not in out and "\r" not in out and "owned" not in out and "\x1b[2J" not in out
 
 
-def test_a_log_file_name_reaches_the_terminal_without_control_characters(tmp_path):
+def test_a_log_file_name_reaches_the_terminal_without_control_characters(tmp_path, cli):
     log = tmp_path / f"run{ESCAPES}.log"
     log.write_text("".join(step_line(n, v) + "\n" for n, v in enumerate(run_steps(4), 1)))
     proc = cli(tmp_path, "report", str(log))

@@ -439,25 +439,22 @@ def _script(tmp_path: Path, folder: Path) -> Path:
 
 def test_run_preflight_refuses_a_broken_checkpoint_unless_no_preflight(tmp_path):
     from ascendfix.profile import manifest
+    from ascendfix.site import Site
 
     profile = manifest.load_profile("verl-796871d")
     folder = tmp_path / "dist_ckpt"
     folder.mkdir()
     (folder / "common.pt").write_bytes(b"")
-    seams = preflight.Seams(
-        lambda p, d: [],
-        lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches},
-        checkpoint_problems=preflight.default_seams().checkpoint_problems,
-    )
+    seams = preflight.Seams(checkpoint_problems=preflight.default_seams().checkpoint_problems)
     argv = ["bash", str(_script(tmp_path, folder))]
-    found = preflight.run_preflight(profile, "npu", argv, {}, seams)
+    found = preflight.run_preflight(Site(profile, "npu", environ={}), argv, seams)
     messages = [f.message for f in found.problems if f.source == "checkpoint"]
     assert len(messages) == 2  # one folder, checked once: .metadata and metadata.json missing
     assert all(m.startswith(f"actor_rollout_ref.actor.megatron.dist_checkpointing_path={folder}: ") for m in messages)
     assert any("missing-file .metadata" in m for m in messages) and any(
         "incomplete metadata.json" in m for m in messages
     )
-    skipped = preflight.run_preflight(profile, "npu", argv, {}, seams, full=False)
+    skipped = preflight.run_preflight(Site(profile, "npu", environ={}), argv, seams, full=False)
     assert not [f for f in skipped.problems if f.source == "checkpoint"]
 
 

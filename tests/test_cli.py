@@ -16,36 +16,24 @@ from tests.stack import make_stack
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run(*args, cwd=None):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "ascendfix", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120
-    )
-
-
-@pytest.fixture
-def stack(tmp_path):
-    return make_stack(tmp_path)
-
-
-def test_apply_status_revert_through_the_cli(stack):
+def test_apply_status_revert_through_the_cli(stack, ascendfix_cli):
     before = stack.snapshot()
-    applied = run("apply", "--device", "npu", *stack.root_args(), "--json")
+    applied = ascendfix_cli("apply", "--device", "npu", *stack.root_args(), "--json")
     assert applied.returncode == 0, applied.stderr
     data = json.loads(applied.stdout)
     assert data["profile"] == "verl-796871d-demo" and data["device"] == "npu"
     assert [p["state"] for p in data["patches"]] == ["applied"] * 5
-    status = run("status", "--device", "npu", *stack.root_args(), "--json")
+    status = ascendfix_cli("status", "--device", "npu", *stack.root_args(), "--json")
     assert status.returncode == 0
     assert {p["id"]: p["state"] for p in json.loads(status.stdout)["patches"]}["verl-grpo-no-interleave"] == "applied"
-    reverted = run("revert", *stack.root_args())
+    reverted = ascendfix_cli("revert", *stack.root_args())
     assert reverted.returncode == 0 and "reverted" in reverted.stdout
     assert stack.snapshot() == before
-    assert run("status", "--device", "npu", *stack.root_args()).returncode == 1  # not in the asked state
+    assert ascendfix_cli("status", "--device", "npu", *stack.root_args()).returncode == 1  # not in the asked state
 
 
-def test_diff_is_plain_when_piped(stack):
-    result = run("diff", "--device", "npu", *stack.root_args())
+def test_diff_is_plain_when_piped(stack, ascendfix_cli):
+    result = ascendfix_cli("diff", "--device", "npu", *stack.root_args())
     assert result.returncode == 0
     assert "+is_cuda_available = False  # ascendfix: verl-cuda-probe-off" in result.stdout
     assert "\x1b[" not in result.stdout
@@ -62,51 +50,48 @@ def test_diff_is_plain_when_piped(stack):
         (["show", "/tmp/does-not-exist.toml"], "no such manifest file"),
     ],
 )
-def test_bad_input_is_one_line_exit_2(args, message):
-    result = run(*args)
+def test_bad_input_is_one_line_exit_2(args, message, ascendfix_cli):
+    result = ascendfix_cli(*args)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_refusal_is_exit_1_and_writes_nothing(stack):
+def test_refusal_is_exit_1_and_writes_nothing(stack, ascendfix_cli):
     stack.file("verl", "verl/utils/device.py").write_bytes(b"def broken(:\n")
     before = stack.snapshot()
-    result = run("apply", "--device", "npu", *stack.root_args())
+    result = ascendfix_cli("apply", "--device", "npu", *stack.root_args())
     assert result.returncode == 1
     assert "refused, nothing was changed" in result.stderr and "Traceback" not in result.stderr
     assert stack.snapshot() == before
 
 
-def test_no_device_found_asks_for_one(stack, monkeypatch):
+def test_no_device_found_asks_for_one(stack, monkeypatch, ascendfix_cli):
     env_path = os.environ.get("PATH", "")
     if any((Path(p) / name).exists() for p in env_path.split(":") for name in ("npu-smi", "nvidia-smi")):
         pytest.skip("this machine has an accelerator tool on PATH")
     if Path("/usr/local/Ascend/driver").exists():
         pytest.skip("this machine has an Ascend driver")
-    result = run("apply", *stack.root_args())
+    result = ascendfix_cli("apply", *stack.root_args())
     assert result.returncode == 2 and "pass --device npu or --device cuda" in result.stderr
 
 
-def test_profiles_and_show_json():
-    listed = json.loads(run("profiles", "--json").stdout)
+def test_profiles_and_show_json(ascendfix_cli):
+    listed = json.loads(ascendfix_cli("profiles", "--json").stdout)
     assert listed[0]["name"] == "verl-796871d"
-    shown = json.loads(run("show", "verl-796871d", "--json").stdout)
+    shown = json.loads(ascendfix_cli("show", "verl-796871d", "--json").stdout)
     assert shown["name"] == "verl-796871d" and "verl-grpo-no-interleave" in shown["patches"]
 
 
-def test_python_target_interpreter_without_the_package(stack):
-    python310 = Path("/root/.pyenv/versions/3.10.13/bin/python3.10")
-    if not python310.exists():
-        pytest.skip("no Python 3.10 interpreter on this machine")
-    result = run("status", "--device", "npu", "--python", str(python310), "--json")
+def test_python_target_interpreter_without_the_package(stack, ascendfix_cli, python310):
+    result = ascendfix_cli("status", "--device", "npu", "--python", str(python310), "--json")
     data = json.loads(result.stdout)
     assert result.returncode == 1
     assert all("not installed in" in p["reason"] for p in data["patches"] if p["state"] == "drifted")
 
 
-def test_demo_runs_the_whole_job_and_leaves_the_workspace_as_it_found_it(tmp_path):
-    result = run("demo", "--dir", str(tmp_path / "demo"))
+def test_demo_runs_the_whole_job_and_leaves_the_workspace_as_it_found_it(tmp_path, ascendfix_cli):
+    result = ascendfix_cli("demo", "--dir", str(tmp_path / "demo"))
     assert result.returncode == 0, result.stderr
     assert "interleave=False  # ascendfix: verl-grpo-no-interleave" in result.stdout
     assert result.stdout.count("(reverted)") == 5
@@ -120,22 +105,22 @@ def test_demo_runs_the_whole_job_and_leaves_the_workspace_as_it_found_it(tmp_pat
     assert demo_stack.snapshot() == pristine.snapshot()
 
 
-def test_with_json_an_error_is_a_json_object_on_stdout_too(stack):
+def test_with_json_an_error_is_a_json_object_on_stdout_too(stack, ascendfix_cli):
     for args, code in (
         (["apply", "--profile", "nope", "--device", "npu", "--json"], 2),
         (["status", "--device", "npu", "--root", "verl=/nonexistent", "--json"], 2),
         (["env", "--profile", "nope", "--shell", "json"], 2),
     ):
-        result = run(*args)
+        result = ascendfix_cli(*args)
         assert result.returncode == code
         answer = json.loads(result.stdout)
         assert answer["exit_code"] == code and answer["error"] in result.stderr
     stack.file("verl", "verl/utils/device.py").write_bytes(b"def broken(:\n")
-    refused = run("apply", "--device", "npu", *stack.root_args(), "--json")
+    refused = ascendfix_cli("apply", "--device", "npu", *stack.root_args(), "--json")
     assert refused.returncode == 1 and json.loads(refused.stdout)["error"].startswith("refused, nothing was changed")
 
 
-def test_env_without_a_device_makes_eval_fail_under_set_e(tmp_path):
+def test_env_without_a_device_makes_eval_fail_under_set_e(tmp_path, ascendfix_cli):
     if any(Path(p, n).exists() for p in os.environ["PATH"].split(":") for n in ("npu-smi", "nvidia-smi")):
         pytest.skip("this machine has an accelerator tool on PATH")
     if Path("/usr/local/Ascend/driver").exists():
@@ -147,36 +132,36 @@ def test_env_without_a_device_makes_eval_fail_under_set_e(tmp_path):
     result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "started ray" not in result.stdout
     assert "pass --device npu or --device cuda" in result.stderr
-    direct = run("env")
+    direct = ascendfix_cli("env")
     assert direct.returncode == 2 and direct.stdout.startswith("false")
 
 
-def test_diff_json_and_a_refused_diff_does_not_claim_a_change(stack):
-    data = json.loads(run("diff", "--device", "npu", *stack.root_args(), "--json").stdout)
+def test_diff_json_and_a_refused_diff_does_not_claim_a_change(stack, ascendfix_cli):
+    data = json.loads(ascendfix_cli("diff", "--device", "npu", *stack.root_args(), "--json").stdout)
     assert data["dry_run"] is True and "+is_cuda_available = False" in data["diff"]
     assert {p["action"] for p in data["patches"]} == {"would-apply"}
     stack.file("verl", "verl/utils/device.py").write_bytes(b"x = 1\n")
-    refused = run("diff", "--device", "npu", *stack.root_args())
+    refused = ascendfix_cli("diff", "--device", "npu", *stack.root_args())
     assert refused.returncode == 1 and "nothing was changed" not in refused.stderr
     assert refused.stderr.startswith("error: refused: verl-cuda-probe-off: drifted")
 
 
-def test_revert_that_finds_no_package_fails_loudly(tmp_path):
+def test_revert_that_finds_no_package_fails_loudly(tmp_path, ascendfix_cli):
     bare = tmp_path / "bare"  # an interpreter with neither verl nor torch (the tests' own may have torch)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
-    result = run("revert", "--json", "--python", str(bare / "bin" / "python"), cwd=tmp_path)
+    result = ascendfix_cli("revert", "--json", "--python", str(bare / "bin" / "python"), cwd=tmp_path)
     assert result.returncode == 1
     assert "none of the profile's packages was found" in json.loads(result.stdout)["error"]
 
 
-def test_drifted_has_a_reason_code_and_a_fitting_fix(stack, tmp_path):
+def test_drifted_has_a_reason_code_and_a_fitting_fix(stack, tmp_path, ascendfix_cli):
     subprocess.run(["git", "init", "-q", str(stack.verl)], check=True)
-    assert run("apply", "--device", "npu", *stack.root_args()).returncode == 0
+    assert ascendfix_cli("apply", "--device", "npu", *stack.root_args()).returncode == 0
     device = stack.file("verl", "verl/utils/device.py")
     device.write_bytes(device.read_bytes() + b"# a hand edit\n")
     missing = stack.file("torch", "torch/distributed/checkpoint/default_planner.py")
     missing.unlink()
-    data = json.loads(run("status", "--device", "npu", *stack.root_args(), "--json").stdout)
+    data = json.loads(ascendfix_cli("status", "--device", "npu", *stack.root_args(), "--json").stdout)
     by_id = {p["id"]: p for p in data["patches"]}
     probe = by_id["verl-cuda-probe-off"]
     assert probe["reason_code"] == "changed-since-applied"
@@ -184,15 +169,17 @@ def test_drifted_has_a_reason_code_and_a_fitting_fix(stack, tmp_path):
     planner = by_id["torch-global-plan-check"]
     assert planner["reason_code"] == "wrong-root" and "should hold" in planner["hint"]
     assert "reason_code" not in by_id["verl-grpo-no-interleave"]  # applied: nothing to fix
-    nothing = json.loads(run("status", "--device", "npu", "--python", sys.executable, "--json", cwd=tmp_path).stdout)
+    nothing = json.loads(
+        ascendfix_cli("status", "--device", "npu", "--python", sys.executable, "--json", cwd=tmp_path).stdout
+    )
     codes = {p["reason_code"] for p in nothing["patches"] if p["state"] == "drifted"}
     assert codes == {"package-not-found"}
 
 
-def test_show_in_a_pipe_keeps_every_pin_whole():
-    shown = run("show", "verl-796871d").stdout
+def test_show_in_a_pipe_keeps_every_pin_whole(ascendfix_cli):
+    shown = ascendfix_cli("show", "verl-796871d").stdout
     assert "…" not in shown
-    for component in json.loads(run("show", "verl-796871d", "--json").stdout)["components"]:
+    for component in json.loads(ascendfix_cli("show", "verl-796871d", "--json").stdout)["components"]:
         pin = component.get("commit") or component.get("tag") or component.get("version")
         assert pin is None or pin in shown
 
@@ -210,7 +197,7 @@ def shown_at_80_columns(text: str, profile) -> None:
             assert line.startswith("  ") and (" @ " in line or len(line.split()) == 1), line
 
 
-def test_show_names_every_component_at_80_columns_on_a_terminal_and_in_a_pipe():
+def test_show_names_every_component_at_80_columns_on_a_terminal_and_in_a_pipe(ascendfix_cli):
     from ascendfix.cli.profiles import _render_profile
     from ascendfix.profile import manifest
     from rich.console import Console
@@ -226,11 +213,11 @@ def test_show_names_every_component_at_80_columns_on_a_terminal_and_in_a_pipe():
     terminal = Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None, highlight=False)
     _render_profile(profile, terminal)
     shown_at_80_columns(terminal.file.getvalue(), profile)
-    whole = json.loads(run("show", "verl-796871d", "--json").stdout)
+    whole = json.loads(ascendfix_cli("show", "verl-796871d", "--json").stdout)
     assert [c["why"] for c in whole["components"]] == [c.why for c in profile.components]  # --json keeps every why
 
 
-def test_demo_cleans_up_its_temporary_folder_and_its_last_command_works(tmp_path):
+def test_demo_cleans_up_its_temporary_folder_and_its_last_command_works(tmp_path, ascendfix_cli):
     temp = tmp_path / "tmp"
     temp.mkdir()
     result = subprocess.run(
@@ -243,9 +230,16 @@ def test_demo_cleans_up_its_temporary_folder_and_its_last_command_works(tmp_path
     assert result.returncode == 0, result.stderr
     assert list(temp.iterdir()) == []
     assert result.stdout.rstrip().endswith("ascendfix demo --dir ascendfix-demo")
-    kept = run("demo", "--dir", "ascendfix-demo", cwd=tmp_path)
+    kept = ascendfix_cli("demo", "--dir", "ascendfix-demo", cwd=tmp_path)
     last = kept.stdout.rstrip().splitlines()[-1].split()
     assert last[:2] == ["ascendfix", "apply"]
-    again = run(*last[1:], cwd=tmp_path)
+    again = ascendfix_cli(*last[1:], cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("(applied)") == 5 and "5 patch(es) applied" in again.stdout
+
+
+def test_the_tests_keep_their_own_cache_not_the_users(ascendfix_cli, own_cache):
+    home = Path.home() / ".cache" / "ascendfix"
+    assert not own_cache.is_relative_to(home.parent)  # this test's own folder, not the user's ~/.cache
+    assert ascendfix_cli("show", "verl-796871d", "--json", clean_env=True).returncode == 0
+    assert list((own_cache / "toml").glob("*.json"))  # the CLI it started parsed into the test's folder

@@ -2,36 +2,67 @@
 
 from __future__ import annotations
 
-import os
+import json
+import re
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
+import pytest
 from ascendfix import cli, demo
 from click.testing import CliRunner
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_a_ray_cluster_on_the_machine_does_not_reach_the_demo(tmp_path):
-    # something answers at RAY_ADDRESS (a listener that is no Ray cluster): run's gate would refuse the job
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory, ascendfix_cli):
+    """The demo, run once as a process, with something answering at RAY_ADDRESS (a listener that is no
+    Ray cluster: run's gate would refuse the job if the demo let it through); (result, address, folder)."""
+    tmp_path = tmp_path_factory.mktemp("demo")
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         host, port = listener.getsockname()
         address = f"{host}:{port}"
-        env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": address, "TMPDIR": str(tmp_path)}
-        result = subprocess.run(
-            [sys.executable, "-m", "ascendfix", "demo", "--dir", str(tmp_path / "demo")],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-        )
+        env = {"RAY_ADDRESS": address, "TMPDIR": str(tmp_path)}
+        result = ascendfix_cli("demo", "--dir", tmp_path / "demo", env=env)
+    return result, address, tmp_path / "demo"
+
+
+def test_a_ray_cluster_on_the_machine_does_not_reach_the_demo(demo_run):
+    result, address, _ = demo_run
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
     assert "e2e 8.035 tokens/s per device" in result.stdout
     assert address not in result.stdout + result.stderr
+
+
+def test_the_demos_run_json_is_data_through_and_through(demo_run):
+    result, _, folder = demo_run
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    record = json.loads((folder / "run" / "run.json").read_text())
+    assert record["preflight"] == "correctness only (--no-preflight)"
+    (hint,) = record["preflight_hints"]  # the demo's train.sh runs none of verl's trainers
+    assert hint["source"] == "overrides"
+    assert hint["message"].startswith("the command runs none of verl.trainer.main_ppo")
+    assert {p["id"] for p in record["patches"]} == {
+        "verl-cuda-probe-off",
+        "torch-shard-overlap-check",
+        "torch-global-plan-check",
+        "verl-grpo-no-interleave",
+        "verl-dapo-no-interleave",
+    }
+    assert (record["exit_status"], record["killed"], record["steps"]) == (0, False, 6)
+
+    def strings(value):
+        if isinstance(value, dict):
+            return [s for v in value.values() for s in strings(v)]
+        if isinstance(value, list):
+            return [s for v in value for s in strings(v)]
+        return [value] if isinstance(value, str) else []
+
+    reprs = [s for s in strings(record) if re.search(r"\b[A-Z]\w*\(\w+=", s)]
+    assert not reprs, reprs  # no Python repr of a record (Finding(source=...)) anywhere
 
 
 def test_the_isolated_environment_hides_the_machines_cluster(tmp_path):

@@ -14,10 +14,12 @@ import pytest
 from ascendfix.cli.doctor import _render_report
 from ascendfix.doctor import ascend, host, pyenv, runner
 from ascendfix.doctor.context import Context
-from ascendfix.doctor.model import Finding, Report, Result, Status
+from ascendfix.doctor.model import DoctorReport, Finding, Result
 from ascendfix.doctor.registry import CHECKS
 from ascendfix.errors import UsageError
 from ascendfix.profile import manifest
+from ascendfix.site import Site
+from ascendfix.states import Status
 from click.testing import CliRunner
 
 from tests import machine
@@ -69,8 +71,8 @@ def wrong(tmp_path_factory):
     return python
 
 
-def run_checks(profile, python, *only, device="npu", **kw):
-    ctx = Context(profile, device, "test", str(python) if python else None, **kw)
+def run_checks(profile, python, *only, device="npu", **site):
+    ctx = Context(Site(profile, device, str(python) if python else None, **site), "test")
     return {r.id: r for r in runner.run(ctx, only).checks}
 
 
@@ -167,10 +169,8 @@ def test_python_version_of_the_target(profile, wrong):
         assert result.details == (" ".join(why.split()),)
 
 
-def test_python_310_interpreter_passes_python_check(profile):
-    if not machine.PY310.exists():
-        pytest.skip("Python 3.10 is not installed")
-    result = run_checks(profile, machine.PY310, "python")["python"]
+def test_python_310_interpreter_passes_python_check(profile, python310):
+    result = run_checks(profile, python310, "python")["python"]
     assert result.status == "ok" and result.messages[0].startswith("Python 3.10.")
 
 
@@ -186,7 +186,7 @@ def test_an_interrupted_ascendfix_run_fails_patches(profile, tmp_path):
 
 
 def ascend_ctx(profile, home: Path, env: dict[str, str]) -> Context:
-    return Context(profile, "npu", "test", ascend_home=home, environ=env)
+    return Context(Site(profile, "npu", environ=env), "test", ascend_home=home)
 
 
 def test_ascend_a2_that_matches(profile, tmp_path):
@@ -273,19 +273,19 @@ def test_parse_npu_smi_reads_the_real_table_format():
 def test_cuda_stack_from_nvidia_smi(profile, tmp_path):
     rows = "0, NVIDIA H100 80GB HBM3, 550.54.15, 81559, 1\n1, NVIDIA H100 80GB HBM3, 550.54.15, 81559, 1\n"
     machine.write_executable(tmp_path / "bin" / "nvidia-smi", f"#!/bin/sh\nprintf '{rows}'\n")
-    ctx = Context(profile, "cuda", "test", environ={"PATH": str(tmp_path / "bin")})
+    ctx = Context(Site(profile, "cuda", environ={"PATH": str(tmp_path / "bin")}), "test")
     result = host.check_cuda(ctx)
     assert result.status == "ok" and result.messages[0] == "2 GPU(s): NVIDIA H100 80GB HBM3, driver 550.54.15"
-    missing = host.check_cuda(Context(profile, "cuda", "test", environ={"PATH": str(tmp_path)}))
+    missing = host.check_cuda(Context(Site(profile, "cuda", environ={"PATH": str(tmp_path)}), "test"))
     assert missing.status == "fail" and missing.messages[0].startswith("nvidia-smi is not on PATH")
-    assert host.check_cuda(Context(profile, "npu", "test")).status == "skip"
+    assert host.check_cuda(Context(Site(profile, "npu"), "test")).status == "skip"
 
 
 def test_env_wrong_missing_and_unknown_interface(profile):
     env = {var.name: var.value for var in profile.devices["npu"].env if var.value is not None}
     env.update(TASK_QUEUE_ENABLE="0", HCCL_SOCKET_IFNAME="nosuchnic9", GLOO_SOCKET_IFNAME="lo")
     del env["HCCL_EXEC_TIMEOUT"]
-    result = host.check_env(Context(profile, "npu", "test", environ=env))
+    result = host.check_env(Context(Site(profile, "npu", environ=env), "test"))
     assert result.status == "fail"
     assert result.messages[0].endswith(" problem(s) with the environment the job inherits")  # 4 if ulimit is low
     why = {v.name: " ".join(v.why.split()) for v in profile.devices["npu"].env}
@@ -298,7 +298,7 @@ def test_env_wrong_missing_and_unknown_interface(profile):
     assert "GLOO_SOCKET_IFNAME=lo" in result.messages
     assert "export HCCL_EXEC_TIMEOUT=3600" in result.fix and "export TASK_QUEUE_ENABLE=2" in result.fix
     env["LD_LIBRARY_PATH"] = "/usr/local/Ascend/driver/lib64:/opt/cann/lib64"  # one driver entry lost
-    lost = host.check_env(Context(profile, "npu", "test", environ=env))
+    lost = host.check_env(Context(Site(profile, "npu", environ=env), "test"))
     assert any(m.startswith("LD_LIBRARY_PATH lacks /usr/local/Ascend/driver/lib64/driver; ") for m in lost.messages)
     assert (
         "export LD_LIBRARY_PATH=/usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64/driver"
@@ -321,7 +321,7 @@ def test_a_crashing_check_becomes_a_failed_result(profile, monkeypatch):
         raise RuntimeError("boom")
 
     monkeypatch.setitem(CHECKS, "env", CHECKS["env"].__class__("env", "Runtime environment", "Host", crash))
-    (result,) = runner.run(Context(profile, "npu", "test"), ["env"]).checks
+    (result,) = runner.run(Context(Site(profile, "npu"), "test"), ["env"]).checks
     assert (result.status, result.messages) == ("fail", ["the check crashed: RuntimeError: boom"])
 
 
@@ -331,7 +331,7 @@ def test_a_hanging_check_times_out_without_holding_the_others(profile, monkeypat
         return Finding("ok")
 
     monkeypatch.setitem(CHECKS, "driver", CHECKS["driver"].__class__("driver", "Ascend driver", "Ascend", hang))
-    ctx = Context(profile, "cuda", "test", timeout=0.5)
+    ctx = Context(Site(profile, "cuda"), "test", timeout=0.5)
     report = runner.run(ctx, ["driver", "cann"])
     assert [(r.id, r.status) for r in report.checks] == [("cann", "skip"), ("driver", "fail")]
     assert report.checks[1].messages == ["the check did not finish within 0.5 s"]
@@ -348,7 +348,7 @@ def test_list_and_bad_input():
     assert doctor("--device", "tpu").returncode == 2
 
 
-REPORT = Report(
+REPORT = DoctorReport(
     "verl-796871d",
     "npu",
     [
@@ -493,10 +493,10 @@ def test_doctor_in_this_interpreter_never_crashes(tmp_path):
 )
 def test_os_release_against_the_pin(profile, tmp_path, text, status):
     (tmp_path / "os-release").write_text(text)
-    result = host.check_os(Context(profile, "npu", "test", os_release=tmp_path / "os-release"))
+    result = host.check_os(Context(Site(profile, "npu"), "test", os_release=tmp_path / "os-release"))
     assert result.status == status
     assert "the profile pins AlmaLinux 8; the guide's container is Ubuntu 20.04.6" in result.messages[0] or (
         status == "ok" and "as the profile pins (AlmaLinux 8)" in result.messages[0]
     )
-    assert host.check_os(Context(profile, "npu", "test", os_release=tmp_path / "none")).status == "skip"
-    assert host.check_os(Context(profile, "cuda", "test", os_release=tmp_path / "os-release")).status == "skip"
+    assert host.check_os(Context(Site(profile, "npu"), "test", os_release=tmp_path / "none")).status == "skip"
+    assert host.check_os(Context(Site(profile, "cuda"), "test", os_release=tmp_path / "os-release")).status == "skip"

@@ -11,14 +11,16 @@ from ascendfix import resources
 from ascendfix.cli.doctor import _render_report
 from ascendfix.doctor import pyenv, runner
 from ascendfix.doctor.context import Context
-from ascendfix.doctor.model import Report, Result, Status
+from ascendfix.doctor.model import DoctorReport, Result
 from ascendfix.errors import UsageError
 from ascendfix.patching import engine
-from ascendfix.profile import manifest, rl_plugin
+from ascendfix.profile import manifest, records, rl_plugin
+from ascendfix.site import Site
+from ascendfix.states import Status
 
 from tests import machine
 from tests.machine import doctor
-from tests.test_rl_plugin import LINEAR_CE, VERL_INIT, checkout_profile, commits, installer
+from tests.rl_plugin_files import LINEAR_CE, VERL_INIT, checkout_profile, commits, installer
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +34,8 @@ def install_into(folder: Path, *wheels: Path) -> Path:
     return folder
 
 
-def check(profile, check_id, **kw):
-    (result,) = runner.run(Context(profile, "npu", "test", **kw), [check_id]).checks
+def check(profile, check_id, **site):
+    (result,) = runner.run(Context(Site(profile, "npu", **site), "test"), [check_id]).checks
     return result
 
 
@@ -90,12 +92,12 @@ def test_thousands_of_changed_files_are_a_count_with_the_list_in_the_details(pro
     assert result.status == "fail"
     assert result.messages[0] == "torch 2.7.1: 3000 file(s) differ from the wheel's RECORD (-v lists them)"
     assert max(map(len, result.messages)) < 200 and sorted(result.details) == names
-    report = Report("verl-796871d", "npu", [result])
+    report = DoctorReport("verl-796871d", "npu", [result])
     assert json.loads(json.dumps(report.to_json()))["checks"][0]["details"] == list(result.details)
 
 
 def render(result: Result, verbose: bool, capsys) -> str:
-    _render_report(Report("verl-796871d", "npu", [result]), verbose)
+    _render_report(DoctorReport("verl-796871d", "npu", [result]), verbose)
     return capsys.readouterr().out
 
 
@@ -134,7 +136,7 @@ def test_python_that_is_no_interpreter_is_one_line(tmp_path, kind):
 def test_the_runner_raises_one_usage_error_for_an_unusable_interpreter(profile, tmp_path):
     target = machine.write_executable(tmp_path / "notes.txt", "just some words\n")
     with pytest.raises(UsageError, match="not a Python interpreter"):
-        runner.run(Context(profile, "npu", "test", str(target)), ["python", "packages", "hazards"])
+        runner.run(Context(Site(profile, "npu", str(target)), "test"), ["python", "packages", "hazards"])
 
 
 # --- other tools' edits: the rl-plugin's import block in any spelling, another profile's patches ---------
@@ -202,7 +204,7 @@ def test_integrity_keeps_the_import_block_of_a_wheel_install_and_reinstalls_the_
     assert "rl-plugin" in plugin and "pip install" in plugin  # the reinstall dropped the block: put it back
 
 
-def team_profile(tmp_path: Path) -> manifest.Profile:
+def team_profile(tmp_path: Path) -> records.Profile:
     """A team profile with its own patch of verl/utils/device.py (the probe patch under another id)."""
     (tmp_path / "patches").mkdir(parents=True)
     text = (resources.data_dir("patches") / "verl-cuda-probe-off.toml").read_text()
@@ -221,7 +223,7 @@ DEVICE_PY = "import torch\n\nis_cuda_available = torch.cuda.is_available()\n"
 def test_a_file_another_profile_patched_in_a_checkout_is_named_as_its_never_checked_out(tmp_path, monkeypatch):
     verl, profile = checkout_profile(tmp_path, {INIT: VERL_INIT, DEVICE: DEVICE_PY})
     team = team_profile(tmp_path / "team")
-    (applied,) = engine.apply(engine.select(team, "npu", ("team-probe",), roots={"verl": verl}))
+    (applied,) = engine.apply(engine.select(Site(team, "npu", roots={"verl": verl}), ("team-probe",)))
     assert applied.action == "applied"
     result = commits(profile, verl, monkeypatch, plugin_installed=False)
     assert result.status == "warn", result
@@ -242,7 +244,7 @@ def test_a_file_another_profile_patched_in_site_packages_is_named_as_its_not_rei
     wheel = machine.make_wheel(tmp_path / "wheels", "verl", "0.5.0", {INIT: b"", DEVICE: DEVICE_PY.encode()})
     site = install_into(tmp_path / "site", wheel)
     team = team_profile(tmp_path / "team")
-    engine.apply(engine.select(team, "npu", ("team-probe",), roots={"verl": site}))
+    engine.apply(engine.select(Site(team, "npu", roots={"verl": site}), ("team-probe",)))
     result = check(profile, "integrity", roots={"verl": site})
     assert result.status == "warn", result
     assert result.messages[0] == f"verl 0.5.0: another profile's patches: {DEVICE} (profile team's patch team-probe)"

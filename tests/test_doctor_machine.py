@@ -19,7 +19,7 @@ import pytest
 from ascendfix.profile import rl_plugin
 
 from tests import machine, upstream
-from tests.machine import GIT, PY310, doctor, run
+from tests.machine import GIT, doctor, run
 
 pytestmark = pytest.mark.slow
 
@@ -83,10 +83,8 @@ def write_profile(path: Path, commits: dict[str, str], nofile: int) -> Path:
 
 
 @pytest.fixture(scope="session")
-def a2(tmp_path_factory) -> Machine:
+def a2(tmp_path_factory, python310) -> Machine:
     """An Ascend A2 node that matches verl-796871d: Python 3.10 venv, the pinned stack, patches applied."""
-    if not PY310.exists():
-        pytest.skip(f"{PY310} (Python 3.10) is not installed")
     root = tmp_path_factory.mktemp("a2")
     torch_tree, verl_tree = upstream.torch_tree("2.7.1"), upstream.verl_tree("0.5.0")
     wheels = root / "wheels"
@@ -118,7 +116,7 @@ def a2(tmp_path_factory) -> Machine:
     verl_files["recipe/dapo/dapo_ray_trainer.py"] = DAPO_TRAINER
     verl_files[".gitignore"] = "build/\n*.egg-info/\n"
     commits["verl"] = machine.git_project(verl, "verl", verl_files, (VERL_TENSORDICT,), version="0.5.0.dev0")
-    python = machine.make_venv(root / "venv", PY310)
+    python = machine.make_venv(root / "venv", python310)
     try:
         machine.pip_install(python, "flit_core")  # the build backend of the git fixtures: from the index
     except AssertionError as e:

@@ -13,6 +13,7 @@ from ascendfix import fsutil
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.patching import engine
 from ascendfix.profile import manifest
+from ascendfix.site import Site
 
 from tests.stack import DEMO_PROFILE, PATCHED, make_stack
 
@@ -30,7 +31,7 @@ SAME_CODE = PROFILE._replace(
 
 
 def select(stack, device="npu", only=(), profile=PROFILE):
-    return engine.select(profile, device, tuple(only), roots=stack.roots())
+    return engine.select(Site(profile, device, roots=stack.roots()), tuple(only))
 
 
 def states(statuses):
@@ -297,7 +298,7 @@ def test_switching_variant_is_one_write_and_revert_stays_exact(tmp_path, lose_st
     original = device.read_bytes()
 
     def sel(variants=None):
-        return engine.select(profile, "npu", roots={"verl": stack.verl}, variants=variants)
+        return engine.select(Site(profile, "npu", roots={"verl": stack.verl}, variants=variants))
 
     (first,) = engine.apply(sel())
     assert (first.action, first.variant) == ("applied", "off")
@@ -310,7 +311,7 @@ def test_switching_variant_is_one_write_and_revert_stays_exact(tmp_path, lose_st
     assert (switched.action, switched.variant) == ("switched", "none")
     assert b"is_cuda_available = None  # ascendfix: team-probe" in device.read_bytes()
     assert engine.status(sel({"team-probe": "none"}))[0].variant == "none"
-    engine.revert(engine.select(profile, None, roots={"verl": stack.verl}))
+    engine.revert(engine.select(Site(profile, None, roots={"verl": stack.verl})))
     assert device.read_bytes() == original
 
 
@@ -328,7 +329,7 @@ def test_an_interrupted_variant_switch_rolls_back_to_the_old_variant(tmp_path, m
     original = device.read_bytes()
 
     def sel(variants=None):
-        return engine.select(profile, "npu", roots={"verl": stack.verl}, variants=variants)
+        return engine.select(Site(profile, "npu", roots={"verl": stack.verl}, variants=variants))
 
     engine.apply(sel())
     held = device.read_bytes()
@@ -348,7 +349,7 @@ def test_an_interrupted_variant_switch_rolls_back_to_the_old_variant(tmp_path, m
     (status,) = engine.status(sel())
     assert (status.state, status.variant, status.reason) == ("applied", "off", "")
     assert device.read_bytes() == held
-    engine.revert(engine.select(profile, None, roots={"verl": stack.verl}))
+    engine.revert(engine.select(Site(profile, None, roots={"verl": stack.verl})))
     assert device.read_bytes() == original
 
 
@@ -376,7 +377,7 @@ def test_the_variant_a_file_holds_sticks_until_another_is_asked_for(tmp_path, lo
     device = stack.file("verl", "verl/utils/device.py")
 
     def sel(variants=None):
-        return engine.select(profile, "npu", roots={"verl": stack.verl}, variants=variants)
+        return engine.select(Site(profile, "npu", roots={"verl": stack.verl}, variants=variants))
 
     (chosen,) = engine.apply(sel({"team-probe": "none"}))
     assert (chosen.action, chosen.variant) == ("applied", "none")
@@ -396,7 +397,7 @@ def test_revert_refuses_what_another_profile_recorded_unless_it_can_prove_the_ba
     team = _two_variant_profile(tmp_path)
     stack = make_stack(tmp_path / "stack")
     before = stack.snapshot()
-    engine.apply(engine.select(team, "npu", roots={"verl": stack.verl}))
+    engine.apply(engine.select(Site(team, "npu", roots={"verl": stack.verl})))
     patched = stack.snapshot()
     assert patched != before
     results = {s.id: s for s in engine.revert(select(stack, device=None))}  # the bundled profile, not the team's
@@ -404,7 +405,7 @@ def test_revert_refuses_what_another_profile_recorded_unless_it_can_prove_the_ba
     assert refused.action == "refused" and refused.reason.startswith("applied by profile team, not a patch of")
     assert "(revert it with ascendfix revert --profile team)" in refused.reason
     assert stack.snapshot() == patched  # the demo's device.py is no known original: its backup proves nothing
-    (own,) = engine.revert(engine.select(team, None, roots={"verl": stack.verl}))  # the team's profile can
+    (own,) = engine.revert(engine.select(Site(team, None, roots={"verl": stack.verl})))  # the team's profile can
     assert own.action == "reverted"
     assert stack.snapshot() == before
     assert not (stack.verl / ".ascendfix").exists()

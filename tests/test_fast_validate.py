@@ -354,6 +354,7 @@ def test_template_runs_on_python39():
 def test_engine_applies_switches_and_reverts_the_variants(copy_tree, version):
     from ascendfix.patching import engine
     from ascendfix.profile import manifest
+    from ascendfix.site import Site
 
     profile = manifest.load_profile("verl-796871d")
     ids = ("torch-shard-overlap-check", "torch-global-plan-check")
@@ -361,7 +362,7 @@ def test_engine_applies_switches_and_reverts_the_variants(copy_tree, version):
     before = {p: (root / p).read_bytes() for p in (upstream.SHARD_INTERNALS, upstream.DEFAULT_PLANNER)}
 
     def select(variant):
-        return engine.select(profile, "npu", ids, roots={"torch": root}, variants=dict.fromkeys(ids, variant))
+        return engine.select(Site(profile, "npu", roots={"torch": root}, variants=dict.fromkeys(ids, variant)), ids)
 
     assert {(s.state, s.variant) for s in engine.apply(select("fast-validate"))} == {("applied", "fast-validate")}
     planner = (root / upstream.DEFAULT_PLANNER).read_bytes()

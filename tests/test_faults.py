@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from ascendfix.errors import AscendfixError
 from ascendfix.patching import engine
+from ascendfix.site import Site
 
 from tests.stack import DEMO_PROFILE, Stack, make_stack
 
@@ -25,7 +26,7 @@ FULL_AT = ("replace", "fsync", "open", "mkdir")
 
 
 def select(stack, device="npu"):
-    return engine.select(DEMO_PROFILE, device, roots=stack.roots())
+    return engine.select(Site(DEMO_PROFILE, device, roots=stack.roots()))
 
 
 def everything(stack) -> dict[str, bytes]:

@@ -13,6 +13,7 @@ import sys
 import pytest
 from ascendfix.patching import journal
 from ascendfix.profile import manifest
+from ascendfix.site import Site
 
 from tests import upstream
 
@@ -104,9 +105,9 @@ def test_run_preflight_does_not_write_a_planted_undo_copy(site, tmp_path):
     entry = {"rel": SHARDS, "before": journal.digest(evil), "after": journal.digest(patched)}
     data = {"schema": journal.SCHEMA, "op": "switch", "txid": "cd" * 8, "roots": [str(site)], "files": [entry]}
     (state / "journal.json").write_text(json.dumps(data))
-    seams = preflight.default_seams(roots={"torch": site, "verl": site})
+    at = Site(manifest.load_profile("verl-796871d"), "npu", roots={"torch": site, "verl": site})
     with pytest.raises(RefusedError, match="cannot be proven"):
-        seams.patch_states(manifest.load_profile("verl-796871d"), "npu")
+        preflight.patch_states(at)
     assert (site / SHARDS).read_bytes() == patched
 
 

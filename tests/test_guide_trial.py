@@ -11,11 +11,12 @@ import sys
 
 import pytest
 from ascendfix import cli
+from ascendfix import site as sites
 from ascendfix.doctor import host, patches, pyenv
 from ascendfix.doctor.context import Context
-from ascendfix.patching import engine, locate
-from ascendfix.patching.locate import Distribution
+from ascendfix.patching import engine
 from ascendfix.profile import manifest
+from ascendfix.site import Distribution, Site
 from click.testing import CliRunner
 
 from tests import upstream
@@ -54,13 +55,13 @@ def torch_site(tmp_path, monkeypatch):
 def contexts(site):
     profile = PROFILE._replace(patches={pid: PROFILE.patches[pid] for pid in TORCH_IDS})
     profile = profile._replace(devices={"npu": profile.devices["npu"]._replace(patches=TORCH_IDS)})
-    return Context(profile, "npu", "test", roots={"torch": site}, environ={})
+    return Context(Site(profile, "npu", roots={"torch": site}, environ={}), "test")
 
 
 @pytest.mark.upstream
 def test_doctor_gives_one_fix_for_a_hand_edited_file_and_apply_takes_it(torch_site):
     ctx = contexts(torch_site)
-    apply = ctx.command("apply")
+    apply = ctx.site.command("apply")
     found = patches.check_patches(ctx)
     integrity = pyenv.check_integrity(ctx)
     assert found.status == "fail" and found.fix == apply
@@ -74,7 +75,7 @@ def test_doctor_gives_one_fix_for_a_hand_edited_file_and_apply_takes_it(torch_si
         f"torch 2.7.1: hand-edited as the guide says, over the wheel's own bytes: {upstream.SHARD_INTERNALS} " in text
     )
     # the fix works: apply adopts both files, and both checks pass
-    selection = engine.select(ctx.profile, "npu", roots={"torch": torch_site})
+    selection = engine.select(ctx.site)
     assert [s.action for s in engine.apply(selection)] == ["adopted", "adopted"]
     assert patches.check_patches(ctx).status == "ok"
     assert pyenv.check_integrity(ctx).status == "ok"
@@ -94,7 +95,7 @@ def test_a_file_apply_refuses_gets_the_same_reinstall_from_both_checks(torch_sit
 
 
 def test_a_package_that_is_not_there_is_not_found_not_drifted(tmp_path):
-    ctx = Context(PROFILE, "npu", "test", python=sys.executable, roots={"torch": tmp_path}, environ={})
+    ctx = Context(Site(PROFILE, "npu", sys.executable, roots={"torch": tmp_path}, environ={}), "test")
     if ctx.targets()["verl"].root is not None:
         pytest.skip("verl is installed in this interpreter")
     messages = "\n".join(patches.check_patches(ctx).messages)
@@ -103,14 +104,14 @@ def test_a_package_that_is_not_there_is_not_found_not_drifted(tmp_path):
 
 def test_the_reinstall_names_the_version_the_dist_info_records(tmp_path):
     (tmp_path / "verl-0.5.0.dist-info").mkdir()
-    assert locate.reinstall_spec("verl", tmp_path) == "verl==0.5.0"
-    assert locate.reinstall_spec("torch", tmp_path) == "torch"  # none recorded: no made-up version
+    assert sites.reinstall_spec("verl", tmp_path) == "verl==0.5.0"
+    assert sites.reinstall_spec("torch", tmp_path) == "torch"  # none recorded: no made-up version
 
 
 def test_a_per_site_nic_is_asked_for_not_guessed(monkeypatch):
     monkeypatch.setattr(host, "_interfaces", lambda: {"lo", "eth0", "ib0"})
     env = {var.name: var.value for var in PROFILE.devices["npu"].env if var.value is not None}
-    result = host.check_env(Context(PROFILE, "npu", "test", environ=env))
+    result = host.check_env(Context(Site(PROFILE, "npu", environ=env), "test"))
     nic_lines = [line for line in result.fix.splitlines() if "SOCKET_IFNAME" in line]
     assert nic_lines and all("=SITE_NIC  # the NIC this site's nodes reach each other on" in line for line in nic_lines)
     assert "(this host has: eth0, ib0)" in nic_lines[0]

@@ -23,6 +23,7 @@ from ascendfix.errors import RefusedError
 from ascendfix.patching import engine, proof
 from ascendfix.profile import manifest
 from ascendfix.resources import data_dir
+from ascendfix.site import Site
 
 from tests import upstream
 
@@ -113,7 +114,7 @@ def trees(tmp_path):
 
 
 def select(profile: Path, verl: Path, site: Path, device: str | None = "npu") -> engine.Selection:
-    return engine.select(manifest.load_profile(str(profile)), device, roots={"verl": verl, "torch": site})
+    return engine.select(Site(manifest.load_profile(str(profile)), device, roots={"verl": verl, "torch": site}))
 
 
 def shas(verl: Path, site: Path, pristine: dict[str, str]) -> dict[str, str]:
@@ -233,8 +234,8 @@ def test_a_hand_return_above_the_docstring_is_the_guides_edit_too(trees):
     shards.write_text(text.replace(head, head + "    return\n", 1))
     (status,) = [s for s in engine.status(select(profile, verl, site)) if s.id == "torch-shard-overlap-check"]
     assert (status.state, status.guide) == ("hand-edited", "6.1")
-    engine.apply(engine.select(manifest.load_profile(str(profile)), "npu", ("torch-shard-overlap-check",),
-                               roots={"verl": verl, "torch": site}))  # fmt: skip
+    site_of = Site(manifest.load_profile(str(profile)), "npu", roots={"verl": verl, "torch": site})
+    engine.apply(engine.select(site_of, ("torch-shard-overlap-check",)))
     engine.revert(select(profile, verl, site, device=None))
     assert sha(shards) == pristine[upstream.SHARD_INTERNALS]
 
@@ -242,7 +243,7 @@ def test_a_hand_return_above_the_docstring_is_the_guides_edit_too(trees):
 def test_status_never_calls_applied_a_function_a_hand_return_still_skips(trees):
     profile, verl, site, pristine = trees
     only = ("torch-shard-overlap-check",)
-    selection = engine.select(manifest.load_profile(str(profile)), "npu", only, roots={"torch": site})
+    selection = engine.select(Site(manifest.load_profile(str(profile)), "npu", roots={"torch": site}), only)
     engine.apply(selection)  # fast-validate, then a hand edit under it
     shards = site / upstream.SHARD_INTERNALS
     shards.write_text(shards.read_text().replace(SHARDS_DOC_END, SHARDS_DOC_END + "    return\n", 1))

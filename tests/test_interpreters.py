@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
@@ -14,14 +11,8 @@ import pytest
 from ascendfix import demo
 
 REPO = Path(__file__).resolve().parent.parent
-PYTHON310 = shutil.which("python3.10") and Path("/root/.pyenv/versions/3.10.13/bin/python3.10")
 
 pytestmark = pytest.mark.slow
-
-
-def cli(*args, python=sys.executable, cwd=None):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([python, "-m", "ascendfix", *args], capture_output=True, text=True, env=env, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -39,21 +30,22 @@ def target_venv(tmp_path_factory):
     return python, workspace
 
 
-def test_editable_install_resolves_to_its_checkout(target_venv):
+def test_editable_install_resolves_to_its_checkout(target_venv, ascendfix_cli):
     python, workspace = target_venv
-    result = cli("apply", "--device", "npu", "--python", str(python), "--only", "verl-dapo-no-interleave", "--json")
+    result = ascendfix_cli(
+        "apply", "--device", "npu", "--python", str(python), "--only", "verl-dapo-no-interleave", "--json"
+    )
     assert result.returncode == 0, result.stderr
     (patch,) = json.loads(result.stdout)["patches"]
     assert patch["state"] == "applied"  # found the checkout, so recipe/ is there
     assert "# ascendfix: verl-dapo-no-interleave" in (workspace.verl / "recipe/dapo/dapo_ray_trainer.py").read_text()
-    assert cli("revert", "--python", str(python)).returncode == 0
+    assert ascendfix_cli("revert", "--python", str(python)).returncode == 0
     assert (workspace.verl / "recipe/dapo/dapo_ray_trainer.py").read_bytes() == demo.DAPO
 
 
-@pytest.mark.skipif(not PYTHON310 or not Path(str(PYTHON310)).exists(), reason="no Python 3.10 here")
-def test_ascendfix_runs_on_python_3_10(tmp_path):
+def test_ascendfix_runs_on_python_3_10(tmp_path, python310):
     venv_dir = tmp_path / "py310"
-    subprocess.run([str(PYTHON310), "-m", "venv", str(venv_dir)], check=True)
+    subprocess.run([str(python310), "-m", "venv", str(venv_dir)], check=True)
     python = venv_dir / "bin" / "python"
     install = subprocess.run([python, "-m", "pip", "install", "-q", str(REPO)], capture_output=True, text=True)
     if install.returncode != 0:

@@ -18,12 +18,13 @@ import pytest
 from ascendfix import fsutil
 from ascendfix.patching import engine
 from ascendfix.patching.journal import SCHEMA, WriteError
+from ascendfix.site import Site
 
 from tests.stack import DEMO_PROFILE, make_stack
 
 
 def select(stack, device="npu"):
-    return engine.select(DEMO_PROFILE, device, roots=stack.roots())
+    return engine.select(Site(DEMO_PROFILE, device, roots=stack.roots()))
 
 
 def listing(stack) -> dict[str, list[str]]:
@@ -49,6 +50,7 @@ def _apply_killed_in_the_write_window(stack, op: str = "apply") -> int:
         import os, signal, sys
         sys.path.insert(0, {os.getcwd()!r})
         from ascendfix.patching import engine
+        from ascendfix.site import Site
         from tests.stack import DEMO_PROFILE
         from pathlib import Path
         real = os.replace
@@ -60,7 +62,7 @@ def _apply_killed_in_the_write_window(stack, op: str = "apply") -> int:
             return real(src, dst, *a, **k)
         os.replace = replace
         roots = {{"verl": Path({str(stack.verl)!r}), "torch": Path({str(stack.torch)!r})}}
-        sel = engine.select(DEMO_PROFILE, "npu" if {op!r} == "apply" else None, roots=roots)
+        sel = engine.select(Site(DEMO_PROFILE, "npu" if {op!r} == "apply" else None, roots=roots))
         getattr(engine, {op!r})(sel)
         """
     )
@@ -108,9 +110,9 @@ def test_random_kills_during_apply_and_revert_leave_no_temp_files(tmp_path):
             engine.apply(select(stack))
         code = (
             f"import sys; sys.path.insert(0, {os.getcwd()!r}); from ascendfix.patching import engine; "
-            "from tests.stack import DEMO_PROFILE; from pathlib import Path; "
+            "from ascendfix.site import Site; from tests.stack import DEMO_PROFILE; from pathlib import Path; "
             f"roots={{'verl': Path({str(stack.verl)!r}), 'torch': Path({str(stack.torch)!r})}}; "
-            f"engine.{op}(engine.select(DEMO_PROFILE, {'None' if op == 'revert' else repr('npu')}, roots=roots))"
+            f"engine.{op}(engine.select(Site(DEMO_PROFILE, {'None' if op == 'revert' else repr('npu')}, roots=roots)))"
         )
         child = subprocess.Popen([sys.executable, "-c", code])
         time.sleep(rng.uniform(0.2, 1.2))
@@ -221,13 +223,16 @@ def test_doctor_integrity_reports_a_leftover_temp_file_and_apply_removes_it(stac
     assert _apply_killed_in_the_write_window(stack) == -signal.SIGKILL
     shutil.rmtree(stack.verl / ".ascendfix")  # the journal lost too: only the temp file tells
     temp = stack.verl / "verl/utils/.device.py.ascendfix-tmp"
-    ctx = Context(DEMO_PROFILE, "npu", "test", roots=stack.roots(), environ={})
+    ctx = Context(Site(DEMO_PROFILE, "npu", roots=stack.roots(), environ={}), "test")
     finding = pyenv.check_integrity(ctx)
     assert finding.status == "warn"
     assert finding.messages[0] == f"{temp}: left by a killed ascendfix write; the next apply or revert removes it"
     engine.apply(select(stack))
     assert not temp.exists()
-    assert pyenv.check_integrity(Context(DEMO_PROFILE, "npu", "test", roots=stack.roots(), environ={})).status != "warn"
+    assert (
+        pyenv.check_integrity(Context(Site(DEMO_PROFILE, "npu", roots=stack.roots(), environ={}), "test")).status
+        != "warn"
+    )
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from ascendfix.errors import UsageError
-from ascendfix.profile import manifest
+from ascendfix.profile import manifest, records
 from ascendfix.resources import data_dir
 
 
@@ -162,7 +162,7 @@ def team_overlap_profile(tmp_path, template: str) -> str:
     )
 
 
-def template_of(profile: manifest.Profile, pid: str) -> str:
+def template_of(profile: records.Profile, pid: str) -> str:
     return dict(profile.patches[pid].variants[1].params)["template"]
 
 

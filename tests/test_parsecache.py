@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from ascendfix import resources
 from ascendfix.errors import UsageError
-from ascendfix.profile import manifest, parsecache
+from ascendfix.profile import manifest, parsecache, schema
 
 
 def _has_nobody() -> bool:
@@ -75,7 +75,7 @@ def test_an_unwritable_cache_is_skipped(cache):
 def test_values_json_cannot_hold_are_parsed_every_time(cache, tmp_path):
     path = tmp_path / "dates.toml"
     path.write_text("when = 2026-11-30\nfar = inf\n")
-    first, second = manifest.read_toml(path), manifest.read_toml(path)
+    first, second = schema.read_toml(path), schema.read_toml(path)
     assert first == second and str(first["when"]) == "2026-11-30"
     assert not cache.exists() or not list(cache.glob("*.json"))
 
@@ -83,7 +83,7 @@ def test_values_json_cannot_hold_are_parsed_every_time(cache, tmp_path):
 def test_a_profile_loads_the_same_from_the_cache(cache, monkeypatch):
     fresh = manifest.load_profile("verl-796871d")
     assert len(list(cache.glob("*.json"))) == 6  # the manifest and its five patch files
-    monkeypatch.setattr(manifest, "_parse_toml", lambda path, data: pytest.fail(f"{path} parsed again"))
+    monkeypatch.setattr(schema, "_parse_toml", lambda path, data: pytest.fail(f"{path} parsed again"))
     assert manifest.load_profile("verl-796871d") == fresh
 
 
@@ -92,7 +92,7 @@ def test_invalid_toml_is_never_cached(cache, tmp_path):
     path.write_text("name = \n")
     for _ in range(2):
         with pytest.raises(UsageError, match=r"bad.toml: not valid TOML"):
-            manifest.read_toml(path)
+            schema.read_toml(path)
     assert not cache.exists() or not list(cache.glob("*.json"))
 
 
@@ -103,7 +103,7 @@ EVIL = "__import__('os').system('id > /tmp/owned')"
 
 def planted_entry(data: bytes) -> tuple[str, bytes]:
     """The entry name for ``data`` and a planted parse of it: verl-cuda-probe-off writing code."""
-    real = manifest._parse_toml(Path("x.toml"), data)
+    real = schema._parse_toml(Path("x.toml"), data)
     real["transform"]["value"] = EVIL
     digest = parsecache.sha256_bytes(data)
     return f"{digest}.json", json.dumps({"sha256": digest, "data": real}).encode()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -10,12 +9,21 @@ import pytest
 from ascendfix import cli
 from ascendfix.errors import UsageError
 from ascendfix.job import preflight
-from ascendfix.job.preflight import Seams, run_preflight, scan_overrides
-from ascendfix.profile import manifest
+from ascendfix.job.preflight import run_preflight, scan_overrides
+from ascendfix.profile import manifest, records
+from ascendfix.site import Site
 from click.testing import CliRunner
 
+from tests.stack import fake_preflight
+
 PROFILE = manifest.load_profile("verl-796871d")
-ALL_APPLIED = Seams(lambda p, d: [], lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches})
+
+
+def preflight_of(argv, environ=None, profile=PROFILE, device="npu", **facts):
+    """run's preflight of ``argv`` with the stack's facts as given (every patch applied, doctor passing)."""
+    with pytest.MonkeyPatch.context() as mp:
+        fake_preflight(mp, **facts)
+        return run_preflight(Site(profile, device, environ=environ or {}), argv)
 
 
 def write_script(tmp_path, body: str):
@@ -69,7 +77,7 @@ def test_hints_name_missing_or_different_overrides_and_never_refuse(tmp_path):
         tmp_path,
         "python3 -m verl.trainer.main_ppo trainer.device=npu trainer.val_before_train=True data.train_batch_size=100\n",
     )
-    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {}, ALL_APPLIED)
+    result = preflight_of(["bash", str(script)])
     assert result.problems == []
     messages = [h.message for h in result.hints]
     assert "consider trainer.val_before_train=False (guide 6.3)" in messages
@@ -82,7 +90,7 @@ def test_hints_name_missing_or_different_overrides_and_never_refuse(tmp_path):
 
 def test_hints_are_the_guides_pasteable_overrides_with_its_plus(tmp_path):
     script = write_script(tmp_path, "python3 -m verl.trainer.main_ppo trainer.device=npu\n")
-    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {}, ALL_APPLIED)
+    result = preflight_of(["bash", str(script)])
     hints = {h.message: h.detail for h in result.hints if h.source == "overrides"}
     assert "consider +actor_rollout_ref.rollout.enable_expert_parallel=True (guide 3.3.2)" in hints
     dp = hints["consider +actor_rollout_ref.rollout.dp_model_parallel_size=8 (guide 3.3.2)"]
@@ -93,7 +101,7 @@ def test_hints_are_the_guides_pasteable_overrides_with_its_plus(tmp_path):
     given = write_script(
         tmp_path, "python3 -m verl.trainer.main_ppo +actor_rollout_ref.rollout.enable_expert_parallel=True\n"
     )
-    again = run_preflight(PROFILE, "npu", ["bash", str(given)], {}, ALL_APPLIED)
+    again = preflight_of(["bash", str(given)])
     assert not any("enable_expert_parallel" in h.message for h in again.hints)  # the + form counts as set
 
 
@@ -115,7 +123,7 @@ def test_batch_size_hints():
 @pytest.mark.parametrize("value", ["True", "true", "'True'", "1"])
 def test_dapo_patch_with_filter_groups_is_refused_naming_both(value):
     argv = ["python3", "-m", "recipe.dapo.main_dapo", "trainer.device=npu", f"algorithm.filter_groups.enable={value}"]
-    [problem] = run_preflight(PROFILE, "npu", argv, {}, ALL_APPLIED).problems
+    [problem] = preflight_of(argv).problems
     assert problem.source == "rules" and problem.message.startswith("dapo-no-interleave-filter-groups: ")
     assert "verl-dapo-no-interleave is applied" in problem.message and "PR #3770" in problem.message
     assert f"algorithm.filter_groups.enable={value}" in problem.message
@@ -124,29 +132,27 @@ def test_dapo_patch_with_filter_groups_is_refused_naming_both(value):
 def test_filter_groups_without_the_dapo_patch_is_fine():
     states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
     states["verl-dapo-no-interleave"] = ("not-applicable", "recipe/ ships only in a checkout")
-    seams = Seams(lambda p, d: [], lambda p, d: states)
     argv = ["python3", "-m", "recipe.dapo.main_dapo", "trainer.device=npu", "algorithm.filter_groups.enable=True"]
-    assert run_preflight(PROFILE, "npu", argv, {}, seams).problems == []
+    assert preflight_of(argv, states=states).problems == []
 
 
 def test_doctor_failures_and_bad_patch_states_are_problems():
     states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
     states.update({"verl-cuda-probe-off": ("not-applied", ""), "torch-shard-overlap-check": ("drifted", "x.py gone")})
-    seams = Seams(lambda p, d: ["CANN 8.1.RC1 found, profile pins 8.3.RC1"], lambda p, d: states)
-    problems = run_preflight(PROFILE, "npu", ["true"], {}, seams).problems
+    problems = preflight_of(["true"], doctor=["CANN 8.1.RC1 found, profile pins 8.3.RC1"], states=states).problems
     assert [p.source for p in problems] == ["doctor", "patches", "patches"]
     assert "verl-cuda-probe-off is not applied" in problems[1].message
     assert "torch-shard-overlap-check is drifted (x.py gone)" in problems[2].message
 
 
 def test_unknown_seams_are_hints_not_problems():
-    result = run_preflight(PROFILE, "npu", ["true"], {}, Seams(lambda p, d: None, lambda p, d: None))
+    result = preflight_of(["true"], doctor=None, states=None)
     assert result.problems == []
     assert {h.source for h in result.hints} >= {"doctor", "patches"}
 
 
 def test_cli_run_refuses_with_the_reasons_and_exit_1(tmp_path, monkeypatch):
-    monkeypatch.setattr(preflight, "default_seams", lambda *args: ALL_APPLIED)
+    fake_preflight(monkeypatch)
     script = write_script(
         tmp_path,
         "echo should-not-run\n"
@@ -168,7 +174,7 @@ def write_manifest(tmp_path, hints: str):
 
 def test_manifest_hints_are_validated_strictly(tmp_path):
     ok = write_manifest(tmp_path, '[[hints]]\noverride = "trainer.nnodes"\nwhy = "x"\n')
-    assert manifest.load_profile(str(ok)).hints == (manifest.Hint("trainer.nnodes", "x"),)
+    assert manifest.load_profile(str(ok)).hints == (records.Hint("trainer.nnodes", "x"),)
     bad_key = write_manifest(tmp_path, '[[hints]]\noverride = "trainer.nnodes=2"\nwhy = "x"\nreason = "y"\n')
     with pytest.raises(UsageError, match=r"m\.toml: hints\[0\]\.reason: unknown key"):
         manifest.load_profile(str(bad_key))
@@ -191,8 +197,10 @@ def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypat
 
     stack = make_stack(tmp_path / "stack")
     select = engine.select
-    monkeypatch.setattr(engine, "select", lambda profile, device, **_: select(profile, device, roots=stack.roots()))
-    engine.apply(engine.select(DEMO_PROFILE, "npu"))
+    monkeypatch.setattr(
+        engine, "select", lambda site, only=(): select(Site(site.profile, site.device, roots=stack.roots()), only)
+    )
+    engine.apply(engine.select(Site(DEMO_PROFILE, "npu")))
     script = write_script(
         tmp_path,
         "echo launched\n"
@@ -201,19 +209,17 @@ def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypat
     args = ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)]
     refused = CliRunner().invoke(cli.main, args, env={"FILTER": "True"})
     assert refused.exit_code == 1 and "verl-dapo-no-interleave is applied" in refused.output
-    engine.revert(select(DEMO_PROFILE, "npu", ("verl-dapo-no-interleave",), roots=stack.roots()))
-    engine_only = dataclasses.replace(
-        preflight.default_seams(), doctor_failures=lambda profile, device: [], cluster_problems=None
-    )  # not whatever Ray cluster another test may have running on this machine
-    result = run_preflight(DEMO_PROFILE, "npu", ["bash", str(script)], {"FILTER": "True"}, engine_only)
+    engine.revert(select(Site(DEMO_PROFILE, "npu", roots=stack.roots()), ("verl-dapo-no-interleave",)))
+    monkeypatch.setattr(preflight, "doctor_failures", lambda site: [])  # the real engine; doctor passing
+    result = run_preflight(Site(DEMO_PROFILE, "npu", environ={"FILTER": "True"}), ["bash", str(script)])
     assert result.problems == []  # the DAPO patch reverted, as filter_groups needs: nothing to refuse
     assert "verl-dapo-no-interleave is not applied, as rule dapo-no-interleave-filter-groups requires" in str(
         result.hints
     )
-    result = run_preflight(DEMO_PROFILE, "npu", ["bash", str(script)], {"FILTER": "False"}, engine_only)
-    assert [p.message for p in result.problems] == [
-        "patch verl-dapo-no-interleave is not applied: run `ascendfix apply`"
-    ]
+    result = run_preflight(Site(DEMO_PROFILE, "npu", environ={"FILTER": "False"}), ["bash", str(script)])
+    [(message, fix)] = [(p.message, p.fix) for p in result.problems]  # the fix is data, apart from the message
+    assert message == "patch verl-dapo-no-interleave is not applied"
+    assert fix.startswith("ascendfix apply --profile ") and fix.endswith(" --device npu")
     launched = CliRunner().invoke(cli.main, ["run", "--no-preflight", *args[1:]], env={"FILTER": "False"})
     assert launched.exit_code == 0, launched.output
     assert (tmp_path / "logs" / "train.log").read_text().startswith("launched")
@@ -223,14 +229,14 @@ def test_default_preflight_asks_the_real_doctor(tmp_path):
     if Path("/usr/local/Ascend").exists():
         pytest.skip("this machine has an Ascend stack")
     script = write_script(tmp_path, "echo python3 x.py trainer.val_before_train=False\n")
-    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {}, preflight.default_seams())
+    result = run_preflight(Site(PROFILE, "npu", environ={}), ["bash", str(script)])
     doctor = [p.message for p in result.problems if p.source == "doctor"]
     assert any(m.startswith("CANN toolkit: no Ascend stack found") for m in doctor)
     assert not any(m.startswith(("Runtime environment", "Patches")) for m in doctor)  # run handles those itself
 
 
 def test_cli_run_hints_are_one_line_and_minus_v_adds_the_why(tmp_path, monkeypatch):
-    monkeypatch.setattr(preflight, "default_seams", lambda *args: ALL_APPLIED)
+    fake_preflight(monkeypatch)
     script = write_script(tmp_path, "echo python3 -m verl.trainer.main_ppo trainer.device=npu\n")
     args = ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)]
     plain = CliRunner().invoke(cli.main, args, terminal_width=200)
@@ -250,38 +256,32 @@ def test_an_unapplied_patch_is_blamed_only_on_a_rule_that_refuses_because_of_it(
     choice that rule made; the DAPO rule refuses only once its patch is applied: that one is the reason."""
     states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
     states["torch-shard-overlap-check"] = ("not-applied", "")
-    seams = Seams(lambda p, d: [], lambda p, d: states, importable=lambda names: dict.fromkeys(names, False))
     script = write_script(
         tmp_path,
         "python3 -m verl.trainer.main_ppo trainer.device=npu +actor_rollout_ref.rollout.dp_model_parallel_size=2\n",
     )
-    result = run_preflight(PROFILE, "npu", ["bash", str(script)], {}, seams)
+    result = preflight_of(["bash", str(script)], states=states, importable=False)
     problems = [p.message for p in result.problems]
-    assert "patch torch-shard-overlap-check is not applied: run `ascendfix apply`" in problems
+    assert "patch torch-shard-overlap-check is not applied" in problems
+    assert next(p for p in result.problems if p.message == "patch torch-shard-overlap-check is not applied").fix
     assert any(m.startswith("rl-plugin-overrides-need-verl-npu: ") for m in problems)  # refused either way
     assert not any("as rule" in h.message for h in result.hints)
 
     states["verl-dapo-no-interleave"] = ("not-applied", "")
-    dapo = write_script(
-        tmp_path, "python3 -m recipe.dapo.main_dapo trainer.device=npu algorithm.filter_groups.enable=True\n"
-    )
-    result = run_preflight(PROFILE, "npu", ["bash", str(dapo)], {}, seams)
-    hints = [h.message for h in result.hints]
+    dapo = write_script(tmp_path, f"python3 -m recipe.dapo.main_dapo {DAPO_FILTER}\n")
+    hints = [h.message for h in preflight_of(["bash", str(dapo)], states=states).hints]
     assert "verl-dapo-no-interleave is not applied, as rule dapo-no-interleave-filter-groups requires" in hints
 
 
 def test_a_hand_edited_patch_is_in_effect_for_the_rules_and_a_hint_to_adopt(tmp_path):
     states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
     states["verl-dapo-no-interleave"] = ("hand-edited", "hand-edited (the guide's 7.2): recipe/dapo/...")
-    seams = Seams(lambda p, d: [], lambda p, d: states)
-    dapo = write_script(
-        tmp_path, "python3 -m recipe.dapo.main_dapo trainer.device=npu algorithm.filter_groups.enable=True\n"
-    )
-    result = run_preflight(PROFILE, "npu", ["bash", str(dapo)], {}, seams)
+    dapo = write_script(tmp_path, f"python3 -m recipe.dapo.main_dapo {DAPO_FILTER}\n")
+    result = preflight_of(["bash", str(dapo)], states=states)
     assert any("verl-dapo-no-interleave is hand-edited" in p.message for p in result.problems)  # the DAPO rule
     dapo.write_text(dapo.read_text().replace("enable=True", "enable=False"))
-    result = run_preflight(PROFILE, "npu", ["bash", str(dapo)], {}, seams)
+    result = preflight_of(["bash", str(dapo)], states=states)
     assert result.problems == []
-    assert "patch verl-dapo-no-interleave: hand-edited (the guide's 7.2): recipe/dapo/..." in [
-        h.message for h in result.hints
-    ]
+    adopt = next(h for h in result.hints if h.source == "patches")
+    assert adopt.message == "patch verl-dapo-no-interleave: hand-edited (the guide's 7.2): recipe/dapo/..."
+    assert adopt.fix.startswith("ascendfix apply ")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zipfile
 
 import pytest
-from ascendfix.profile import manifest, rl_plugin
+from ascendfix.profile import manifest, records, rl_plugin
 
 from tests import upstream
 
@@ -16,7 +16,7 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def env(device: str, name: str) -> manifest.EnvVar:
+def env(device: str, name: str) -> records.EnvVar:
     return next(v for v in PROFILE.devices[device].env if v.name == name)
 
 

@@ -1,4 +1,4 @@
-"""The container runs Python 3.10: keep the package honest for it (ruff py310 rules, vermin)."""
+"""The container runs Python 3.10: keep the package honest for it (ruff py310 rules, mypy, vermin)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_ruff_clean_for_py310():
     result = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_clean_on_the_wings_it_checks():
+    # which files: [tool.mypy] in pyproject.toml (the profile wing and the loose modules built on it)
+    result = subprocess.run([sys.executable, "-m", "mypy"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

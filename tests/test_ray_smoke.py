@@ -23,6 +23,7 @@ from ascendfix.cluster import smoke as raysmoke
 from ascendfix.cluster.smoke import Check, Collective, Node, SmokeReport
 from ascendfix.job.preflight import Seams, run_preflight
 from ascendfix.profile import manifest
+from ascendfix.site import Site
 
 from tests import test_ray_start
 from tests.machine import write_executable
@@ -338,9 +339,10 @@ def test_run_smoke_findings_are_problems_with_no_preflight_too():
         asked.append((device, dict(overrides)))
         return ["127.0.0.1 abcdef12 (vm) GLOO_SOCKET_IFNAME: GLOO_SOCKET_IFNAME=eth1: eth1 is down"]
 
-    seams = Seams(lambda p, d: [], lambda p, d: {}, smoke=smoke)
     profile = manifest.load_profile("verl-796871d")
-    result = run_preflight(profile, "npu", ["true", "trainer.nnodes=2"], {}, seams, full=False)
+    result = run_preflight(
+        Site(profile, "npu", environ={}), ["true", "trainer.nnodes=2"], Seams(smoke=smoke), full=False
+    )
     assert [(f.source, f.message.split(": ")[-1]) for f in result.problems] == [("smoke", "eth1 is down")]
     assert asked == [("npu", {"trainer.nnodes": "2"})]
 

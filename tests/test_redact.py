@@ -19,7 +19,7 @@ LEAKS = {
 }
 
 
-def test_run_json_holds_no_bearer_query_or_header_secret(job):  # noqa: F811
+def test_run_json_holds_no_bearer_query_or_header_secret(job, run_cli):  # noqa: F811
     proc = run_cli(
         job, "run", "--device", "npu", "--no-preflight", "train.sh", "-H", "Authorization: Bearer arg-bearer",
         "--header=X-Api-Key: arg-key", "+data.url=https://h/d?sig=arg-sig&page=2", **LEAKS,

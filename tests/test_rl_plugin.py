@@ -8,34 +8,17 @@ runs the same on verl 0.5.0's real files from PyPI.
 from __future__ import annotations
 
 import zipfile
-from pathlib import Path
 
 import pytest
 from ascendfix.doctor import pyenv
 from ascendfix.doctor.context import Context
 from ascendfix.patching import engine
-from ascendfix.patching.locate import Distribution
 from ascendfix.profile import manifest, rl_plugin
+from ascendfix.site import Distribution, Site
 
-from tests import machine, upstream
+from tests import upstream
+from tests.rl_plugin_files import FP8, LINEAR_CE, VERL_INIT, checkout_profile, commits, installer
 from tests.stack import DEMO_PROFILE, make_stack
-
-VERL_INIT = '"""verl."""\n\nfrom .protocol import DataProto\n\n__version__ = "0.5.0.dev"\n'
-LINEAR_CE = "import torch\n\nfrom . import kernels\n\n\ndef linear_cross_entropy(x):\n    return kernels.run(x)\n"
-FP8 = "from typing import Any, Callable, Optional\n\n\ndef scales(xs: list[int]) -> list[int]:\n    return xs\n"
-
-
-def installer(text: str, path: str) -> str:
-    """The installer's edit, written out by hand for the fixture files (not through the module under test)."""
-    if path == rl_plugin.VERL_INIT:
-        return text + (
-            "\n# NPU acceleration support added by mindspeed-rl plugin\n"
-            "from verl.utils.device import is_npu_available\n\n"
-            'if is_npu_available:\n    import verl_npu\n    print("NPU acceleration enabled for verl")\n'
-        )
-    if path == rl_plugin.LINEAR_CROSS_ENTROPY:
-        return text.replace("\nfrom . import kernels\n", "\n# from . import kernels\n")
-    return text.replace("Callable, Optional\n", "Callable, Optional, List\n").replace("list[int]", "List[int]")
 
 
 def test_installer_edits_are_rederived_exactly_and_once():
@@ -51,26 +34,6 @@ def test_installer_edits_are_rederived_exactly_and_once():
     assert rl_plugin.installer_edit("verl/utils/device.py", b"x = 1\n") is None
     other = VERL_INIT + "import verl_npu\n"  # imported, but not as the installer writes it
     assert not rl_plugin.is_installer_edit(rl_plugin.VERL_INIT, VERL_INIT.encode(), other.encode())
-
-
-def checkout_profile(tmp_path: Path, files: dict[str, str]) -> tuple[Path, manifest.Profile]:
-    verl = tmp_path / "verl-src"
-    head = machine.git_project(verl, "verl", files)
-    path = tmp_path / "profile.toml"
-    path.write_text(f'extends = "verl-796871d"\nname = "fixture"\n[components.verl]\ncommit = "{head}"\n')
-    return verl, manifest.load_profile(str(path))
-
-
-def commits(profile, verl: Path, monkeypatch, plugin_installed: bool):
-    installed = Context.installed
-    commit = profile.component("mindspeed_rl").commit
-    plugin = Distribution("0.0.1", {"vcs_info": {"commit_id": commit}}, None)
-    monkeypatch.setattr(
-        Context,
-        "installed",
-        lambda self, d: (plugin if plugin_installed else None) if d == "verl_npu" else installed(self, d),
-    )
-    return pyenv.check_commits(Context(profile, "npu", "test", roots={"verl": verl}, environ={}))
 
 
 def run_commits_on(tmp_path, monkeypatch, files: dict[str, str]):
@@ -123,10 +86,10 @@ def test_apply_and_revert_leave_the_plugins_edits_byte_for_byte(tmp_path):
     lce.parent.mkdir(parents=True, exist_ok=True)
     lce.write_text(installer(LINEAR_CE, rl_plugin.LINEAR_CROSS_ENTROPY))
     before = (init.read_bytes(), lce.read_bytes())
-    applied = engine.apply(engine.select(DEMO_PROFILE, "npu", roots=stack.roots()))
+    applied = engine.apply(engine.select(Site(DEMO_PROFILE, "npu", roots=stack.roots())))
     assert {s.action for s in applied} == {"applied"}
     assert (init.read_bytes(), lce.read_bytes()) == before
-    engine.revert(engine.select(DEMO_PROFILE, None, roots=stack.roots()))
+    engine.revert(engine.select(Site(DEMO_PROFILE, None, roots=stack.roots())))
     assert (init.read_bytes(), lce.read_bytes()) == before
 
 
@@ -158,7 +121,7 @@ def test_integrity_names_the_plugins_edit_of_a_wheel_install(tmp_path, monkeypat
     os.utime(dist_info / "RECORD", ns=(1, 1))  # installed before the edits
     info = Distribution("0.5.0", None, str(dist_info))
     monkeypatch.setattr(Context, "installed", lambda self, d: info if d == "verl" else None)
-    result = pyenv.check_integrity(Context(manifest.load_profile("verl-796871d"), "npu", "test", environ={}))
+    result = pyenv.check_integrity(Context(Site(manifest.load_profile("verl-796871d"), "npu", environ={}), "test"))
     assert result.status == "fail"  # the other file was edited by someone else
     text = "\n".join(result.messages)
     assert f"verl 0.5.0: 1 file(s) differ from the wheel's RECORD: {rl_plugin.LINEAR_CROSS_ENTROPY}" in text
@@ -193,19 +156,18 @@ def test_an_unparsable_init_counts_only_with_the_installers_block_verbatim():
     assert not rl_plugin.imports_plugin(broken.encode())
 
 
-def test_the_default_seam_reads_the_block_in_the_verl_that_runs(tmp_path):
-    from ascendfix.job import preflight
-
+def test_the_site_reads_the_block_in_the_verl_that_runs(tmp_path):
+    site = Site(manifest.load_profile("verl-796871d"), "npu", roots={"verl": tmp_path})
     (tmp_path / "verl").mkdir()
     init = tmp_path / "verl" / "__init__.py"
     pair = ("verl", "rl-plugin-import")
     init.write_text(VERL_INIT)
-    assert preflight.default_seams(roots={"verl": tmp_path}).markers([pair]) == {pair: False}
+    assert site.markers([pair]) == {pair: False}
     init.write_text(VERL_INIT + rl_plugin.IMPORT_BLOCK)
-    assert preflight.default_seams(roots={"verl": tmp_path}).markers([pair]) == {pair: True}
+    assert site.markers([pair]) == {pair: True}
     init.unlink()
     init.symlink_to(tmp_path / "elsewhere.py")
-    assert preflight.default_seams(roots={"verl": tmp_path}).markers([pair]) == {pair: None}  # unknown, never read
+    assert site.markers([pair]) == {pair: None}  # unknown, never read
 
 
 @pytest.mark.parametrize(

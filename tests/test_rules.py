@@ -12,11 +12,13 @@ import zipfile
 import pytest
 from ascendfix import cli
 from ascendfix.errors import UsageError
-from ascendfix.job.preflight import Seams, run_preflight
+from ascendfix.job.preflight import run_preflight
 from ascendfix.profile import manifest, rules
+from ascendfix.site import Site
 from click.testing import CliRunner
 
 from tests import upstream
+from tests.stack import fake_preflight
 
 PROFILE = manifest.load_profile("verl-796871d")
 RULES = {r.id: r for r in PROFILE.rules}
@@ -30,20 +32,25 @@ MAIN_PPO = ["python3", "-m", "verl.trainer.main_ppo", "trainer.device=npu"]
 MAIN_DAPO = ["python3", "-m", "recipe.dapo.main_dapo", "trainer.device=npu"]
 
 
-def seams(verl_npu: bool = True, dapo: str = "applied", block: bool | None = True, probe: str = "applied") -> Seams:
+def facts(mp, verl_npu: bool = True, dapo: str = "applied", block: bool | None = True, probe: str = "applied"):
+    """Preflight sees verl_npu importable (or not), the rl-plugin block present (or not, or unknown) and the
+    patches applied but for the DAPO and cuda-probe patches' given states; doctor passes."""
     states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
     states["verl-dapo-no-interleave"] = (dapo, "")
     states["verl-cuda-probe-off"] = (probe, "")
-    return Seams(
-        lambda p, d: [],
-        lambda p, d: states,
-        lambda names: {n: verl_npu for n in names},
-        markers=lambda pairs: {pair: block for pair in pairs},
-    )
+    fake_preflight(mp, states=states, importable=verl_npu, markers=block)
+
+
+def preflight_of(argv, environ=None, profile=PROFILE, device="npu", **kw):
+    """run's preflight of ``argv`` on ``device`` with the stack's :func:`facts`."""
+    with pytest.MonkeyPatch.context() as mp:
+        facts(mp, **kw)
+        return run_preflight(Site(profile, device, environ=environ or {}), argv)
 
 
 def refusals(argv, environ, **kw) -> list[str]:
-    return [p.message for p in run_preflight(PROFILE, "npu", argv, environ, seams(**kw)).problems]
+    """Each problem as run shows it: its message, and its fix on a line of its own."""
+    return [p.message + (f"\nfix: {p.fix}" if p.fix else "") for p in preflight_of(argv, environ, **kw).problems]
 
 
 @pytest.fixture(scope="module")
@@ -120,9 +127,7 @@ def test_an_installed_but_inactive_rl_plugin_is_refused_naming_verl_path():
     assert "verl's __init__.py lacks the rl-plugin's import verl_npu block" in problem
     assert "fix: cd MindSpeed-RL/rl-plugin && VERL_PATH=$(python -c" in problem
     assert "setup.py:16-17" in problem  # VERL_PATH is the folder that holds verl/
-    [unknown] = [
-        h.message for h in run_preflight(PROFILE, "npu", argv, {}, seams(block=None)).hints if INACTIVE in h.message
-    ]
+    [unknown] = [h.message for h in preflight_of(argv, block=None).hints if INACTIVE in h.message]
     assert unknown.startswith(f"rule {INACTIVE} not checked")
 
 
@@ -135,15 +140,15 @@ def test_the_trainer_device_must_be_the_devices_own():
     assert "ppo_megatron_trainer.yaml:119" in problem and "fix: pass trainer.device=npu" in problem
     assert refusals([*bare, "trainer.device=cuda"], {})[0].startswith(f"{DEVICE_NPU}: trainer.device=cuda")
     assert refusals([*bare, "trainer.device=npu"], {}) == []
-    on_cuda = run_preflight(PROFILE, "cuda", bare, {}, seams()).problems
+    on_cuda = preflight_of(bare, device="cuda").problems
     assert on_cuda == []  # the guide's H100 script leaves it to verl's default
-    [wrong] = run_preflight(PROFILE, "cuda", [*bare, "trainer.device=npu"], {}, seams()).problems
+    [wrong] = preflight_of([*bare, "trainer.device=npu"], device="cuda").problems
     assert wrong.message.startswith(f"{DEVICE_CUDA}: trainer.device=npu")
 
 
 def test_verls_override_rules_do_not_apply_to_a_command_that_runs_no_verl_trainer(tmp_path):
     other = ["python3", "tools/eval.py", "algorithm.filter_groups.enable=True"]  # no trainer.device either
-    result = run_preflight(PROFILE, "npu", other, {}, seams())
+    result = preflight_of(other)
     assert result.problems == [] and result.trainer is False
     assert [h.message for h in result.hints if h.source == "overrides"] == [
         "the command runs none of verl.trainer.main_ppo, recipe.dapo.main_dapo: "
@@ -153,7 +158,7 @@ def test_verls_override_rules_do_not_apply_to_a_command_that_runs_no_verl_traine
     script.write_text(
         "cd /src/verl\npython3 /src/verl/recipe/dapo/main_dapo.py \\\n  algorithm.filter_groups.enable=True\n"
     )
-    dapo = run_preflight(PROFILE, "npu", ["bash", str(script)], {}, seams())
+    dapo = preflight_of(["bash", str(script)])
     assert dapo.trainer is True
     assert sorted(p.message.split(":")[0] for p in dapo.problems) == [DAPO, DEVICE_NPU]
 
@@ -167,7 +172,7 @@ def test_the_converter_needs_the_cuda_probe_patch_as_the_guides_5_1_says():
     assert "5.1" in problem and "fix: ascendfix apply --only verl-cuda-probe-off" in problem
     assert refusals(argv, {}) == []  # applied: nothing else is asked of the converter (no trainer.device)
     assert refusals(["python", "/src/verl/scripts/converter_hf_to_mcore.py"], {}, probe="drifted")
-    assert run_preflight(PROFILE, "cuda", argv, {}, seams(probe="not-applied")).problems == []  # the NPU's fix
+    assert preflight_of(argv, device="cuda", probe="not-applied").problems == []  # the NPU's fix
 
 
 def test_dapo_rule_accepts_filter_groups_off_and_the_patch_reverted():
@@ -198,7 +203,7 @@ def test_a_warn_rule_is_a_hint_not_a_problem(tmp_path):
     path = tmp_path / "warn.toml"
     path.write_text(text)
     prof = manifest.load_profile(str(path))
-    result = run_preflight(prof, "npu", MAIN_PPO, {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}, seams())
+    result = preflight_of(MAIN_PPO, {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}, profile=prof)
     assert result.problems == []
     assert any(h.source == "rules" and h.message.startswith(ALLOC) for h in result.hints)
 
@@ -260,11 +265,11 @@ def test_doctor_hazards_enforces_the_rules_over_the_effective_environment():
     from ascendfix.doctor import host
     from ascendfix.doctor.context import Context
 
-    bad = Context(PROFILE, "npu", "test", environ={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})
+    bad = Context(Site(PROFILE, "npu", environ={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}), "test")
     result = host.check_hazards(bad)
     assert result.status == "fail" and result.messages[0].startswith(f"{ALLOC}: PYTORCH_NPU_ALLOC_CONF=")
     assert "camem.py:148" in result.details[1] and result.fix.startswith("drop expandable_segments:True")
-    fine = host.check_hazards(Context(PROFILE, "npu", "test", environ={}))
+    fine = host.check_hazards(Context(Site(PROFILE, "npu", environ={}), "test"))
     assert fine.status == "ok" and "7 rule(s) of the profile hold" in fine.messages[-1]
     # doctor sees no command: trainer.device, which only the job's command sets, is not judged on verl's default
     assert not any(DEVICE_NPU in m for m in fine.messages)
@@ -279,17 +284,14 @@ def test_a_team_profile_that_drops_a_patch_drops_the_inherited_rule_about_it(tmp
     assert [r.id for r in team.rules] == [ALLOC, DEVICE_NPU, DEVICE_CUDA, PLUGIN, INACTIVE, CONVERTER]
 
 
-def test_the_default_seam_locates_modules_without_importing_them():
-    from ascendfix.job import preflight
-
-    found = preflight.default_seams().importable(["json", "no_such_module_xyz"])
+def test_the_site_locates_modules_without_importing_them():
+    found = Site(PROFILE, "npu").importable(["json", "no_such_module_xyz"])
     assert found == {"json": True, "no_such_module_xyz": False}
 
 
 def test_cli_run_refuses_the_users_expandable_segments_export(tmp_path, monkeypatch):
-    from ascendfix.job import preflight
 
-    monkeypatch.setattr(preflight, "default_seams", lambda *args: seams())
+    facts(monkeypatch)
     script = tmp_path / "train.sh"
     script.write_text("echo should-not-run\necho python3 -m verl.trainer.main_ppo trainer.device=npu\n")
     args = ["run", "--device", "npu", "--log-dir", str(tmp_path / "logs"), str(script)]

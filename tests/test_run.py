@@ -17,7 +17,9 @@ import pytest
 from ascendfix.job import launch, redact
 from ascendfix.job.metrics import StepParser
 from ascendfix.profile import jobenv, manifest
+from ascendfix.site import Site
 
+from tests.stack import fake_preflight
 from tests.verl_lines import RAY_PREFIX, run_steps, step_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,18 +98,15 @@ def cli_env(tmp_path, **extra):
     return env
 
 
-def run_cli(tmp_path, *args, **extra):
-    return subprocess.run(
-        [sys.executable, "-m", "ascendfix", *args],
-        env=cli_env(tmp_path, **extra),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
+@pytest.fixture
+def run_cli(ascendfix_cli):
+    """``ascendfix ARGS`` in the job's folder, in :func:`cli_env` with ``extra`` variables."""
+    return lambda tmp_path, *args, **extra: ascendfix_cli(
+        *args, cwd=tmp_path, clean_env=True, env=cli_env(tmp_path, **extra), timeout=120
     )
 
 
-def test_run_streams_output_writes_logs_and_returns_the_exit_status(job):
+def test_run_streams_output_writes_logs_and_returns_the_exit_status(job, run_cli):
     proc = run_cli(
         job, "run", "--device", "npu", "--no-preflight", "--log-dir", "logs", "--json-metrics", "m.jsonl",
         "train.sh", "trainer.total_epochs=1", STATUS="3", HCCL_CONNECT_TIMEOUT="99", API_TOKEN="s3cret",
@@ -159,7 +158,7 @@ def _pid(stdout: str) -> str:
     return stdout.split("(TaskRunner pid=", 1)[1].split(")", 1)[0]
 
 
-def test_run_summary_numbers_match_hand_computed_values(job):
+def test_run_summary_numbers_match_hand_computed_values(job, run_cli):
     proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--log-dir", "logs", "train.sh")
     assert proc.returncode == 0, proc.stderr
     # steady steps 2, 3, 4, 6: step time = 1400 + 10 (n % 3) + 800 + 5 (n % 2) + 400
@@ -222,7 +221,7 @@ def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_period(job, tmp_pa
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
 
 
-def test_run_refuses_a_missing_command_and_an_unknown_device(job):
+def test_run_refuses_a_missing_command_and_an_unknown_device(job, run_cli):
     proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--log-dir", "logs", "no-such-command-xyz")
     assert proc.returncode == 2 and "no-such-command-xyz: command not found" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -232,19 +231,16 @@ def test_preflight_refuses_dapo_patch_with_filter_groups(job, monkeypatch):
     from ascendfix.job import preflight
 
     profile = manifest.load_profile("verl-796871d")
-    seams = preflight.Seams(
-        doctor_failures=lambda p, d: [],
-        patch_states=lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches},
-    )
+    fake_preflight(monkeypatch)  # doctor passes, every patch applied
     argv = ["bash", str(job / "train.sh")]
-    ok = preflight.run_preflight(profile, "npu", argv, {}, seams)
+    ok = preflight.run_preflight(Site(profile, "npu", environ={}), argv)
     assert ok.problems == []
-    bad = preflight.run_preflight(profile, "npu", argv, {"FILTER": "True"}, seams)
+    bad = preflight.run_preflight(Site(profile, "npu", environ={"FILTER": "True"}), argv)
     [problem] = bad.problems
     assert "verl-dapo-no-interleave" in problem.message and "algorithm.filter_groups.enable=True" in problem.message
 
 
-def test_env_prints_exports_that_bash_can_eval(tmp_path):
+def test_env_prints_exports_that_bash_can_eval(tmp_path, run_cli):
     proc = run_cli(tmp_path, "env", "--profile", "verl-796871d", "--device", "npu")
     assert proc.returncode == 0, proc.stderr
     assert "export HCCL_CONNECT_TIMEOUT=3600" in proc.stdout and "export HCCL_ASYNC_ERROR_HANDLING=0" in proc.stdout
@@ -312,7 +308,7 @@ SECRETS = {
 }
 
 
-def test_run_json_holds_the_jobs_variables_and_no_secret_and_is_private(job):
+def test_run_json_holds_the_jobs_variables_and_no_secret_and_is_private(job, run_cli):
     text = (job / "train.sh").read_text().replace('"$@"', 'trainer.wandb_api_key=from-script "$@"')
     (job / "train.sh").write_text(text)
     proc = run_cli(
@@ -338,7 +334,7 @@ def test_run_json_holds_the_jobs_variables_and_no_secret_and_is_private(job):
     assert oct((folder / "train.log").stat().st_mode & 0o777) == "0o600"
 
 
-def test_run_follows_no_symlink_planted_in_its_log_folder(job, tmp_path):
+def test_run_follows_no_symlink_planted_in_its_log_folder(job, tmp_path, run_cli):
     victim = tmp_path / "victim"
     victim.write_text("untouched\n")
     (job / "logs").mkdir()
@@ -349,7 +345,7 @@ def test_run_follows_no_symlink_planted_in_its_log_folder(job, tmp_path):
     assert victim.read_text() == "untouched\n"
 
 
-def test_json_metrics_into_a_missing_folder_is_one_line_before_the_job_starts(job):
+def test_json_metrics_into_a_missing_folder_is_one_line_before_the_job_starts(job, run_cli):
     proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--json-metrics", "no/such/m.jsonl", "train.sh")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == "error: --json-metrics no/such/m.jsonl: no such folder no/such; create it first"
@@ -377,7 +373,7 @@ def test_env_resolution_sources():
     assert (ld.value, ld.source) == (f"/x:{driver}", "user")  # every entry already there: left as the user set it
 
 
-def test_run_train_sh_by_its_bare_name_as_the_readme_types_it(job):
+def test_run_train_sh_by_its_bare_name_as_the_readme_types_it(job, run_cli):
     (job / "train.sh").chmod(0o755)
     proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--log-dir", "logs", "train.sh")
     assert proc.returncode == 0, proc.stderr
@@ -386,7 +382,7 @@ def test_run_train_sh_by_its_bare_name_as_the_readme_types_it(job):
     assert len(STEP_LINE.findall(proc.stdout)) >= 6
 
 
-def test_a_file_that_is_not_executable_says_how_to_run_it(job):
+def test_a_file_that_is_not_executable_says_how_to_run_it(job, run_cli):
     (job / "job.py").write_text("print('hi')\n")
     proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--log-dir", "logs", "job.py")
     assert proc.returncode == 2
@@ -417,19 +413,16 @@ def test_two_runs_in_the_same_second_get_their_own_log_folders(job):
 def test_no_preflight_still_refuses_settings_that_break_the_run(job, tmp_path, monkeypatch):
     from ascendfix.job import preflight
 
-    applied = preflight.Seams(
-        doctor_failures=lambda p, d: ["CANN toolkit: no Ascend stack found"],
-        patch_states=lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches},
-    )
+    fake_preflight(monkeypatch, doctor=["CANN toolkit: no Ascend stack found"])
     profile = manifest.load_profile("verl-796871d")
     argv = ["bash", str(job / "train.sh")]
-    quick = preflight.run_preflight(profile, "npu", argv, {"FILTER": "True"}, applied, full=False)
+    quick = preflight.run_preflight(Site(profile, "npu", environ={"FILTER": "True"}), argv, full=False)
     assert [p.source for p in quick.problems] == ["rules"]  # no doctor; the DAPO refusal stays
     assert "verl-dapo-no-interleave" in quick.problems[0].message
-    assert preflight.run_preflight(profile, "npu", argv, {"FILTER": "False"}, applied, full=False).problems == []
+    assert preflight.run_preflight(Site(profile, "npu", environ={"FILTER": "False"}), argv, full=False).problems == []
 
 
-def test_run_takes_root_python_and_variant_for_its_preflight(tmp_path):
+def test_run_takes_root_python_and_variant_for_its_preflight(tmp_path, run_cli):
     from tests.stack import make_stack
 
     stack = make_stack(tmp_path / "stack")
@@ -460,7 +453,7 @@ def test_the_first_ctrl_c_says_what_run_is_doing(job, tmp_path, monkeypatch):
     assert "waiting up to 0.5 s" in said[0] and "Ctrl-C again to kill it now" in said[0]
 
 
-def test_a_missing_script_is_refused_before_any_log_folder_exists(tmp_path):
+def test_a_missing_script_is_refused_before_any_log_folder_exists(tmp_path, run_cli):
     proc = run_cli(tmp_path, "run", "--device", "npu", "nosuch.sh")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == "error: nosuch.sh: command not found"
     assert not (tmp_path / "ascendfix-runs").exists()

@@ -13,6 +13,7 @@ import time
 
 import pytest
 from ascendfix.patching import engine, journal
+from ascendfix.site import Site
 
 from tests.stack import DEMO_PROFILE, make_stack
 
@@ -29,7 +30,7 @@ def stack(tmp_path):
 
 
 def select(stack, device="npu"):
-    return engine.select(DEMO_PROFILE, device, roots=stack.roots())
+    return engine.select(Site(DEMO_PROFILE, device, roots=stack.roots()))
 
 
 def one_line(result, code, *words):

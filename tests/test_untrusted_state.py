@@ -14,6 +14,7 @@ import pytest
 from ascendfix.errors import RefusedError
 from ascendfix.patching import engine, journal
 from ascendfix.patching.journal import WriteError
+from ascendfix.site import Site
 
 from tests.stack import DEMO_PROFILE, make_stack
 
@@ -21,7 +22,7 @@ DEVICE = "verl/utils/device.py"
 
 
 def select(stack, device="npu"):
-    return engine.select(DEMO_PROFILE, device, roots=stack.roots())
+    return engine.select(Site(DEMO_PROFILE, device, roots=stack.roots()))
 
 
 def cli(stack, *args, **kw):

@@ -18,7 +18,7 @@ from tests import upstream
 
 pytestmark = pytest.mark.upstream
 
-TARGET = index.Target(index.PLATFORMS["npu"], "3.10")
+TARGET = index.WheelTarget(index.PLATFORMS["npu"], "3.10")
 WHEEL = "verl-0.5.0-py2.py3-none-any.whl"
 
 

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 from ascendfix import demo
-from ascendfix.checkpoint import scan_probe
 from ascendfix.errors import UsageError
-from ascendfix.patching import upgrade
+from ascendfix.patching import drop_probes, scan_probe
 from ascendfix.profile import manifest
 
 from tests import upstream
@@ -210,7 +209,7 @@ def test_an_unknown_drop_probe_is_refused(tmp_path):
 
 
 def test_every_drop_probe_a_patch_may_name_is_one_upgrade_check_runs():
-    assert set(manifest.DROP_PROBES) == {upgrade.NO_SITE, upgrade.SCAN_PROBE}
+    assert set(manifest.DROP_PROBES) == set(drop_probes.PROBES)
 
 
 def test_show_says_which_drop_when_is_checked():

@@ -10,6 +10,7 @@ import pytest
 from ascendfix.errors import RefusedError
 from ascendfix.patching import engine
 from ascendfix.profile import manifest
+from ascendfix.site import Site
 
 from tests import upstream
 
@@ -27,7 +28,7 @@ def tree_bytes(root):
 def test_every_verl_release_from_0_5_patches_all_sites_and_roundtrips(version, copy_tree):
     root = copy_tree(upstream.verl_tree(version))
     before = tree_bytes(root)
-    selection = engine.select(PROFILE, "npu", tuple(VERL_IDS), roots={"verl": root})
+    selection = engine.select(Site(PROFILE, "npu", roots={"verl": root}), tuple(VERL_IDS))
     result = {s.id: s for s in engine.apply(selection)}
     assert result["verl-cuda-probe-off"].state == "applied"
     assert result["verl-grpo-no-interleave"].state == "applied"
@@ -45,7 +46,7 @@ def test_every_verl_release_from_0_5_patches_all_sites_and_roundtrips(version, c
     assert "is_cuda_available = False  # ascendfix: verl-cuda-probe-off" in device
     assert {s.state for s in engine.status(selection)} == {"applied", "not-applicable"}
     assert {s.action for s in engine.apply(selection)} == {"unchanged", "skipped"}
-    engine.revert(engine.select(PROFILE, None, tuple(VERL_IDS), roots={"verl": root}))
+    engine.revert(engine.select(Site(PROFILE, None, roots={"verl": root}), tuple(VERL_IDS)))
     assert tree_bytes(root) == before
 
 
@@ -53,17 +54,17 @@ def test_every_verl_release_from_0_5_patches_all_sites_and_roundtrips(version, c
 def test_verl_0_4_refuses_grpo_cleanly(version, copy_tree):
     root = copy_tree(upstream.verl_tree(version))
     before = tree_bytes(root)
-    selection = engine.select(PROFILE, "npu", tuple(VERL_IDS), roots={"verl": root})
+    selection = engine.select(Site(PROFILE, "npu", roots={"verl": root}), tuple(VERL_IDS))
     with pytest.raises(RefusedError, match=r"verl-grpo-no-interleave: drifted: .*expected 3 site\(s\).*found 2"):
         engine.apply(selection)
     assert tree_bytes(root) == before
-    grpo_only = engine.select(PROFILE, "npu", ("verl-cuda-probe-off",), roots={"verl": root})
+    grpo_only = engine.select(Site(PROFILE, "npu", roots={"verl": root}), ("verl-cuda-probe-off",))
     assert engine.apply(grpo_only)[0].state == "applied"  # the rest of the profile still applies on its own
 
 
 def test_verl_0_5_device_py_is_a_known_original():
     root = upstream.verl_tree("0.5.0")
-    selection = engine.select(PROFILE, "npu", ("verl-cuda-probe-off",), roots={"verl": root})
+    selection = engine.select(Site(PROFILE, "npu", roots={"verl": root}), ("verl-cuda-probe-off",))
     (status,) = engine.evaluate(selection)
     assert status.files[0].preimage == "verl 796871d (identical to the 0.5.0 wheel)"
 
@@ -74,7 +75,7 @@ SKIP = {"torch-shard-overlap-check": "skip", "torch-global-plan-check": "skip"}
 def test_torch_2_7_1_keeps_validating_by_default_and_skip_is_one_switch_away(copy_tree):
     root = copy_tree(upstream.torch_tree("2.7.1"))
     before = tree_bytes(root)
-    selection = engine.select(PROFILE, "npu", tuple(TORCH_IDS), roots={"torch": root})
+    selection = engine.select(Site(PROFILE, "npu", roots={"torch": root}), tuple(TORCH_IDS))
     result = engine.apply(selection, strict=True)  # known originals: no warnings, nothing refused
     assert [(s.state, s.variant, s.warnings) for s in result] == [("applied", "fast-validate", ())] * 2
     shards = (root / upstream.SHARD_INTERNALS).read_text()
@@ -83,7 +84,7 @@ def test_torch_2_7_1_keeps_validating_by_default_and_skip_is_one_switch_away(cop
     assert 'shards.\n    """\n    return  # ascendfix:' not in shards  # the check still runs
     assert "-> bool:\n    return True  # ascendfix:" not in planner
 
-    skip = engine.select(PROFILE, "npu", tuple(TORCH_IDS), roots={"torch": root}, variants=SKIP)
+    skip = engine.select(Site(PROFILE, "npu", roots={"torch": root}, variants=SKIP), tuple(TORCH_IDS))
     assert [s.action for s in engine.apply(skip, strict=True)] == ["switched", "switched"]
     shards = (root / upstream.SHARD_INTERNALS).read_text()
     planner = (root / upstream.DEFAULT_PLANNER).read_text()
@@ -91,14 +92,14 @@ def test_torch_2_7_1_keeps_validating_by_default_and_skip_is_one_switch_away(cop
     assert "-> bool:\n    return True  # ascendfix: torch-global-plan-check\n" in planner
     assert "_ascendfix_" not in shards.replace("# ascendfix:", "")
     assert [s.variant for s in engine.status(skip)] == ["skip", "skip"]
-    engine.revert(engine.select(PROFILE, None, tuple(TORCH_IDS), roots={"torch": root}))
+    engine.revert(engine.select(Site(PROFILE, None, roots={"torch": root}), tuple(TORCH_IDS)))
     assert tree_bytes(root) == before
 
 
 @pytest.mark.parametrize("version", upstream.TORCH_RELEASES)
 def test_every_torch_release_is_a_known_original(version):
     """Each release's two files are a preimage labelled with that release (apply --strict takes them)."""
-    selection = engine.select(PROFILE, "npu", tuple(TORCH_IDS), roots={"torch": upstream.torch_tree(version)})
+    selection = engine.select(Site(PROFILE, "npu", roots={"torch": upstream.torch_tree(version)}), tuple(TORCH_IDS))
     labels = [s.files[0].preimage for s in engine.evaluate(selection)]
     assert all(label and version in label.removeprefix("torch ").split(", ") for label in labels), labels
 
@@ -106,7 +107,7 @@ def test_every_torch_release_is_a_known_original(version):
 def test_torch_2_14_returns_an_empty_error_list(copy_tree):
     root = copy_tree(upstream.torch_tree("2.14.1"))
     before = tree_bytes(root)
-    selection = engine.select(PROFILE, "npu", tuple(TORCH_IDS), roots={"torch": root}, variants=SKIP)
+    selection = engine.select(Site(PROFILE, "npu", roots={"torch": root}, variants=SKIP), tuple(TORCH_IDS))
     result = engine.apply(selection, strict=True)  # a known original since the preimages list every release
     assert all(s.state == "applied" and not s.warnings for s in result)
     planner = (root / upstream.DEFAULT_PLANNER).read_text()
@@ -115,5 +116,5 @@ def test_torch_2_14_returns_an_empty_error_list(copy_tree):
     source = planner[planner.index("def _validate_global_plan") :]
     exec(compile(source.split("\n\n\n")[0], "planner", "exec"), namespace)
     assert namespace["_validate_global_plan"](None, None) == []
-    engine.revert(engine.select(PROFILE, None, tuple(TORCH_IDS), roots={"torch": root}))
+    engine.revert(engine.select(Site(PROFILE, None, roots={"torch": root}), tuple(TORCH_IDS)))
     assert tree_bytes(root) == before

@@ -7,11 +7,14 @@ import os
 import re
 from pathlib import Path
 
+import pytest
 from ascendfix import cli
-from ascendfix.job import launch, preflight
+from ascendfix.job import launch
 from ascendfix.profile import manifest
+from ascendfix.site import Site
 from click.testing import CliRunner
 
+from tests.stack import fake_preflight
 from tests.verl_lines import RAY_PREFIX, run_steps, step_line
 
 PROFILE = manifest.load_profile("verl-796871d")
@@ -44,10 +47,11 @@ def test_the_readmes_same_code_profile_adds_the_four_patches_on_cuda(tmp_path):
 
 
 def write_run(folder: Path, device: str, states, variants=None) -> Path:
-    seams = preflight.Seams(lambda p, d: [], states)
     argv = ["python3", "-m", "verl.trainer.main_ppo", f"trainer.device={device}"]
-    prepared = launch.prepare(PROFILE, device, argv, {}, seams, variants=variants)
-    launch.begin(prepared, folder, {})
+    with pytest.MonkeyPatch.context() as mp:
+        fake_preflight(mp, states=states(PROFILE, device))
+        prepared = launch.prepare(Site(PROFILE, device, variants=variants, environ={}), argv)
+    launch.begin(prepared, folder)
     log = folder / "train.log"
     log.write_text("".join(f"{RAY_PREFIX}{step_line(n, v)}\n" for n, v in enumerate(run_steps(4), 1)))
     return log

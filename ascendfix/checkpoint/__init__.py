@@ -6,8 +6,7 @@ pickles through an allow-list of stand-ins; ``layout`` turns ``.metadata`` into 
 ``geometry`` checks each tensor's chunks (bounds, overlap, exact cover) with the fast-validate
 template's own scan; ``check`` checks the files and runs the whole ``ckpt check``; ``megatron``
 holds Megatron's files and the HF config's layer and expert counts; ``views`` is one node's file
-view for ``--ray``. ``scan_probe`` runs torch's own overlap check, on stand-in types, and counts
-its work (the torch patches' drop probe).
+view for ``--ray``.
 
 May import: the loose modules ``errors``, ``states``, ``resources``, ``fsutil``. Never torch.
 """

@@ -20,14 +20,14 @@ from pathlib import Path
 
 from ascendfix.checkpoint import bounded, frames, geometry, layout, leftovers, megatron, pickles
 from ascendfix.checkpoint.megatron import ModelShape
-from ascendfix.checkpoint.report import Problem, Report
+from ascendfix.checkpoint.report import CheckReport, Problem
 from ascendfix.errors import AscendfixError, UsageError
 
 DATA_SUFFIX = ".distcp"
 _SHOWN = 3
 
 
-def check(folder: Path, model: ModelShape | None = None, quick: bool = False) -> Report:
+def check(folder: Path, model: ModelShape | None = None, quick: bool = False) -> CheckReport:
     """Check the checkpoint in ``folder``; ``model``: the HF config's layer and expert counts, to check too.
 
     The check runs in a bounded child (:mod:`ascendfix.checkpoint.bounded`): a pickle that kills its
@@ -42,9 +42,11 @@ def check(folder: Path, model: ModelShape | None = None, quick: bool = False) ->
         size = 0
     memory = _MEMORY_BASE + _MEMORY_PER_BYTE * min(size, pickles.MAX_PICKLE_BYTES)
     try:
-        return Report.from_json(bounded.run(lambda: _check(folder, model, quick).to_json(), memory, layout.METADATA))
+        return CheckReport.from_json(
+            bounded.run(lambda: _check(folder, model, quick).to_json(), memory, layout.METADATA)
+        )
     except bounded.Died as e:
-        return Report(str(folder), 0, 0, 0, 0, [Problem("unreadable", "file", e.subject, e.detail)])
+        return CheckReport(str(folder), 0, 0, 0, 0, [Problem("unreadable", "file", e.subject, e.detail)])
     except bounded.Failed as e:
         raise (UsageError if e.exit_code == 2 else AscendfixError)(str(e)) from None
 
@@ -53,7 +55,7 @@ _MEMORY_BASE = 2 << 30  # the check's own memory, beyond what the metadata's rec
 _MEMORY_PER_BYTE = 64  # a .metadata's records in memory, per byte of its pickle (about 20 measured)
 
 
-def _check(folder: Path, model: ModelShape | None, quick: bool) -> Report:
+def _check(folder: Path, model: ModelShape | None, quick: bool) -> CheckReport:
     with pickles.no_collection():
         names = _names(folder)
         problems = leftovers.partial_copies(names)
@@ -64,12 +66,12 @@ def _check(folder: Path, model: ModelShape | None, quick: bool) -> Report:
         except FileNotFoundError:
             problems.insert(0, Problem("missing-file", "file", layout.METADATA, _NO_METADATA))
             problems += megatron.layout_problems(folder, megatron_expected=model is not None, quick=quick)
-            return Report(str(folder), 0, 0, 0, 0, problems, warnings)
+            return CheckReport(str(folder), 0, 0, 0, 0, problems, warnings)
         except (OSError, pickles.UnsafePickle, pickles.Unreadable, layout.Malformed) as e:
             kind = "unsafe-pickle" if isinstance(e, pickles.UnsafePickle) else "unreadable"
             problems.insert(0, Problem(kind, "file", layout.METADATA, str(e)))
             problems += megatron.layout_problems(folder, megatron_expected=model is not None, quick=quick)
-            return Report(str(folder), 0, 0, 0, 0, problems, warnings)
+            return CheckReport(str(folder), 0, 0, 0, 0, problems, warnings)
         expected = model is not None or metadata.megatron
         problems += megatron.layout_problems(folder, megatron_expected=expected, quick=quick)
         bounded.note(None)
@@ -79,7 +81,7 @@ def _check(folder: Path, model: ModelShape | None, quick: bool) -> Report:
         if model is not None:
             problems += megatron.config_problems(readable, model)
         chunks = sum(len(t.offsets) for t in metadata.tensors)
-        return Report(str(folder), len(metadata.tensors), chunks, files, size, problems, warnings)
+        return CheckReport(str(folder), len(metadata.tensors), chunks, files, size, problems, warnings)
 
 
 _NO_METADATA = "no .metadata: the save did not finish (rank 0 writes it last), or this is not a DCP checkpoint"

@@ -21,7 +21,7 @@ TEMPLATE = "templates/fast_overlap.py"
 _SHOWN = 3  # overlapping pairs named per tensor
 
 
-class Finding(NamedTuple):
+class ChunkProblem(NamedTuple):
     """A tensor's problem: ``kind`` (out-of-bounds, overlap, gap, malformed) and what it is."""
 
     kind: str
@@ -49,7 +49,7 @@ def boxes(shape: tuple, offsets: list, sizes: list) -> list | None:
     return None if columns is None else list(zip(offsets, sizes, strict=True))
 
 
-def check(shape: tuple, offsets: list, sizes: list) -> list[Finding] | None:
+def check(shape: tuple, offsets: list, sizes: list) -> list[ChunkProblem] | None:
     """:func:`findings` of the chunks ``offsets`` and ``sizes``, or None where :func:`boxes` is None."""
     columns = _columns(len(shape), offsets, sizes)
     if columns is None:
@@ -57,7 +57,7 @@ def check(shape: tuple, offsets: list, sizes: list) -> list[Finding] | None:
     return _findings(shape, list(zip(offsets, sizes, strict=True)), sizes, *columns)
 
 
-def findings(shape: tuple, chunks: list) -> list[Finding]:
+def findings(shape: tuple, chunks: list) -> list[ChunkProblem]:
     """Bounds, overlap and exact cover of ``chunks`` (from :func:`boxes`) over a tensor of ``shape``."""
     if not chunks:
         return _findings(shape, chunks, [], [], [])
@@ -82,10 +82,10 @@ def _columns(rank: int, offsets: list, sizes: list) -> tuple[list, list] | None:
     return starts, lengths
 
 
-def _findings(shape: tuple, chunks: list, sizes: list, start_columns: list, size_columns: list) -> list[Finding]:
+def _findings(shape: tuple, chunks: list, sizes: list, start_columns: list, size_columns: list) -> list[ChunkProblem]:
     """:func:`findings`, given the chunks' sizes and both their columns (one tuple per dimension)."""
     if not chunks:
-        return [Finding("gap", "no chunk at all")] if math.prod(shape) else []
+        return [ChunkProblem("gap", "no chunk at all")] if math.prod(shape) else []
     start_values, size_values = list(map(set, start_columns)), list(map(set, size_columns))  # a few values each
     found = _bounds(shape, chunks, start_columns, size_columns, start_values, size_values)
     if found:
@@ -98,20 +98,20 @@ def _findings(shape: tuple, chunks: list, sizes: list, start_columns: list, size
     if pairs:
         shown = "; ".join(f"{_box(solid[i])} and {_box(solid[j])}" for i, j in pairs[:_SHOWN])
         more = " (and more pairs)" if len(pairs) > _SHOWN else ""
-        return [Finding("overlap", f"chunks overlap: {shown}{more}")]
+        return [ChunkProblem("overlap", f"chunks overlap: {shown}{more}")]
     if all(len(values) == 1 for values in size_values):  # chunks of one shape (a tensor split evenly)
         covered = len(sizes) * math.prod(sizes[0]) if sizes else 0
     else:
         covered = sum(map(math.prod, sizes))
     total = math.prod(shape)
     if covered != total:
-        return [Finding("gap", f"chunks cover {covered:,} of {total:,} elements: {_first_hole(shape, solid)}")]
+        return [ChunkProblem("gap", f"chunks cover {covered:,} of {total:,} elements: {_first_hole(shape, solid)}")]
     return []
 
 
 def _bounds(
     shape: tuple, chunks: list, starts: list, sizes: list, start_values: list, size_values: list
-) -> list[Finding]:
+) -> list[ChunkProblem]:
     """Chunks reaching outside the tensor (or of a negative size); ``starts``, ``sizes``: one tuple per dimension,
     ``start_values``, ``size_values``: one set of the distinct values per dimension."""
     if all(
@@ -124,7 +124,7 @@ def _bounds(
     outside = [b for b in chunks if any(o < 0 or s < 0 or o + s > n for o, s, n in zip(*b, shape, strict=True))]
     shown = ", ".join(_box(b) for b in outside[:_SHOWN])
     more = f" (and {len(outside) - _SHOWN} more)" if len(outside) > _SHOWN else ""
-    return [Finding("out-of-bounds", f"chunks outside the tensor's shape {list(shape)}: {shown}{more}")]
+    return [ChunkProblem("out-of-bounds", f"chunks outside the tensor's shape {list(shape)}: {shown}{more}")]
 
 
 def _box(box: tuple) -> str:

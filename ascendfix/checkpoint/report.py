@@ -25,7 +25,7 @@ class Problem(NamedTuple):
         return found
 
 
-class Report(NamedTuple):
+class CheckReport(NamedTuple):
     """What the check found: counts, every problem, warnings (not failures) and the bytes proven.
 
     ``proven_bytes``: the record bytes whose CRC-32 matched torch's (``--bytes``); None when the bytes
@@ -61,7 +61,7 @@ class Report(NamedTuple):
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> Report:
+    def from_json(cls, data: dict) -> CheckReport:
         """The report :meth:`to_json` made (a child process's answer)."""
         return cls(
             data["checkpoint"],

@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from ascendfix.checkpoint.report import Problem, Report
+from ascendfix.checkpoint.report import CheckReport, Problem
 
 INDEX = "model.safetensors.index.json"
 MAX_HEADER = 100 << 20  # the format's own limit
@@ -24,7 +24,7 @@ _DTYPE_BYTES = {
 }  # fmt: skip
 
 
-def check(folder: Path) -> Report:
+def check(folder: Path) -> CheckReport:
     """Every ``.safetensors`` file in ``folder`` (header, sizes) and the index (every weight in its file)."""
     problems: list[Problem] = []
     held: dict[str, set[str]] = {}
@@ -37,7 +37,7 @@ def check(folder: Path) -> Report:
         held[name] = set(header)
         tensors += len(header)
     problems += _index(folder, held)
-    return Report(str(folder), tensors, tensors, len(names), total, problems)
+    return CheckReport(str(folder), tensors, tensors, len(names), total, problems)
 
 
 def _file(path: Path, name: str) -> tuple[list[Problem], dict, int]:

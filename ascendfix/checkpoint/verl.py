@@ -131,14 +131,14 @@ def _names(folder: Path) -> list[str]:
 
 def check_save(given: Path, model=None, config_given: bool = False, quick: bool = False):
     """``ckpt check``: the checkpoint ``given`` stands for (:func:`locate`), checked; the HF config beside
-    the save is read for ``model`` when none was given. Returns the Report (its ``checkpoint``: the folder
+    the save is read for ``model`` when none was given. Returns the CheckReport (its ``checkpoint``: the folder
     checked)."""
     from ascendfix.checkpoint import check, megatron, safetensors
-    from ascendfix.checkpoint.report import Report
+    from ascendfix.checkpoint.report import CheckReport
 
     found = locate(given)
     if found.kind == "none":
-        return Report(str(found.folder), 0, 0, 0, 0, found.problems)
+        return CheckReport(str(found.folder), 0, 0, 0, 0, found.problems)
     if model is None and not config_given and found.config is not None and found.kind == "dcp":
         model = megatron.read_config(found.config)
     report = safetensors.check(found.folder) if found.kind == "mbridge" else check.check(found.folder, model, quick)

@@ -10,7 +10,6 @@ import errno
 import functools
 import json
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import click
 
 from ascendfix.errors import AscendfixError
+from ascendfix.jsonable import jsonable
 from ascendfix.profile.device import DEVICES
 
 DEFAULT_PROFILE = "verl-796871d"
@@ -69,21 +69,24 @@ def escape(text: str) -> str:
 
 
 def emit_json(data: Any) -> None:
-    """Print plain data as JSON on stdout (no colour, no wrapping)."""
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+    """Print ``data`` as JSON (:func:`~ascendfix.jsonable.jsonable`) on stdout (no colour, no wrapping)."""
+    click.echo(json.dumps(jsonable(data), indent=2, sort_keys=False))
 
 
-def render(result: Any, as_json: bool, human: Callable[[Any], None]) -> None:
-    """Show ``result``: its ``to_json()`` (or itself, when plain data) as JSON, else through ``human``."""
+def render(result: Any, as_json: bool, human: Callable[[Any], None], exit_code: int = 0) -> int:
+    """Show ``result``: as JSON (:func:`~ascendfix.jsonable.jsonable`), else through ``human``; return the
+    command's ``exit_code``, for the command to return (:class:`Group` exits with it)."""
     if as_json:
-        emit_json(result.to_json() if hasattr(result, "to_json") else result)
+        emit_json(result)
     else:
         human(result)
+    return exit_code
 
 
 class Group(click.Group):
-    """Turns every AscendfixError into its one line and exit status; with ``--json``, also a JSON
-    object ``{"error", "exit_code"}`` on stdout, so a pipe into ``jq`` reads an answer.
+    """The one place a command's exit status is decided: the exit code a command returns (0 when it
+    returns None), and every AscendfixError as its one line and exit status; with ``--json``, also a
+    JSON object ``{"error", "exit_code"}`` on stdout, so a pipe into ``jq`` reads an answer.
 
     An OSError that reaches here (a path that is too long or otherwise unusable, wherever a command
     first touches it) is one line too: exit 2 for a name the system refuses, else 1.
@@ -91,13 +94,16 @@ class Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            code = super().invoke(ctx)
         except AscendfixError as e:
             _fail(ctx, str(e), e.exit_code)
         except OSError as e:
             bad_name = e.errno in (errno.ENAMETOOLONG, errno.EINVAL, errno.EILSEQ)
             where = f"{_shorten(str(e.filename))}: " if e.filename is not None else ""
             _fail(ctx, f"{where}{e.strerror or e}", 2 if bad_name else 1)
+        if isinstance(code, int) and code:
+            ctx.exit(code)
+        return code
 
 
 def _fail(ctx: click.Context, message: str, exit_code: int) -> None:
@@ -107,7 +113,7 @@ def _fail(ctx: click.Context, message: str, exit_code: int) -> None:
         emit_json({"error": message, "exit_code": exit_code})
     # click, not rich: the one line any command may end with costs no rich import
     click.echo(f"{click.style('error:', fg='red', bold=True)} {message}", err=True)
-    sys.exit(exit_code)
+    ctx.exit(exit_code)
 
 
 def _shorten(text: str, keep: int = 120) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -41,12 +40,9 @@ def check_command(folder: Path, config: Path | None, ray_address: str | None, ra
         raise UsageError(f"{folder}: not a folder (give the checkpoint's folder, or verl's save folder)")
     model = megatron.read_config(config) if config is not None else None
     if ray_address is not None:
-        _on_cluster(folder, config, None if ray_address == "auto" else ray_address, ray_timeout, as_json)
-        return
+        return _on_cluster(folder, config, None if ray_address == "auto" else ray_address, ray_timeout, as_json)
     report = verl.check_save(folder, model, config_given=config is not None)
-    render(report, as_json, _render_report)
-    if not report.ok:
-        sys.exit(1)
+    return render(report, as_json, _render_report, 0 if report.ok else 1)
 
 
 def _render_report(report) -> None:
@@ -101,8 +97,7 @@ def _on_cluster(folder: Path, config: Path | None, address: str | None, timeout:
         )
     else:
         _render_cluster(answers, seen, differing, ok)
-    if not ok:
-        sys.exit(1)
+    return 0 if ok else 1
 
 
 def _render_cluster(answers, seen, differing, ok: bool) -> None:

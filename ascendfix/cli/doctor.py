@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -19,10 +18,11 @@ from ascendfix.cli.base import (
     target_options,
 )
 from ascendfix.cli.fanout import on_ray_cluster
-from ascendfix.doctor.model import Report, Status
+from ascendfix.doctor.model import DoctorReport
 from ascendfix.errors import UsageError
-from ascendfix.patching.locate import parse_roots
 from ascendfix.profile import manifest
+from ascendfix.site import Site, parse_roots
+from ascendfix.states import Status
 
 MARK = {
     Status.OK: click.style("✓", fg="green"),
@@ -32,7 +32,7 @@ MARK = {
 }
 
 
-def _render_report(report: Report, verbose: bool) -> None:
+def _render_report(report: DoctorReport, verbose: bool) -> None:
     """The report for a person: a title, each group's checks with their mark, messages and fix, a verdict;
     the details (whys, long lists) with ``-v``.
 
@@ -99,8 +99,7 @@ def doctor(profile, device, python, roots, ascend_home, only, list_checks, stric
 
     if list_checks:
         rows = [{"id": c.id, "title": c.title} for c in CHECKS.values()]
-        render(rows, as_json, lambda rows: click.echo("\n".join(f"{r['id']:10} {r['title']}" for r in rows)))
-        return
+        return render(rows, as_json, lambda rows: click.echo("\n".join(f"{r['id']:10} {r['title']}" for r in rows)))
     only = tuple(check for value in only for check in value.split(",") if check)  # --only a,b as the image uses
     runner.select(only)  # unknown ids are bad input before anything runs
     prof = manifest.load_profile(profile)
@@ -110,7 +109,6 @@ def doctor(profile, device, python, roots, ascend_home, only, list_checks, stric
         raise UsageError(f"--python {python}: no such executable")
     home = ascend_home or devices.ASCEND_HOME
     chosen, why = (device, f"--device {device} given") if device else context.choose_device(prof, home)
-    ctx = context.Context(prof, chosen, why, python, parse_roots(roots), home)
+    ctx = context.Context(Site(prof, chosen, python, parse_roots(roots)), why, home)
     report = runner.run(ctx, only)
-    render(report, as_json, lambda r: _render_report(r, verbose))
-    sys.exit(report.exit_code(strict))
+    return render(report, as_json, lambda r: _render_report(r, verbose), report.exit_code(strict))

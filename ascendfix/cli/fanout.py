@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import functools
-import sys
 
 import click
 
-from ascendfix.cli.base import emit_json, escape, out, ray_options, wide
+from ascendfix.cli.base import escape, out, ray_options, render, wide
 
 
 def on_ray_cluster(command):
@@ -21,12 +20,7 @@ def on_ray_cluster(command):
 
         argv = _local_argv(click.get_current_context())
         report = fanout.table(argv, fanout.run(argv, None if ray_address == "auto" else ray_address, ray_timeout))
-        if kwargs.get("as_json"):
-            emit_json(report.to_json())
-        else:
-            _render_cluster(report)
-        if not report.ok:
-            sys.exit(1)
+        return render(report, bool(kwargs.get("as_json")), _render_cluster, 0 if report.ok else 1)
 
     return ray_options("Run")(run)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import NamedTuple
 
 import click
@@ -22,9 +21,9 @@ from ascendfix.cli.base import (
 )
 from ascendfix.cli.fanout import on_ray_cluster
 from ascendfix.patching import engine
-from ascendfix.patching.locate import parse_roots
-from ascendfix.profile import manifest
+from ascendfix.profile import manifest, records
 from ascendfix.profile.device import require_device
+from ascendfix.site import Site, parse_roots
 from ascendfix.states import Action, State
 
 STATE_STYLE = {
@@ -68,8 +67,8 @@ def selection(profile, device, roots, python, only=(), variants=(), need_device=
     """The engine's selection from the shared options."""
     prof = manifest.load_profile(profile)
     chosen = require_device(device) if need_device else device
-    overrides = manifest.parse_variants(prof, variants)
-    return engine.select(prof, chosen, tuple(only), python, parse_roots(roots), overrides)
+    site = Site(prof, chosen, python, parse_roots(roots), manifest.parse_variants(prof, variants))
+    return engine.select(site, tuple(only))
 
 
 def render_statuses(statuses: list[engine.PatchStatus]) -> None:
@@ -80,7 +79,7 @@ def render_statuses(statuses: list[engine.PatchStatus]) -> None:
     """
     for s in statuses:  # ids, reasons and warnings may carry names read from a state folder: cleaned
         action = f" ({s.action})" if s.action and s.action not in (Action.UNCHANGED, Action.SKIPPED) else ""
-        variant = f" [{clean(s.variant)}]" if s.variant and s.variant != manifest.DEFAULT_VARIANT else ""
+        variant = f" [{clean(s.variant)}]" if s.variant and s.variant != records.DEFAULT_VARIANT else ""
         variant += f" (the guide's {clean(s.guide)})" if s.guide else ""
         head = click.style(f"{s.state:15}", **STATE_STYLE.get(s.state, {}))
         click.echo(f"{head} {clean(s.id)}{variant}{action}")
@@ -116,7 +115,7 @@ def apply(profile, device, python, roots, only, variants, dry_run, strict, as_js
             wrote = sum(s.action in (Action.APPLIED, Action.SWITCHED, Action.ADOPTED) for s in report.statuses)
             click.echo(f"\n{wrote} patch(es) applied")
 
-    render(report, as_json, human)
+    return render(report, as_json, human)
 
 
 @click.command()
@@ -128,9 +127,8 @@ def revert(profile, python, roots, only, as_json) -> None:
     """Restore every patched file byte for byte (any device's patches)."""
     sel = selection(profile, None, roots, python, only, need_device=False)
     report = PatchReport(sel, engine.revert(sel, on_wait=tell_lock_wait))
-    render(report, as_json, lambda r: render_statuses(r.statuses))
-    if any(s.action == Action.REFUSED for s in report.statuses):
-        sys.exit(1)
+    refused = any(s.action == Action.REFUSED for s in report.statuses)
+    return render(report, as_json, lambda r: render_statuses(r.statuses), 1 if refused else 0)
 
 
 @click.command()
@@ -150,9 +148,8 @@ def status(profile, device, python, roots, as_json) -> None:
             click.echo(click.style("recovered:", fg="yellow") + f" {clean(note)}", err=True)
         render_statuses(report.statuses)
 
-    render(report, as_json, human)
-    if any(s.state not in (State.APPLIED, State.NOT_APPLICABLE) for s in report.statuses):
-        sys.exit(1)
+    pending = any(s.state not in (State.APPLIED, State.NOT_APPLICABLE) for s in report.statuses)
+    return render(report, as_json, human, 1 if pending else 0)
 
 
 @click.command()

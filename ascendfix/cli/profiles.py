@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ascendfix.cli.base import escape, json_option, out, render
-from ascendfix.profile import manifest
+from ascendfix.profile import manifest, records
 
 
 @click.command()
@@ -34,10 +34,10 @@ def profiles(as_json: bool) -> None:
 def show(profile: str, as_json: bool) -> None:
     """Show a profile: its pinned components, devices and patches with their why."""
     prof = manifest.load_profile(profile)
-    render(manifest.to_json(prof) if as_json else prof, as_json, _render_profile)
+    render(prof, as_json, _render_profile)
 
 
-def _render_profile(prof: manifest.Profile, console=None) -> None:
+def _render_profile(prof: records.Profile, console=None) -> None:
     """The profile for a person, at the terminal's width (a pipe: ``$COLUMNS``, else 80).
 
     Each component's line (its name and whole pin) is printed whole, so it can be copied and
@@ -85,7 +85,7 @@ def _render_profile(prof: manifest.Profile, console=None) -> None:
         prose(f"[bold]{patch.id}[/] ({patch.package}: {', '.join(f.path for f in patch.files)})")
         prose(f"[dim]why:[/] {escape(' '.join(patch.why.split()))}", 2)
         for variant in patch.variants:
-            name = "" if variant.name == manifest.DEFAULT_VARIANT else f"variant {variant.name}: "
+            name = "" if variant.name == records.DEFAULT_VARIANT else f"variant {variant.name}: "
             how = registry.get(variant.transform).description()
             prose(f"[dim]{escape(name)}transform {variant.transform}:[/] {escape(how)}", 2)
         prose(f"[dim]drop when:[/] {escape(' '.join(patch.drop_when.split()))}", 2)
@@ -125,7 +125,7 @@ def _guide_mark(guide: str | None, guide_value: str | None, source: str | None) 
     return f"guide {guide}" + (f", [yellow]the guide has {escape(guide_value)}[/]" if guide_value else "")
 
 
-def show_device_lines(prof: manifest.Profile, name: str) -> list[str]:
+def show_device_lines(prof: records.Profile, name: str) -> list[str]:
     """``show``'s lines for one device: env (guide section or "beyond the guide"), limits, Ray, hints, patches."""
     device = prof.devices[name]
     lines = []

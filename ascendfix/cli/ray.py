@@ -4,7 +4,6 @@ the same, and run one real collective across every node before the job."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -23,6 +22,7 @@ from ascendfix.cli.base import (
 from ascendfix.errors import UsageError
 from ascendfix.profile import manifest
 from ascendfix.profile.device import require_device
+from ascendfix.states import Status
 
 
 @click.group("ray")
@@ -49,6 +49,7 @@ def ray_start(profile: str, device: str | None, no_preflight: bool, ray_args: tu
     from ascendfix.errors import RefusedError
     from ascendfix.job import preflight
     from ascendfix.profile import jobenv
+    from ascendfix.site import Site
 
     raystart.require_ray()
     prof = manifest.load_profile(profile)
@@ -56,9 +57,9 @@ def ray_start(profile: str, device: str | None, no_preflight: bool, ray_args: tu
     settings = jobenv.resolve_env(prof, device, os.environ)  # a device the profile lacks is bad input
     plan = raystart.plan(prof, device, ray_args, os.environ)
     if not no_preflight:
-        failures = preflight.default_seams().doctor_failures(prof, device) or []
-        for message in failures:
-            err().print(f"[red]problem[/] (doctor): {escape(message)}")
+        failures = preflight.doctor_failures(Site(prof, device)) or []
+        for finding in failures:
+            err().print(f"[red]problem[/] (doctor): {escape(finding.message)}")
         if failures:
             raise RefusedError(f"doctor found {len(failures)} problem(s) on this node; fix them or pass --no-preflight")
     render_env_notes(jobenv.env_notes(settings))
@@ -133,8 +134,7 @@ def ray_wait(
     if arrived.ready:
         status_argv = ["status", "--profile", profile, "--device", device, "--json"]
         report = raywait.check(prof, device, address, arrived, per_node, 60.0, status_argv, timeout)
-    render(report, as_json, _render_ray_wait)
-    sys.exit(0 if report.ok else 1)
+    return render(report, as_json, _render_ray_wait, 0 if report.ok else 1)
 
 
 def _render_ray_wait(report) -> None:
@@ -210,8 +210,7 @@ def ray_smoke(
     device = require_device(device)
     nodes, per_node = _job_size(prof, device, nodes, script)
     report = raysmoke.smoke(prof, device, address, nodes, per_node, backend, timeout, size_mb)
-    render(report, as_json, _render_ray_smoke)
-    sys.exit(0 if report.ok else 1)
+    return render(report, as_json, _render_ray_smoke, 0 if report.ok else 1)
 
 
 def _job_size(prof, device: str, nodes: int | None, script: Path | None) -> tuple[int, int | None]:
@@ -233,7 +232,7 @@ def _render_ray_smoke(report) -> None:
     from rich.table import Table
 
     console = out() if out().is_terminal else wide()
-    marks = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[red]fail[/]"}
+    marks = {Status.OK: "[green]ok[/]", Status.WARN: "[yellow]warn[/]", Status.FAIL: "[red]fail[/]"}
     table = Table("node", "host", "item", "value", "", "detail", box=None, title="Ray nodes", title_justify="left")
     for node in report.nodes:
         for i, c in enumerate(node.checks):
@@ -252,7 +251,7 @@ def _render_ray_smoke(report) -> None:
         done.title = "Collectives"
         for c in report.collectives:
             bw = "-" if c.busbw_gbps is None else f"{c.busbw_gbps:.2f}"
-            mark = marks["ok" if c.ok else "fail"]
+            mark = marks[Status.OK if c.ok else Status.FAIL]
             done.add_row(c.backend, c.op, str(c.bytes), mark, bw, escape(c.slowest or "-"))
         console.print(done)
     problems = report.problems

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import click
@@ -62,26 +60,21 @@ def run(
     Hints are one line each; -v adds the why behind each.
     """
     from ascendfix.job import launch, metrics, preflight, report
-    from ascendfix.patching.locate import parse_roots
     from ascendfix.profile import jobenv
+    from ascendfix.site import Site, parse_roots
 
     if json_metrics is not None:
         launch.require_folder("--json-metrics", json_metrics)  # bad input: said before anything runs
     prof = manifest.load_profile(profile)
-    chosen = manifest.parse_variants(prof, variants)
-    seams = preflight.default_seams(python, parse_roots(roots), chosen, smoke)
-    prepared = launch.prepare(
-        prof, require_device(device), command, os.environ, seams, full=not no_preflight, variants=chosen
-    )
+    site = Site(prof, require_device(device), python, parse_roots(roots), manifest.parse_variants(prof, variants))
+    prepared = launch.prepare(site, command, preflight.default_seams(smoke), full=not no_preflight)
     pre = prepared.preflight
     for finding in pre.hints:
-        err().print(f"[yellow]hint[/] ({finding.source}): {escape(finding.message)}")
-        if verbose and finding.detail:
-            err().print(f"      [dim]{escape(finding.detail)}[/]")
-    render_env_notes(jobenv.env_notes(prepared.settings))
+        render_finding("[yellow]hint[/]", finding, verbose)
+    render_env_notes(jobenv.env_notes(site.settings))
     for finding in pre.problems:
-        err().print(f"[red]problem[/] ({finding.source}): {escape(finding.message)}")
-    job = launch.begin(prepared, log_dir, os.environ)
+        render_finding("[red]problem[/]", finding, verbose)
+    job = launch.begin(prepared, log_dir)
     total = preflight.total_steps(prepared.overrides)
     status = RichStatus(total) if err().is_terminal and out().is_terminal else None
     write_metrics = launch.metrics_writer(json_metrics) if json_metrics else None
@@ -106,7 +99,16 @@ def run(
     how = f" after {result.forwarded}" + (" and SIGKILL" if result.killed else "") if result.forwarded else ""
     log = escape(str(job.log_dir))
     err().print(f"[dim]ascendfix: exit status {result.exit_status}{how}; log {log}/train.log[/]")
-    sys.exit(result.exit_status)
+    return result.exit_status
+
+
+def render_finding(kind: str, finding, verbose: bool) -> None:
+    """One preflight finding on stderr: its line, the fix under it, and with ``-v`` the detail."""
+    err().print(f"{kind} ({finding.source}): {escape(finding.message)}")
+    for i, line in enumerate(finding.fix.splitlines()):  # a fix of several commands: one a line
+        err().print(f"      {'[bold]fix:[/]' if i == 0 else '    '} [cyan]{escape(line)}[/]")
+    if verbose and finding.detail:
+        err().print(f"      [dim]{escape(finding.detail)}[/]")
 
 
 def render_env_notes(notes: list[tuple[str, str]]) -> None:

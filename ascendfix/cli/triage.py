@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -54,5 +53,4 @@ def triage_command(logdir: Path | None, as_json: bool) -> None:
         console.print(f"{then}; lines by code: {escape(counts)}")
         console.print(f"[dim]read {escape(read)}[/]")
 
-    render(result, as_json, human)
-    sys.exit(1 if result.failed else 0)
+    return render(result, as_json, human, 1 if result.failed else 0)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from ascendfix.cli.base import device_option, err, escape, json_option, out, profile_option, render
-from ascendfix.profile import manifest
+from ascendfix.profile import manifest, records
 
 
 @click.command("upgrade-check")
@@ -39,9 +37,7 @@ def upgrade_check(profile: str, device: str | None, releases: tuple[str, ...], p
     device = device or (detected if detected in prof.devices else next(iter(prof.devices)))
     with_ = upgrade.parse_with(prof, device, releases)
     report = upgrade.check(prof, device, with_, platform, tell=lambda what: click.echo(f"{what} ...", err=True))
-    render(report, as_json, _render)
-    if not report.ok:
-        sys.exit(1)
+    return render(report, as_json, _render, 0 if report.ok else 1)
 
 
 def _render(report) -> None:
@@ -52,7 +48,7 @@ def _render(report) -> None:
     where = f"{' or '.join(report.target.platforms)}, Python {report.target.python}"
     out().print(f"[bold]{escape(report.profile)}[/] on {report.device} with {escape(asked)} [dim]({where})[/]\n")
     for v in report.patches:
-        variant = f" [{v.variant}]" if v.variant and v.variant != manifest.DEFAULT_VARIANT else ""
+        variant = f" [{v.variant}]" if v.variant and v.variant != records.DEFAULT_VARIANT else ""
         sites = f", {v.sites} site(s)" if v.sites is not None else ""
         out().print(f"[{style.get(v.verdict, 'dim')}]{v.verdict:15}[/] {v.id}{escape(variant)}{sites}")
         if v.reason:

@@ -33,7 +33,7 @@ from ascendfix.cluster import fanout
 from ascendfix.cluster import wait as raywait
 from ascendfix.cluster.start import RESOURCE
 from ascendfix.errors import UsageError
-from ascendfix.profile.manifest import Profile
+from ascendfix.profile.records import Profile
 
 BACKENDS = ("gloo", "device", "all")
 DEVICE_BACKEND = {"npu": "hccl", "cuda": "nccl"}

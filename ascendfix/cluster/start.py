@@ -23,7 +23,7 @@ from pathlib import Path
 from ascendfix.cluster.fanout import INSTALL_HINT
 from ascendfix.doctor.ascend import parse_npu_smi
 from ascendfix.errors import UsageError
-from ascendfix.profile.manifest import Profile
+from ascendfix.profile.records import Profile
 
 HEAD_DEFAULTS = (("--port", "6166"), ("--dashboard-host", "0.0.0.0"), ("--dashboard-port", "8260"))
 RESOURCE = {"npu": "NPU", "cuda": "GPU"}

@@ -26,7 +26,7 @@ from pathlib import Path
 from ascendfix.cluster import fanout
 from ascendfix.cluster.start import RESOURCE
 from ascendfix.errors import UsageError
-from ascendfix.profile.manifest import Profile
+from ascendfix.profile.records import Profile
 
 NNODES, PER_NODE = "trainer.nnodes", "trainer.n_gpus_per_node"
 UNSET = "(unset)"

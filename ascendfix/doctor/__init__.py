@@ -3,6 +3,6 @@
 One small function per check (see ``registry``), each given a shared ``Context`` and
 returning a ``Finding``; ``runner.run`` runs them concurrently, isolated, with a timeout.
 
-May import: ``profile``, ``patching``, ``transforms`` and the loose modules ``errors``, ``states``,
-``resources``, ``fsutil``.
+May import: ``profile``, ``patching``, ``transforms`` and the loose modules ``site`` (what the
+command acts on), ``errors``, ``states``, ``resources``, ``fsutil``.
 """

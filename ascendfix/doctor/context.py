@@ -1,29 +1,25 @@
 """Everything the checks need, gathered once: profile, device, target interpreter, host paths.
 
 The probe of the target interpreter (versions, direct_url.json, requirements of every
-installed distribution) runs once, lazily, for all checks together: in-process for the
-interpreter ascendfix runs in, one subprocess for ``--python``. Nothing imports a package.
+installed distribution) is the site's (:class:`~ascendfix.site.Site`): it runs once, lazily, for
+all checks together, in-process for the interpreter ascendfix runs in, one subprocess for
+``--python``. Nothing imports a package.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import shutil
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from packaging.utils import canonicalize_name
 
-from ascendfix import resources
-from ascendfix.patching import locate
+from ascendfix.errors import UsageError
 from ascendfix.profile import device
-from ascendfix.profile.manifest import Component, Profile
-
-REPORTED_ONLY = ("ray",)  # reported when installed; the guide pins no version
+from ascendfix.profile.records import Component, Profile
+from ascendfix.site import Distribution, Probe, Site, Target, is_checkout
 
 
 def choose_device(profile: Profile, ascend_home: Path) -> tuple[str, str]:
@@ -40,87 +36,63 @@ def choose_device(profile: Profile, ascend_home: Path) -> tuple[str, str]:
 
 
 class Context:
-    """The inputs of every check. ``environ`` stands for the environment the job will run in.
+    """The inputs of every check: the ``site`` (profile, device, interpreter, roots, and the
+    environment the job will run in) and the host's own paths.
 
     The target interpreter is probed once, by the first check that asks, and shared by all.
     """
 
     def __init__(
         self,
-        profile: Profile,
-        device: str,
+        site: Site,
         device_reason: str = "",
-        python: str | None = None,
-        roots: dict[str, Path] | None = None,
         ascend_home: Path = device.ASCEND_HOME,
         os_release: Path = Path("/etc/os-release"),
-        environ: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         timeout: float = 20.0,
     ):
-        self.profile, self.device, self.device_reason, self.python = profile, device, device_reason, python
-        self.roots = dict(roots or {})
+        if site.device is None:
+            raise UsageError("doctor checks one device: pass --device npu or --device cuda")
+        self.site, self.device_reason = site, device_reason
+        self.profile, self.device, self.environ = site.profile, site.device, site.environ
         self.ascend_home, self.os_release = ascend_home, os_release
-        self.environ = dict(os.environ) if environ is None else environ
         self.cwd = Path.cwd() if cwd is None else cwd
         self.timeout = timeout
-        self._probe: locate.Probe | None = None
-        self._probe_error: Exception | None = None
-        self._from_roots: dict[str, tuple[locate.Distribution, str]] | None = None
+        self._from_roots: dict[str, tuple[Distribution, str]] | None = None
         self._lock = threading.Lock()
 
     def components(self, kind: str | None = None) -> list[Component]:
         """The profile's components that apply to this device (optionally of one kind)."""
         return [c for c in self.profile.components if self.device in c.devices and (kind is None or c.kind == kind)]
 
-    def packages(self) -> list[str]:
-        """Top-level packages the checks locate: those the patches edit, mindspeed and the rules' modules (hazards)."""
-        from ascendfix.profile.rules import modules
+    def probe(self) -> Probe:
+        """The target interpreter's whole answer (probed once, shared by all checks)."""
+        return self.site.probe(everything=True)
 
-        patched = {p.package for p in self.profile.patches.values()}
-        return sorted(patched | {"mindspeed"} | set(modules(self.profile.rules)))
-
-    def probe(self) -> locate.Probe:
-        """The target interpreter's answer (computed once, shared by all checks)."""
-        with self._lock:
-            if self._probe is None and self._probe_error is None:
-                dists = [c.distribution for c in self.profile.components if c.distribution] + list(REPORTED_ONLY)
-                try:
-                    self._probe = locate.probe(self.python, self.packages(), dists, everything=True)
-                except Exception as e:  # every check that needs it reports the same error, probed once
-                    self._probe_error = e
-            if self._probe_error is not None:
-                raise self._probe_error
-            return self._probe
-
-    @property
-    def probe_error(self) -> Exception | None:
-        """Why the target interpreter could not be probed (None: not probed, or it answered)."""
-        return self._probe_error
-
-    def installed(self, distribution: str) -> locate.Distribution | None:
+    def installed(self, distribution: str) -> Distribution | None:
         """Version, direct_url and metadata_dir of one distribution, or None when not installed: from
         the ``.dist-info`` in a ``--root`` site-packages folder holding its package, else from the probe."""
         found = self.from_roots().get(canonicalize_name(distribution))
         return found[0] if found else self.probe().distributions.get(distribution)
 
-    def from_roots(self) -> dict[str, tuple[locate.Distribution, str]]:
+    def from_roots(self) -> dict[str, tuple[Distribution, str]]:
         """Distributions installed in a ``--root PKG=DIR`` that is a site-packages folder (not a checkout),
         by canonical name, with the ``--root`` they were read from; read once."""
         with self._lock:
             if self._from_roots is None:
                 self._from_roots = {}
                 pinned = {canonicalize_name(c.distribution) for c in self.profile.components if c.distribution}
-                for package, folder in self.roots.items():
-                    if locate.is_checkout(folder):
+                for package, folder in self.site.roots.items():
+                    if is_checkout(folder):
                         continue
                     for name, info in site_distributions(folder, package, pinned).items():
                         self._from_roots.setdefault(name, (info, f"--root {package}={folder}"))
             return self._from_roots
 
-    def targets(self) -> dict[str, locate.Target]:
+    def targets(self) -> dict[str, Target]:
         """Where each located package lives (``--root`` first, else where the target finds it)."""
-        return locate.targets_from_probe(self.probe(), self.packages(), self.roots)
+        self.probe()  # doctor reads the interpreter in any case: one whole probe, not a partial one first
+        return self.site.targets
 
     def package_root(self, package: str) -> Path | None:
         """The directory holding ``package``, or None when it is not found."""
@@ -132,28 +104,12 @@ class Context:
         return shutil.which(command, path=self.environ.get("PATH", ""))
 
     @property
-    def profile_ref(self) -> str:
-        """How commands name this profile: its bundled name, else its manifest's path."""
-        bundled = resources.data_dir("manifests") / f"{self.profile.name}.toml"
-        return self.profile.name if self.profile.source == bundled else str(self.profile.source)
-
-    def command(self, verb: str, profile: str | None = None) -> str:
-        """The ascendfix command ``verb`` for this profile (or the one named) and device, interpreter and roots."""
-        words = ["ascendfix", verb, "--profile", profile or self.profile_ref]
-        words += [] if verb == "revert" else ["--device", self.device]  # revert takes back every device's patches
-        if self.python:
-            words += ["--python", self.python]
-        for package, folder in self.roots.items():
-            words += ["--root", f"{package}={folder}"]
-        return shlex.join(words)
-
-    @property
     def interpreter(self) -> str:
         """The target interpreter, as fix commands should name it."""
-        return self.python or self.probe().python
+        return self.site.python or self.probe().python
 
 
-def site_distributions(folder: Path, package: str, names: set[str]) -> dict[str, locate.Distribution]:
+def site_distributions(folder: Path, package: str, names: set[str]) -> dict[str, Distribution]:
     """Those of the distributions ``names`` (canonical) whose ``.dist-info`` in ``folder`` installed top-level
     ``package`` (``top_level.txt`` names it, or ``RECORD`` lists a file under it), by canonical name."""
     found = {}
@@ -167,7 +123,7 @@ def site_distributions(folder: Path, package: str, names: set[str]) -> dict[str,
             direct_url = json.loads((info / "direct_url.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             direct_url = None
-        found[canonicalize_name(fields[0])] = locate.Distribution(fields[1], direct_url, str(info))
+        found[canonicalize_name(fields[0])] = Distribution(fields[1], direct_url, str(info))
     return found
 
 
@@ -197,7 +153,7 @@ def _installs(info: Path, package: str) -> bool:
         return False
 
 
-def editable_dir(info: locate.Distribution | None) -> Path | None:
+def editable_dir(info: Distribution | None) -> Path | None:
     """The project folder of an editable or local-directory install (PEP 610 ``dir_info``)."""
     direct = (info.direct_url if info else None) or {}
     if "dir_info" not in direct or not direct.get("url", "").startswith("file:"):

@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
 from ascendfix.profile import rules
-from ascendfix.profile.jobenv import job_environment, path_entries, prepend_shell, resolve_env
+from ascendfix.profile.jobenv import path_entries, prepend_shell
 
 CHECKPOINT_FREE_GB = 500  # one bf16 copy of Qwen3-235B-A22B's weights is ~470 GB
 MINDSPEED_CKPT_ACCELERATION = "mindspeed/features_manager/ckpt_acceleration"
@@ -185,7 +185,7 @@ def _rule_outcome(ctx: Context) -> rules.Outcome:
     Doctor sees no job script, so the overrides are none (verl's defaults, which the rules
     carry) and the patch states are left to the patches check.
     """
-    env = job_environment(resolve_env(ctx.profile, ctx.device, ctx.environ), ctx.environ)
+    env = ctx.site.job_env
     names = rules.modules(ctx.profile.rules)
     importable = {name: ctx.package_root(name) is not None for name in names} if names else {}
     return rules.evaluate(ctx.profile.rules, rules.Facts(env=env, overrides={}, importable=importable), ctx.device)

@@ -1,20 +1,11 @@
-"""The plain data doctor produces: one ``Result`` per check, gathered in a ``Report``."""
+"""The plain data doctor produces: one ``Result`` per check, gathered in a ``DoctorReport``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ascendfix.states import Name
-
-
-class Status(Name):
-    """How a check ended; ``--json`` spells them so."""
-
-    OK = "ok"
-    WARN = "warn"
-    FAIL = "fail"
-    SKIP = "skip"
+from ascendfix.states import Status
 
 
 class Finding(NamedTuple):
@@ -70,7 +61,7 @@ class Result(NamedTuple):
     details: tuple[str, ...] = ()
 
 
-class Report(NamedTuple):
+class DoctorReport(NamedTuple):
     """Every check that ran, for one profile and device."""
 
     profile: str

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from ascendfix.patching import hand_edits
 from ascendfix.patching.proof import reproduced
-from ascendfix.profile.manifest import Profile
+from ascendfix.profile.records import Profile
 from ascendfix.states import State
 from ascendfix.transforms.base import MARKER_PREFIX, marker
 

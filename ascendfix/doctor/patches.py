@@ -20,12 +20,12 @@ def check_patches(ctx: Context) -> Finding:
         where = ", ".join(map(str, interrupted))
         return fail(
             f"an ascendfix run was interrupted in {where}",
-            fix=ctx.command("status") + "  # rolls it back",
+            fix=ctx.site.command("status") + "  # rolls it back",
         )
     statuses = engine.evaluate(engine.Selection(ctx.profile, ctx.device, chosen, targets, {}))
     lines = [f"{s.id}: {_state_word(s)}" + (f" ({s.reason})" if s.reason else "") for s in statuses]
     states = {s.state for s in statuses}
-    apply = ctx.command("apply")
+    apply = ctx.site.command("apply")
     if states <= {State.APPLIED}:
         return ok(f"all {len(statuses)} patches applied", *lines)
     blocking = (State.NOT_APPLIED, State.HAND_EDITED, State.PARTIAL, State.DRIFTED)

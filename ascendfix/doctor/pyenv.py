@@ -18,14 +18,15 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ascendfix.doctor.context import REPORTED_ONLY, Context, editable_dir
+from ascendfix.doctor.context import Context, editable_dir
 from ascendfix.doctor.model import Finding, fail, listing, ok, skip, warn
 from ascendfix.doctor.ours import hand_edited, without_patches
 from ascendfix.errors import RefusedError
 from ascendfix.fsutil import sha256_bytes
 from ascendfix.patching.journal import Record, Store
 from ascendfix.profile import rl_plugin
-from ascendfix.profile.manifest import Component
+from ascendfix.profile.records import Component
+from ascendfix.site import REPORTED_ONLY
 
 PLUGIN_DISTRIBUTION = "verl_npu"
 PAIRED = {"torch-npu": "torch"}  # torch_npu X.Y.Z is built for torch X.Y.Z only
@@ -192,7 +193,7 @@ def _elsewhere_fixes(ctx: Context, records: list[Record]) -> list[str]:
     fixes = []
     for profile in dict.fromkeys(r.profile or "PROFILE" for r in records):
         patches = sorted({r.patch for r in records if (r.profile or "PROFILE") == profile})
-        fixes.append(f"{ctx.command('revert', profile)}  # only if this job runs without {', '.join(patches)}")
+        fixes.append(f"{ctx.site.command('revert', profile)}  # only if this job runs without {', '.join(patches)}")
     return fixes
 
 
@@ -429,7 +430,7 @@ def check_integrity(ctx: Context) -> Finding:
             good.append(f"{name}: changed by the {rl_plugin.INSTALLER} exactly as it edits them: {', '.join(plugin)}")
         if by_hand:  # apply adopts them: the same fix as the patches check's, no reinstall
             warned.append(f"{name}: hand-edited as the guide says, over the wheel's own bytes: {', '.join(by_hand)}")
-            adopt = [ctx.command("apply") + "  # adopts the hand edits"]
+            adopt = [ctx.site.command("apply") + "  # adopts the hand edits"]
         if elsewhere:
             warned.append(f"{name}: another profile's patches: {', '.join(text for text, _ in elsewhere)}")
             later += _elsewhere_fixes(ctx, [record for _, record in elsewhere])
@@ -443,10 +444,10 @@ def check_integrity(ctx: Context) -> Finding:
     leftovers = [f"{tmp}: left by a killed ascendfix write; the next apply or revert removes it" for tmp in _temps(ctx)]
     if bad:
         if ctx.profile.devices[ctx.device].patches:  # a reinstall drops them
-            fixes.append(ctx.command("apply"))
+            fixes.append(ctx.site.command("apply"))
         return fail(*bad, *warned, *leftovers, *good, fix="\n".join(fixes + later), details=details)
     if leftovers or warned:
-        fix = "\n".join(later + (adopt or [ctx.command("apply")] if adopt or leftovers else []))
+        fix = "\n".join(later + (adopt or [ctx.site.command("apply")] if adopt or leftovers else []))
         return warn(*warned, *leftovers, *good, fix=fix)
     if not checked:
         return skip("no pinned distribution installed from a wheel (nothing to compare against a RECORD)")

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 
 from ascendfix.doctor.context import Context
-from ascendfix.doctor.model import Finding, Report, Result, fail
+from ascendfix.doctor.model import DoctorReport, Finding, Result, fail
 from ascendfix.doctor.registry import CHECKS, Check
 from ascendfix.errors import AscendfixError, UsageError
 
@@ -32,7 +32,7 @@ def _isolated(check: Check, ctx: Context) -> Finding:
     return finding
 
 
-def run(ctx: Context, only: Iterable[str] = ()) -> Report:
+def run(ctx: Context, only: Iterable[str] = ()) -> DoctorReport:
     """Every selected check's Result, in registry order.
 
     Checks run in daemon threads: one that is still running at the deadline (``ctx.timeout``
@@ -59,6 +59,6 @@ def run(ctx: Context, only: Iterable[str] = ()) -> Report:
         results.append(
             Result(check.id, check.title, finding.status, list(finding.messages), finding.fix, finding.details)
         )
-    if isinstance(ctx.probe_error, UsageError):  # --python names no usable interpreter: one error, not one per check
-        raise ctx.probe_error
-    return Report(ctx.profile.name, ctx.device, results, ctx.device_reason)
+    if isinstance(ctx.site.probe_error, UsageError):  # --python names no usable interpreter: one error, not one each
+        raise ctx.site.probe_error
+    return DoctorReport(ctx.profile.name, ctx.device, results, ctx.device_reason)

@@ -20,15 +20,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.job.metrics import MAX_PARTIAL_LINE, Step, StepParser
 from ascendfix.job.redact import job_variables, redact_argv, redact_overrides, redact_variable
-from ascendfix.profile.jobenv import EnvSetting, job_environment, raise_nofile, resolve_env
-from ascendfix.profile.manifest import Profile, to_json
+from ascendfix.jsonable import jsonable
+from ascendfix.profile.jobenv import EnvSetting, raise_nofile
+from ascendfix.site import Site
 
 GRACE_S = 30.0
 _PIPE_SIZE = 1 << 20
@@ -104,7 +105,7 @@ def write_run_json(log_dir: Path, record: Mapping[str, Any]) -> Path:
         tmp.unlink()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(record, indent=2, default=str) + "\n")
+        f.write(json.dumps(jsonable(record), indent=2) + "\n")
     os.replace(tmp, path)
     return path
 
@@ -191,10 +192,6 @@ class LaunchResult:
     exit_status: int
     forwarded: str | None = None  # the signal forwarded to the job, if any
     killed: bool = False  # SIGKILLed after the grace period
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain data for run.json."""
-        return asdict(self)
 
 
 def launch(
@@ -328,47 +325,36 @@ def _pump(
 class Prepared:
     """A job checked and resolved, not yet started: what ``run`` shows before it launches."""
 
-    profile: Profile
-    device: str
+    site: Site  # the profile on its device, interpreter and roots, with the --variant choices and environment
     argv: list[str]
-    settings: list[EnvSetting]
     overrides: dict[str, str]
     preflight: Any  # a preflight.Preflight
-    variants: dict[str, str] | None = None  # --variant choices
 
 
-def prepare(
-    profile: Profile,
-    device: str,
-    command: Sequence[str],
-    environ: Mapping[str, str],
-    seams: Any,
-    full: bool = True,
-    variants: Mapping[str, str] | None = None,
-) -> Prepared:
-    """The job's argv, environment decisions, overrides and preflight findings.
+def prepare(site: Site, command: Sequence[str], seams: Any = None, full: bool = True) -> Prepared:
+    """The job's argv, overrides and preflight findings, on ``site`` (preflight's ``seams``: its defaults
+    when None).
 
     ``full`` False (``--no-preflight``) skips doctor and the patch states' readiness, never the
     refusals that protect the run's correctness (settings that break each other).
     """
     from ascendfix.job import preflight as checks
 
-    argv = command_for(command, environ)
-    found = checks.run_preflight(profile, device, argv, environ, seams, full=full)  # reads the script once
-    settings = resolve_env(profile, device, environ)
-    return Prepared(profile, device, argv, settings, found.overrides, found, dict(variants or {}))
+    argv = command_for(command, site.environ)
+    found = checks.run_preflight(site, argv, seams or checks.Seams(), full=full)  # reads the script once
+    return Prepared(site, argv, found.overrides, found)
 
 
 def patches_ran(prepared: Prepared) -> list[dict[str, Any]]:
     """run.json's record of the device's patches: id, the chosen variant, the state preflight saw (None: unknown)."""
-    states = prepared.preflight.patch_states
+    site, states = prepared.site, prepared.preflight.patch_states
     return [
         {
             "id": pid,
-            "variant": prepared.profile.variant(pid, prepared.variants).name,
+            "variant": site.profile.variant(pid, site.variants).name,
             "state": None if states is None else states.get(pid),
         }
-        for pid in prepared.profile.device(prepared.device).patches
+        for pid in site.profile.device(site.device or "").patches
     ]
 
 
@@ -381,7 +367,7 @@ class Job:
     record: dict[str, Any]
 
 
-def begin(prepared: Prepared, log_dir: Path | None, environ: Mapping[str, str]) -> Job:
+def begin(prepared: Prepared, log_dir: Path | None) -> Job:
     """Refuse on preflight problems; else create the log folder, raise ``ulimit -n``, write run.json."""
     pre = prepared.preflight
     if pre.problems:
@@ -394,12 +380,14 @@ def begin(prepared: Prepared, log_dir: Path | None, environ: Mapping[str, str]) 
             log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"{e.filename}: cannot create the log directory: {e.strerror}") from None
-    env = job_environment(prepared.settings, environ)
-    ulimit = raise_nofile(prepared.profile.device(prepared.device).ulimit_nofile)
-    record = run_record(prepared.profile.name, prepared.device, prepared.argv, prepared.settings, env, log_dir)
+    site = prepared.site
+    device = site.profile.device(site.device or "")
+    ulimit = raise_nofile(device.ulimit_nofile)
+    env = site.job_env
+    record = run_record(site.profile.name, device.name, prepared.argv, site.settings, env, log_dir)
     record.update(ulimit_nofile=ulimit, overrides=redact_overrides(prepared.overrides), patches=patches_ran(prepared))
     record["preflight"] = "full" if pre.full else "correctness only (--no-preflight)"
-    record["preflight_hints"] = [to_json(h) for h in pre.hints]
+    record["preflight_hints"] = jsonable(pre.hints)
     open_log(log_dir).close()  # a log that cannot be written stops the run here, before run.json
     write_run_json(log_dir, record)
     return Job(log_dir, env, record)
@@ -414,6 +402,6 @@ def finish(
 ) -> LaunchResult:
     """Launch ``argv`` for ``job``, then complete its run.json with how it ended."""
     result = launch(argv, job.env, job.log_dir, parser, status, notify=notify)
-    job.record.update(ended=now(), **result.to_json(), steps=len(parser.steps))
+    job.record.update(ended=now(), **jsonable(result), steps=len(parser.steps))
     write_run_json(job.log_dir, job.record)
     return result

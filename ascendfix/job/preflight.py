@@ -8,7 +8,8 @@ environment. Overrides given on the ``ascendfix run`` command line count too (a 
 pass ``"$@"`` on). A Python file is not read as a script. The same tokens tell which of the
 profile's modules and scripts the command runs (``-m verl.trainer.main_ppo``, or its file):
 the rules about overrides and the hints apply only to a command that runs verl's trainer.
-What doctor and the patch engine know comes in through :class:`Seams`. The profile's
+Doctor and the patch engine are asked about the :class:`~ascendfix.site.Site` the command built;
+the Ray cluster and the checkpoint through :class:`Seams`. The profile's
 ``[[rules]]`` (:mod:`ascendfix.profile.rules`) are checked over the job's effective environment (the
 user's exports win), these overrides, the command, what the interpreter can import and the
 patch states: a ``refuse`` rule is a problem, a ``warn`` rule a hint.
@@ -23,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ascendfix.profile import rules
-from ascendfix.profile.manifest import Profile
-from ascendfix.states import State
+from ascendfix.profile.records import Profile
+from ascendfix.site import Site
+from ascendfix.states import State, Status
 
 TOTAL_STEPS = "trainer.total_training_steps"
 _OVERRIDE = re.compile(r"^[+~]{0,2}([A-Za-z_][\w\-]*(?:\.[\w\-]+)+)=(.*)$", re.DOTALL)
@@ -35,11 +37,13 @@ _MAX_SCRIPT_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class Finding:
-    """One preflight result: ``source`` is doctor, patches, overrides or env; ``detail`` the long why (``-v``)."""
+    """One preflight result: ``source`` is doctor, patches, rules, overrides, checkpoint, ray or smoke;
+    ``fix`` the command or change that fixes it (when one is known); ``detail`` the long why (``-v``)."""
 
     source: str
     message: str
     detail: str = ""
+    fix: str = ""
 
 
 @dataclass
@@ -56,27 +60,18 @@ class Preflight:
 
 @dataclass(frozen=True)
 class Seams:
-    """Where preflight asks doctor and the patch engine.
+    """What preflight asks beyond the site's own stack (doctor, the patch states, what the
+    interpreter finds: :func:`doctor_failures`, :func:`patch_states`, the :class:`Site`).
 
-    ``doctor_failures(profile, device)`` returns the messages of doctor's fail-level checks
-    (None when doctor cannot run);
-    ``patch_states(profile, device)`` returns ``{patch id: (state, reason)}`` with the engine's
-    states (applied, not-applied, not-applicable, drifted, partial), or None when it cannot tell;
-    ``importable(names)`` returns ``{module: whether the interpreter finds it}``, or None;
     ``cluster_problems(profile, device, overrides, environ)`` returns why the reachable Ray
     cluster cannot take the job (None when no cluster is reachable or ray is not installed);
-    ``markers(pairs)`` returns ``{(module, marker): whether the module's file has it}`` (None: unknown);
     ``smoke(profile, device, overrides, environ)`` (``run --smoke``) returns what ``ray smoke``
     found wrong with the cluster's nodes and collectives;
     ``checkpoint_problems(folder)`` returns what is wrong with the distributed checkpoint there
     (``ckpt check``'s quick part: files, sizes, metadata present).
     """
 
-    doctor_failures: Callable[[Profile, str], list[str] | None]
-    patch_states: Callable[[Profile, str], dict[str, tuple[str, str]] | None]
-    importable: Callable[[list[str]], dict[str, bool] | None] = lambda names: None
     cluster_problems: Callable[[Profile, str, Mapping[str, str], Mapping[str, str]], list[str] | None] | None = None
-    markers: Callable[[list[tuple[str, str]]], dict[tuple[str, str], bool | None] | None] = lambda pairs: None
     smoke: Callable[[Profile, str, Mapping[str, str], Mapping[str, str]], list[str]] | None = None
     checkpoint_problems: Callable[[Path], list[str]] | None = None
 
@@ -183,42 +178,35 @@ def rules_broken_by_applying(
     return [h.rule for h in rules.evaluate(profile.rules, applied, device).refusals if h.rule not in refused]
 
 
-def run_preflight(
-    profile: Profile,
-    device: str,
-    argv: Sequence[str],
-    environ: Mapping[str, str],
-    seams: Seams,
-    full: bool = True,
-) -> Preflight:
-    """Problems (doctor failures, bad patch states, refuse rules) and hints (warn rules, missing overrides).
+def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full: bool = True) -> Preflight:
+    """Problems (doctor failures, bad patch states, refuse rules) and hints (warn rules, missing overrides)
+    of running ``argv`` on the ``site`` (its device, interpreter, roots and environment).
 
     Without ``full`` (``--no-preflight``) doctor, the patches' readiness and the distributed
     checkpoint the overrides name are skipped; the rules, which refuse settings that break the run, are not.
     """
-    from ascendfix.profile.jobenv import job_environment, resolve_env
-
+    profile, device, environ = site.profile, site.device, site.environ
+    if device is None:
+        raise ValueError("preflight checks a site with a device")
     overrides, words = scan(argv, environ)
     runs = commands_run(words, [*profile.trainer, *rules.commands(profile.rules)])
     trainer = bool(runs & set(profile.trainer)) if profile.trainer else None
     result = Preflight(overrides, full, trainer=trainer)
-    failures = seams.doctor_failures(profile, device) if full else []
+    failures = doctor_failures(site) if full else []
     if failures is None:
-        result.hints.append(Finding("doctor", "doctor not run: run `ascendfix doctor` before a long job"))
-    for message in failures or ():
-        result.problems.append(Finding("doctor", message))
-    states = seams.patch_states(profile, device)
+        result.hints.append(Finding("doctor", "doctor not run before a long job", fix=site.command("doctor")))
+    result.problems.extend(failures or ())
+    states = patch_states(site)
     wanted = profile.device(device).patches
-    env = job_environment(resolve_env(profile, device, environ), environ)
     names, pairs = rules.modules(profile.rules), rules.markers(profile.rules)
     facts = rules.Facts(
-        env=env,
+        env=site.job_env,
         overrides=overrides,
-        importable=seams.importable(names) if names else {},
+        importable=site.importable(names) if names else {},
         patch_states=None if states is None else {pid: state for pid, (state, _) in states.items()},
         runs=runs,
         trainer=trainer,
-        markers=seams.markers(pairs) if pairs else {},
+        markers=site.markers(pairs) if pairs else {},
     )
     result.patch_states = facts.patch_states
     outcome = rules.evaluate(profile.rules, facts, device)
@@ -226,25 +214,26 @@ def run_preflight(
     # a patch a refusal already names (the converter's) is not reported a second time
     named = {c.patch for r in profile.rules if r.id in refused for c in r.when if c.patch is not None}
     if states is None:
-        result.hints.append(Finding("patches", "patch status unknown: run `ascendfix status` before a long job"))
+        result.hints.append(Finding("patches", "patch status unknown before a long job", fix=site.command("status")))
     else:
         for pid in [p for p in wanted if p not in named] if full else ():
             state, reason = states.get(pid, ("", ""))
             because = f" ({reason})" if reason else ""
             if state in (State.DRIFTED, State.PARTIAL):
-                result.problems.append(Finding("patches", f"patch {pid} is {state}{because}: see `ascendfix status`"))
+                drifted = f"patch {pid} is {state}{because}"
+                result.problems.append(Finding("patches", drifted, fix=site.command("status")))
             elif state == State.HAND_EDITED:  # the guide's edit, in effect: adopting it is the fix, not a blocker
-                result.hints.append(Finding("patches", f"patch {pid}: {reason or state}"))
+                adopt = f"patch {pid}: {reason or state}"
+                result.hints.append(Finding("patches", adopt, fix=site.command("apply")))
             elif state == State.NOT_APPLIED:
                 # left out on purpose when applying it would break a rule (DAPO + filter_groups)
                 blocking = rules_broken_by_applying(profile, facts, device, pid, refused)
                 if blocking:
                     result.hints.append(Finding("patches", f"{pid} is not applied, as rule {blocking[0]} requires"))
                 else:
-                    result.problems.append(Finding("patches", f"patch {pid} is not applied: run `ascendfix apply`"))
+                    result.problems.append(Finding("patches", f"patch {pid} is not applied", fix=site.command("apply")))
     for hit in outcome.hits:
-        fix = f"; fix: {hit.fix}" if hit.fix else ""
-        finding = Finding("rules", f"{hit.message} (source: {hit.source}){fix}")
+        finding = Finding("rules", f"{hit.message} (source: {hit.source})", fix=hit.fix or "")
         (result.problems if hit.action == rules.REFUSE else result.hints).append(finding)
     for rid in outcome.undecided:
         unknown = f"rule {rid} not checked: the patch states, modules or files it needs are unknown"
@@ -377,42 +366,31 @@ _MEGATRON_PARALLEL = ("tensor_model_parallel_size", "pipeline_model_parallel_siz
 PREFLIGHT_SKIPS = ("patches", "env")
 
 
-def default_seams(
-    python: str | None = None,
-    roots: Mapping[str, Path] | None = None,
-    variants: Mapping[str, str] | None = None,
-    smoke: bool = False,
-) -> Seams:
-    """Doctor's fail-level checks and the patch engine's status, for the target interpreter and roots;
-    with ``smoke``, ``ray smoke`` over the reachable cluster too."""
+def doctor_failures(site: Site) -> list[Finding] | None:
+    """Doctor's fail-level checks on the site (those ``run`` does not handle itself), each with its fix and
+    details; None when doctor cannot run."""
+    from ascendfix.doctor import registry, runner
+    from ascendfix.doctor.context import Context
 
-    def patch_states(profile: Profile, device: str) -> dict[str, tuple[str, str]]:
-        from ascendfix.patching import engine
+    checks = [cid for cid in registry.CHECKS if cid not in PREFLIGHT_SKIPS]
+    report = runner.run(Context(site), checks)
+    return [
+        Finding("doctor", f"{r.title}: {r.messages[0] if r.messages else 'failed'}", "\n".join(r.details), r.fix)
+        for r in report.checks
+        if r.status == Status.FAIL
+    ]
 
-        chosen = dict(variants or {})
-        selection = engine.select(profile, device, python=python, roots=dict(roots or {}), variants=chosen)
-        return {s.id: (s.state, s.reason) for s in engine.status(selection)}
 
-    def doctor_failures(profile: Profile, device: str) -> list[str]:
-        from ascendfix.doctor import registry, runner
-        from ascendfix.doctor.context import Context
-        from ascendfix.doctor.model import Status
+def patch_states(site: Site) -> dict[str, tuple[str, str]] | None:
+    """``{patch id: (state, reason)}`` of every patch on the site, as the engine finds them (None: unknown)."""
+    from ascendfix.patching import engine
 
-        checks = [cid for cid in registry.CHECKS if cid not in PREFLIGHT_SKIPS]
-        report = runner.run(Context(profile, device, python=python, roots=dict(roots or {})), checks)
-        failed = [r for r in report.checks if r.status == Status.FAIL]
-        return [f"{r.title}: {r.messages[0] if r.messages else 'failed'}" for r in failed]
+    return {s.id: (s.state, s.reason) for s in engine.status(engine.select(site))}
 
-    def importable(names: list[str]) -> dict[str, bool]:
-        from ascendfix.patching.locate import locate
 
-        return {name: target.root is not None for name, target in locate(names, python, dict(roots or {})).items()}
-
-    def markers(pairs: list[tuple[str, str]]) -> dict[tuple[str, str], bool | None]:
-        from ascendfix.patching.locate import locate
-
-        found = locate(sorted({module for module, _ in pairs}), python, dict(roots or {}))
-        return {(module, name): _has_marker(found[module].root, module, name) for module, name in pairs}
+def default_seams(smoke: bool = False) -> Seams:
+    """The reachable Ray cluster's objections and the distributed checkpoint's quick check; with
+    ``smoke``, ``ray smoke`` over the reachable cluster too."""
 
     def cluster_problems(
         profile: Profile, device: str, overrides: Mapping[str, str], environ: Mapping[str, str]
@@ -440,30 +418,7 @@ def default_seams(
             return [str(e)]
         return [f"{p.kind} {p.subject}: {p.detail}" for p in report.problems]
 
-    return Seams(
-        doctor_failures,
-        patch_states,
-        importable,
-        cluster_problems,
-        markers,
-        smoke_problems if smoke else None,
-        checkpoint_problems,
-    )
-
-
-def _has_marker(root: Path | None, module: str, name: str) -> bool | None:
-    """Whether the module's file (under the folder holding the package) has the marker; None when unreadable."""
-    if root is None:
-        return None
-    marker = rules.MARKERS[name]
-    path = root / module / marker.file
-    try:
-        if path.is_symlink() or not path.is_file():
-            return None
-        with open(path, "rb") as f:
-            return marker.test(f.read(_MAX_SCRIPT_BYTES))
-    except OSError:
-        return None
+    return Seams(cluster_problems, smoke_problems if smoke else None, checkpoint_problems)
 
 
 def total_steps(overrides: Mapping[str, str]) -> int | None:

@@ -1,13 +1,16 @@
 """patching: plan → verify → one write transaction → journal; revert; recover; upgrade-check.
 
-``locate`` finds a package's files in the target interpreter without importing it; ``engine``
-evaluates each file of each patch and plans the writes; ``proof`` says which bytes from a state
+``engine`` evaluates each file of each patch (its package located by the command's
+:class:`~ascendfix.site.Site`) and plans the writes; ``proof`` says which bytes from a state
 folder may be written back (a known original, or the forward transform of one); ``journal`` owns
 the one write transaction (locks, temp-file sweep, journal, backups, atomic writes, records,
 rollback, recovery) and ``records`` what its state files hold and the checks they must pass;
-``upgrade`` judges candidate releases in memory, and ``index`` fetches them (and pinned releases'
-requirements) into the private cache.
+``hand_edits`` tells the guide's own edits of a patch's files; ``upgrade`` judges candidate
+releases in memory, ``index`` fetches them (and pinned releases' requirements) into the private
+cache, and ``drop_probes`` is the registry of the checks of a patch's ``drop_when`` it runs on
+them (``scan_probe``: torch's own overlap check run on stand-in types, its work counted — the
+torch patches' probe).
 
-May import: ``profile``, ``transforms``, ``checkpoint`` (upgrade-check's drop probe) and the
-loose modules ``errors``, ``states``, ``resources``, ``fsutil``.
+May import: ``profile``, ``transforms`` and the loose modules ``site`` (where the packages are),
+``errors``, ``states``, ``resources``, ``fsutil``.
 """

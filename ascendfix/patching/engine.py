@@ -16,9 +16,9 @@ from typing import NamedTuple
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.patching import hand_edits, journal
 from ascendfix.patching.journal import PlannedWrite, Record, Store, digest
-from ascendfix.patching.locate import Target, distinct_folders, locate, reinstall_spec
 from ascendfix.patching.proof import Prove, prover, restorer, undo_patch
-from ascendfix.profile.manifest import Patch, PatchFile, Profile, Variant
+from ascendfix.profile.records import Patch, PatchFile, Profile, Variant
+from ascendfix.site import Site, Target, distinct_folders, reinstall_spec
 from ascendfix.states import Action, ReasonCode, State
 from ascendfix.transforms.base import Outcome, TransformError, marker
 
@@ -96,30 +96,22 @@ class Selection(NamedTuple):
         return distinct_folders([t.root for t in self.targets.values() if t.root is not None])
 
 
-def select(
-    profile: Profile,
-    device: str | None,
-    only: tuple[str, ...] = (),
-    python: str | None = None,
-    roots: dict[str, Path] | None = None,
-    variants: dict[str, str] | None = None,
-) -> Selection:
-    """The patches of ``profile`` to consider (all of them, or ``only``) and their located packages."""
+def select(site: Site, only: tuple[str, ...] = ()) -> Selection:
+    """The patches of the site's profile to consider (all of them, or ``only``) and their located packages."""
+    profile = site.profile
     unknown = [pid for pid in only if pid not in profile.patches]
     if unknown:
         known = ", ".join(profile.patches)
         raise UsageError(f"--only {unknown[0]}: not a patch of profile {profile.name} (its patches: {known})")
-    if device is not None:
-        profile.device(device)
     known = sorted({p.package for p in profile.patches.values()})
-    stray = sorted(set(roots or {}) - set(known))
+    stray = sorted(set(site.roots) - set(known))
     if stray:
         raise UsageError(
             f"--root {stray[0]}=...: not a package of profile {profile.name} (its packages: {', '.join(known)})"
         )
     patches = tuple(p for pid, p in profile.patches.items() if not only or pid in only)
-    packages = sorted({p.package for p in patches})
-    return Selection(profile, device, patches, locate(packages, python, roots), dict(variants or {}))
+    packages = {p.package for p in patches} | set(site.roots)  # a --root's journal counts even when --only skips it
+    return Selection(profile, site.device, patches, site.locate(packages), dict(site.variants))
 
 
 def _held_variant(patch: Patch, code: bytes, want: int, tried: Variant) -> tuple[Variant, bytes] | None:
@@ -168,7 +160,7 @@ def _evaluate_file(
         reason = f"{path}: cannot read: {e.strerror}"
         return FileStatus(pfile.path, None, State.DRIFTED, reason, path, reason_code=ReasonCode.UNREADABLE), None
     if code is None:
-        reason_code = ReasonCode.WRONG_ROOT if target.how == "--root" else ReasonCode.FILE_MISSING
+        reason_code = ReasonCode.WRONG_ROOT if target.given else ReasonCode.FILE_MISSING
         return FileStatus(pfile.path, None, State.DRIFTED, f"{path} is missing", path, reason_code=reason_code), None
     sha = digest(code)
     label = pfile.preimage_label(sha)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ascendfix.patching.journal import digest
-from ascendfix.profile.manifest import HandEdit, Patch, PatchFile
+from ascendfix.profile.records import HandEdit, Patch, PatchFile
 from ascendfix.states import ReasonCode, State
 from ascendfix.transforms.base import TransformError, marker
 

@@ -35,7 +35,7 @@ _ARCHES = ("x86_64", "aarch64", "arm64", "universal2")
 
 
 @dataclass(frozen=True)
-class Target:
+class WheelTarget:
     """Where the candidate releases come from: wheel platform tags and the Python they are for."""
 
     platforms: tuple[str, ...]
@@ -75,12 +75,12 @@ def _pip(args: list[str]) -> subprocess.CompletedProcess:
         raise AscendfixError(f"pip did not answer within 30 minutes: {' '.join(cmd)}") from None
 
 
-def _target_args(target: Target) -> list[str]:
+def _target_args(target: WheelTarget) -> list[str]:
     platforms = [arg for p in target.platforms for arg in ("--platform", p)]
     return ["--no-deps", "--only-binary=:all:", "--python-version", target.python, *platforms]
 
 
-def _not_found(spec: str, target: Target, stderr: str) -> AscendfixError:
+def _not_found(spec: str, target: WheelTarget, stderr: str) -> AscendfixError:
     """pip's failure as one line: a release that does not exist (or has no wheel here) is bad input."""
     from packaging.version import InvalidVersion, Version
 
@@ -162,7 +162,7 @@ def _wheel_named(names: list[str], dist: str, version: str) -> str | None:
     return None
 
 
-def fetch(dist: str, version: str, target: Target, tell: Tell | None = None) -> Path:
+def fetch(dist: str, version: str, target: WheelTarget, tell: Tell | None = None) -> Path:
     """The wheel of ``dist==version`` for ``target``: from the cache when its hash still matches, else downloaded
     with ``pip download --no-deps`` into a fresh private folder, hashed, and moved into the cache."""
     path = cache_dir() / "wheels"
@@ -189,7 +189,7 @@ def fetch(dist: str, version: str, target: Target, tell: Tell | None = None) -> 
         os.close(folder)
 
 
-def pinned_requires(dist: str, version: str, target: Target, tell: Tell | None = None) -> tuple[str, ...]:
+def pinned_requires(dist: str, version: str, target: WheelTarget, tell: Tell | None = None) -> tuple[str, ...]:
     """Requires-Dist of a pinned release, from its metadata alone (``pip install --dry-run``; cached)."""
     folder = open_private_folder(cache_dir() / "metadata", create=True, parts=(target.key,))
     name = f"{dist}-{version}.json"

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 from ascendfix.patching import hand_edits, journal
 from ascendfix.patching.journal import digest
-from ascendfix.profile.manifest import Patch, PatchFile, Profile
+from ascendfix.profile.records import Patch, PatchFile, Profile
 from ascendfix.states import State
 from ascendfix.transforms.base import Outcome, TransformError, marker
 

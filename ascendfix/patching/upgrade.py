@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ascendfix.errors import AscendfixError, UsageError
+from ascendfix.patching.drop_probes import NO_SITE, PROBES
 from ascendfix.patching.engine import sites_state
-from ascendfix.patching.index import PLATFORMS, Target, Tell, fetch, pinned_requires
-from ascendfix.profile.manifest import Patch, Profile, Variant, read_toml
+from ascendfix.patching.index import PLATFORMS, Tell, WheelTarget, fetch, pinned_requires
+from ascendfix.profile.records import Patch, Profile, Variant
+from ascendfix.profile.schema import read_toml
 from ascendfix.states import Name, State
 from ascendfix.transforms.base import TransformError
 
@@ -38,8 +40,6 @@ class Judgement(Name):
 
 APPLIES, REFUSED, OBSOLETE, UNCHANGED, NOT_APPLICABLE = Judgement
 PASSING = (APPLIES, OBSOLETE, UNCHANGED, NOT_APPLICABLE)
-NO_SITE = "no-site"  # a file where the variant finds no site; also the drop probe that looks for that
-SCAN_PROBE = "sub-quadratic-scan"
 _WITH = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(==|=)\s*(\S.*?)\s*$")
 
 
@@ -110,13 +110,13 @@ class Accepted:
 
 
 @dataclass(frozen=True)
-class Report:
+class UpgradeReport:
     """The whole judgement: verdicts per patch, conflicts, and the accepted conflicts it concerns."""
 
     profile: str
     device: str
     with_: dict[str, str]
-    target: Target
+    target: WheelTarget
     patches: tuple[Verdict, ...]
     conflicts: tuple[Conflict, ...]
     accepted: tuple[Accepted, ...] = ()
@@ -198,11 +198,11 @@ def parse_with(profile: Profile, device: str, values: tuple[str, ...] | list[str
     return chosen
 
 
-def target_for(profile: Profile, device: str, platform: str | None) -> Target:
+def target_for(profile: Profile, device: str, platform: str | None) -> WheelTarget:
     """The platforms (``--platform``, else the device's) and the profile's Python the releases must fit."""
     python = next((c.version for c in profile.components if c.kind == "python" and c.version), None)
     python = python or f"{sys.version_info.major}.{sys.version_info.minor}"
-    return Target((platform,) if platform else PLATFORMS[device], python)
+    return WheelTarget((platform,) if platform else PLATFORMS[device], python)
 
 
 def _metadata_fields(text: str) -> tuple[str | None, tuple[str, ...]]:
@@ -217,7 +217,7 @@ def _metadata_fields(text: str) -> tuple[str | None, tuple[str, ...]]:
     return version, tuple(requires)
 
 
-def _wheel_candidate(dist: str, version: str, target: Target, tell: Tell | None) -> Candidate:
+def _wheel_candidate(dist: str, version: str, target: WheelTarget, tell: Tell | None) -> Candidate:
     wheel = fetch(dist, version, target, tell)
     with zipfile.ZipFile(wheel) as zf:
         names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
@@ -321,11 +321,8 @@ def judge(profile: Profile, patch: Patch, candidate: Candidate | None) -> Verdic
         return Verdict(patch.id, UNCHANGED, f"{_dist_of(profile, patch)} is not being upgraded")
     variant = profile.variant(patch.id)
     state, reason, sites = _sites(patch, variant, candidate)
-    if state == NO_SITE and patch.drop_probe == NO_SITE:
-        reason = f"no site of {patch.id} is left in {candidate.label}: it has nothing to change (probe {NO_SITE})"
-        return Verdict(patch.id, OBSOLETE, reason)
-    if patch.drop_probe == SCAN_PROBE:
-        holds, found = _scan_probe(patch, candidate)
+    if patch.drop_probe is not None:
+        holds, found = PROBES[patch.drop_probe](patch, candidate, state)
         if holds:
             return Verdict(patch.id, OBSOLETE, found)
         reason = "; ".join(filter(None, [reason, found]))
@@ -337,25 +334,6 @@ def judge(profile: Profile, patch: Patch, candidate: Candidate | None) -> Verdic
     if others:
         reason += f" (variant {', '.join(others)} applies: --variant {patch.id}={others[0]})"
     return Verdict(patch.id, REFUSED, reason, variant.name)
-
-
-def _scan_probe(patch: Patch, candidate: Candidate) -> tuple[bool, str]:
-    """(holds, what was found) for the ``sub-quadratic-scan`` probe on every file of ``patch``."""
-    from ascendfix.checkpoint import scan_probe
-
-    found = []
-    for pfile in patch.files:
-        code = candidate.read(pfile.path)
-        if code is None:
-            return False, f"probe {SCAN_PROBE}: {pfile.path} is missing"
-        try:
-            m = scan_probe.measure(pfile.path, code)
-        except ValueError as e:
-            return False, f"probe {SCAN_PROBE} could not run: {e}"
-        kind = "sub-quadratic" if m.sub_quadratic else "still quadratic"
-        found.append((m.sub_quadratic, f"{m.function}() is {kind}: {m.growth:.1f}x the work for 4x the chunks"))
-    text = f"{candidate.label} on the expert layout: " + "; ".join(t for _, t in found) + f" (probe {SCAN_PROBE})"
-    return all(holds for holds, _ in found), text
 
 
 def _dist_of(profile: Profile, patch: Patch) -> str:
@@ -378,7 +356,7 @@ def _pins(profile: Profile, device: str, candidates: dict[str, Candidate]) -> di
     return pins
 
 
-def _applicable(requires: tuple[str, ...], target: Target) -> list:
+def _applicable(requires: tuple[str, ...], target: WheelTarget) -> list:
     """The parsed requirements whose markers hold on ``target`` (no extras)."""
     from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
     from packaging.requirements import InvalidRequirement, Requirement
@@ -397,7 +375,7 @@ def _applicable(requires: tuple[str, ...], target: Target) -> list:
 
 
 def conflicts(
-    profile: Profile, device: str, candidates: dict[str, Candidate], target: Target, tell: Tell | None = None
+    profile: Profile, device: str, candidates: dict[str, Candidate], target: WheelTarget, tell: Tell | None = None
 ) -> tuple[list[Conflict], list[Accepted], list[str]]:
     """Requirements the upgraded stack violates, the profile's accepted conflicts it concerns, and notes."""
     pins = _pins(profile, device, candidates)
@@ -461,7 +439,7 @@ def _requirement_name(text: str) -> str:
 
 def check(
     profile: Profile, device: str, with_: dict[str, str | Path], platform: str | None = None, tell: Tell | None = None
-) -> Report:
+) -> UpgradeReport:
     """Fetch (or read) every named release and judge the device's patches and the pins on them (``tell``: told
     what is being fetched before each download)."""
     profile.device(device)
@@ -475,4 +453,4 @@ def check(
     )
     found, accepted, notes = conflicts(profile, device, candidates, target, tell)
     asked = {dist: str(what) for dist, what in with_.items()}
-    return Report(profile.name, device, asked, target, verdicts, tuple(found), tuple(accepted), tuple(notes))
+    return UpgradeReport(profile.name, device, asked, target, verdicts, tuple(found), tuple(accepted), tuple(notes))

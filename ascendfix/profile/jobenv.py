@@ -11,7 +11,7 @@ import resource
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from ascendfix.profile.manifest import Profile
+from ascendfix.profile.records import Profile
 
 ASCENDFIX_ENV = {"PYTHONUNBUFFERED": ("1", "Python output reaches the log (and the live progress) as it is printed.")}
 
@@ -53,7 +53,7 @@ def resolve_env(profile: Profile, device: str, environ: Mapping[str, str]) -> li
     """
     settings = []
     for var in profile.device(device).env:
-        if var.prepend:
+        if var.prepend and var.value is not None:  # the loader makes a prepended variable carry a value
             current = environ.get(var.name)
             value = prepended(var.value, current)
             source = "user" if value == current else "profile"

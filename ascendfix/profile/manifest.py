@@ -1,34 +1,51 @@
-"""Profiles and patches: TOML files in, validated immutable records (NamedTuples) out.
+"""Loading profiles and patches: TOML files in (an ``extends`` chain, the patch files), validated records out.
 
-A profile (``manifests/*.toml``) pins the software stack of one training job, the
-environment each device needs and the patches it applies. A patch (``patches/*.toml``)
-is declarative data: which files of which package, which transform with which
-parameters, and why. Nothing in either file is ever evaluated as code.
+What the records are is :mod:`~ascendfix.profile.records`; each field is read through
+:mod:`~ascendfix.profile.schema`'s :class:`~ascendfix.profile.schema.Table`, and a profile's
+``[[rules]]`` by :func:`~ascendfix.profile.rules.parse_rule`.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-import stat
-import sys
-from pathlib import Path, PurePosixPath
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import Any
 
 from ascendfix import resources
 from ascendfix.errors import UsageError
-from ascendfix.profile import parsecache
 from ascendfix.profile.device import DEVICES
-from ascendfix.profile.rules import MARKERS, Condition, Rule, RuleAction
-from ascendfix.states import State
+from ascendfix.profile.records import (
+    DEFAULT_VARIANT,
+    AcceptedConflict,
+    Component,
+    Device,
+    EnvVar,
+    HandEdit,
+    Hint,
+    Patch,
+    PatchFile,
+    Profile,
+    Superseded,
+    Variant,
+)
+from ascendfix.profile.rules import parse_rule
+from ascendfix.profile.schema import (
+    HINT_OVERRIDE,
+    ID,
+    Table,
+    check_relative_path,
+    contained_file,
+    devices_field,
+    read_toml,
+    type_name,
+)
 
 COMPONENT_KINDS = ("python", "pypi", "git", "system")
 ENV_CHECKS = ("interface",)
-PATCH_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
-HINT_OVERRIDE = re.compile(r"^\+{0,2}[A-Za-z_][\w-]*(\.[\w-]+)+(=\S.*)?$")
-COMMAND = re.compile(r"^[A-Za-z_][\w-]*([./][\w-]+)*(\.py)?$")
+MAX_EXTENDS = 16  # profiles in an extends chain
 # Checks of a patch's drop_when that upgrade-check runs on a candidate release (``drop_probe``).
 DROP_PROBES = {
     "no-site": "the patch's transform finds no site left in its files",
@@ -37,341 +54,11 @@ DROP_PROBES = {
 }
 
 
-class Component(NamedTuple):
-    """One pinned piece of the stack and how to recognise it on a machine."""
-
-    name: str
-    kind: str
-    why: str
-    version: str | None = None
-    distribution: str | None = None
-    repo: str | None = None
-    commit: str | None = None
-    tag: str | None = None
-    editable: bool = False
-    source: str | None = None
-    devices: tuple[str, ...] = DEVICES
-    subdirectory: str | None = None  # where in the repository the distribution's project is
-    requirements: str | None = None  # a requirements file of the checkout, installed before the component
-    no_deps: bool = False  # installed --no-build-isolation --no-deps, against what is already installed
-    guide: str | None = None  # the deployment guide's section that names this component
-    guide_value: str | None = None  # the guide's own value, where the pin deliberately differs
-
-
-class EnvVar(NamedTuple):
-    """A variable the job needs; ``value`` None means the site must choose it.
-
-    ``prepend``: ``value`` is a ``:``-separated list put in front of what the variable
-    already holds (``LD_LIBRARY_PATH``), never in place of it. ``guide`` is the deployment
-    guide's section that sets the variable; a variable without one is beyond the guide and
-    names its ``source`` (upstream file at a pinned commit, an issue, vendor docs).
-    """
-
-    name: str
-    why: str
-    value: str | None = None
-    check: str | None = None
-    prepend: bool = False
-    guide: str | None = None
-    guide_value: str | None = None
-    source: str | None = None
-
-    @property
-    def beyond_guide(self) -> bool:
-        """Whether the guide does not set this variable (then ``source`` says who does)."""
-        return self.guide is None
-
-
-class Device(NamedTuple):
-    """What one kind of accelerator needs: environment, limits, and the patches it takes."""
-
-    name: str
-    description: str
-    env: tuple[EnvVar, ...]
-    patches: tuple[str, ...]
-    ulimit_nofile: int | None = None
-    ulimit_guide: str | None = None
-    ray_head: str | None = None  # the ``ray start`` command lines of the guide, for show and env
-    ray_worker: str | None = None
-    ray_guide: str | None = None
-    accelerators_per_node: int | None = None  # what `ray start` registers when the node itself cannot say
-
-
-class AcceptedConflict(NamedTuple):
-    """A requirement that the installed stack knowingly violates."""
-
-    requirer: str
-    requirement: str
-    why: str
-
-
-class Hint(NamedTuple):
-    """A Hydra override the profile recommends (``key=value``, or a bare ``key`` that should be set)."""
-
-    override: str
-    why: str
-    guide: str | None = None
-    devices: tuple[str, ...] = DEVICES
-
-
-class PatchFile(NamedTuple):
-    """One file a patch edits, relative to the directory that holds the package."""
-
-    path: str
-    sites: int = 1
-    only_in_checkout: bool = False
-    preimages: tuple[tuple[str, str], ...] = ()  # (sha256, label) of known originals
-
-    def preimage_label(self, sha256: str) -> str | None:
-        """The label of a known original with this hash, or None."""
-        return next((label for digest, label in self.preimages if digest == sha256), None)
-
-
-class Variant(NamedTuple):
-    """One way to carry out a patch: a transform and its parameters."""
-
-    name: str
-    transform: str
-    params: tuple[tuple[str, Any], ...]
-    why: str = ""
-
-    def build(self):
-        """The transform instance."""
-        from ascendfix.transforms import registry
-
-        return registry.build(self.transform, {k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
-
-
-DEFAULT_VARIANT = "default"
-
-
-class HandEdit(NamedTuple):
-    """The guide's own edit of a patch's sites, as a team types it by hand: a known state that apply adopts."""
-
-    guide: str  # the guide's section ("5.1")
-    text: str  # the guide's text of the edit (its code, or its words where it shows only a picture)
-    form: Variant  # the transform whose forward is the hand edit (no marker) and whose inverse undoes it
-
-
-class Superseded(NamedTuple):
-    """From which release of the patch's package a better lever than the patch exists, and what it is."""
-
-    since: str
-    why: str  # completes "<package> <version> ..."
-    fix: str
-
-
-class Patch(NamedTuple):
-    """A declarative edit of upstream code, with its rationale.
-
-    A patch has one ``[transform]`` (its variant is called ``default``) or several named
-    ``[variants.<name>]``, of which the profile chooses one (the first by default).
-    """
-
-    id: str
-    package: str
-    devices: tuple[str, ...]
-    files: tuple[PatchFile, ...]
-    variants: tuple[Variant, ...]
-    why: str
-    references: tuple[str, ...]
-    drop_when: str
-    source: Path
-    caveat: str | None = None  # warned on apply (e.g. a setting the patch does not go with)
-    superseded: Superseded | None = None  # doctor's hazards check warns from that release on
-    drop_probe: str | None = None  # a key of DROP_PROBES: drop_when, checked on a release
-    hand_edits: tuple[HandEdit, ...] = ()  # the guide's hand edits of these files (``[[hand_edits]]``)
-
-
-class Profile(NamedTuple):
-    """A validated manifest with its patches resolved."""
-
-    name: str
-    description: str
-    source: Path
-    components: tuple[Component, ...]
-    devices: dict[str, Device]
-    accepted_conflicts: tuple[AcceptedConflict, ...]
-    patches: dict[str, Patch]
-    variants: dict[str, str]  # patch id -> the variant the profile chooses
-    hints: tuple[Hint, ...] = ()
-    rules: tuple[Rule, ...] = ()
-    trainer: tuple[str, ...] = ()  # the modules that run verl's trainer: its overrides' rules and hints apply there
-
-    def variant(self, pid: str, override: dict[str, str] | None = None) -> Variant:
-        """The variant of patch ``pid`` to apply: ``override``, else the profile's choice, else the first."""
-        patch = self.patches[pid]
-        name = (override or {}).get(pid) or self.variants.get(pid) or patch.variants[0].name
-        return next(v for v in patch.variants if v.name == name)
-
-    def device(self, name: str) -> Device:
-        """The device called ``name``; a UsageError naming the ones the profile defines otherwise."""
-        if name not in self.devices:
-            raise UsageError(f"--device {name}: profile {self.name} defines only {', '.join(self.devices)}")
-        return self.devices[name]
-
-    def component(self, name: str) -> Component | None:
-        """The component called ``name``, if the profile pins one."""
-        return next((c for c in self.components if c.name == name), None)
-
-    def patches_for(self, device: str) -> tuple[Patch, ...]:
-        """The patches the profile applies on ``device``, in manifest order."""
-        return tuple(self.patches[pid] for pid in self.devices[device].patches)
-
-
-class _Table:
-    """A TOML table being validated: typed getters that name file and field on error."""
-
-    def __init__(self, path: Path, data: Any, where: str):
-        self.path, self.where = path, where
-        if not isinstance(data, dict):
-            self.fail(where or "(top level)", f"expected a table, got {_type(data)}")
-        self.data = data
-        self.seen: set[str] = set()
-
-    def fail(self, field: str, reason: str) -> None:
-        raise UsageError(f"{self.path}: {field}: {reason}")
-
-    def field(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
-
-    def get(self, key: str, kind: type | tuple[type, ...], required: bool = True, default: Any = None) -> Any:
-        self.seen.add(key)
-        if key not in self.data:
-            if required:
-                self.fail(self.field(key), "missing required field")
-            return default
-        value = self.data[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-            names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
-            self.fail(self.field(key), f"expected {names}, got {_type(value)}")
-        return value
-
-    def text(self, key: str, required: bool = True) -> str | None:
-        value = self.get(key, str, required)
-        if value is not None and not value.strip():
-            self.fail(self.field(key), "must not be empty")
-        return value
-
-    def strings(self, key: str, required: bool = True, choices: tuple[str, ...] | None = None) -> tuple[str, ...]:
-        values = self.get(key, list, required, default=[])
-        for i, value in enumerate(values):
-            if not isinstance(value, str):
-                self.fail(f"{self.field(key)}[{i}]", f"expected a string, got {_type(value)}")
-            if choices and value not in choices:
-                self.fail(f"{self.field(key)}[{i}]", f"unknown value {value!r} (expected one of {', '.join(choices)})")
-        return tuple(values)
-
-    def table(self, key: str, required: bool = True) -> _Table | None:
-        value = self.get(key, dict, required)
-        return None if value is None else _Table(self.path, value, self.field(key))
-
-    def tables(self, key: str, required: bool = True) -> list[_Table]:
-        values = self.get(key, list, required, default=[])
-        return [_Table(self.path, v, f"{self.field(key)}[{i}]") for i, v in enumerate(values)]
-
-    def children(self) -> list[tuple[str, _Table]]:
-        """Each key of this table whose value is itself a table."""
-        return [(key, _Table(self.path, value, self.field(key))) for key, value in self.data.items()]
-
-    def done(self) -> None:
-        """Reject keys nobody asked for: a typo must not pass silently."""
-        unknown = sorted(set(self.data) - self.seen)
-        if unknown:
-            allowed = ", ".join(sorted(self.seen))
-            self.fail(self.field(unknown[0]), f"unknown key (allowed here: {allowed})")
-
-
-_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "an array", dict: "a table"}
-
-
-def _type(value: Any) -> str:
-    return _TYPE_NAMES.get(type(value), type(value).__name__)
-
-
-def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file (the same bytes once: :mod:`~ascendfix.profile.parsecache`); failure: one UsageError line."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory, expected a .toml file") from None
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read: {e.strerror}") from None
-    return parsecache.parsed(data, lambda data: _parse_toml(path, data))
-
-
-def _parse_toml(path: Path, data: bytes) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib  # novermin (guarded: Python 3.10 reads tomli, the same parser)
-    else:  # pragma: no cover - exercised on the container's Python 3.10
-        import tomli as tomllib
-    try:
-        parsed = tomllib.loads(data.decode())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: not valid TOML: {e}") from None
-    except RecursionError:
-        parsed = None
-    if parsed is None or _deeper_than(parsed, MAX_NESTING):
-        raise UsageError(f"{path}: arrays or tables nested deeper than {MAX_NESTING} levels; no profile needs that")
-    return parsed
-
-
-MAX_NESTING = 32  # of arrays and tables in a TOML file (every later step walks them recursively)
-MAX_EXTENDS = 16  # profiles in an extends chain
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether ``value`` (parsed TOML) nests arrays and tables more than ``limit`` deep (walked without recursion)."""
-    todo = [(value, 1)]
-    while todo:
-        node, depth = todo.pop()
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        for child in children:
-            if isinstance(child, (dict, list)):
-                if depth >= limit:
-                    return True
-                todo.append((child, depth + 1))
-    return False
-
-
-def check_relative_path(table: _Table, field: str, value: str, within: str = "its package root") -> str:
-    """A relative path (to a package's root, or ``within`` another folder): no absolute paths, no '..',
-    forward slashes, no control characters."""
-    pure = PurePosixPath(value)
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        table.fail(field, f"path {value!r} holds a control character")
-    if not value or pure.is_absolute() or "\\" in value or ".." in pure.parts or value.startswith("~"):
-        table.fail(field, f"path {value!r} must stay inside {within} (relative, no '..')")
-    return str(pure)
-
-
-def _contained_file(table: _Table, field: str, value: str, folder: Path, limit: int) -> str:
-    """The real path of ``value``, a file beside the patch file: relative to ``folder`` and inside it
-    (a symlink too), a regular file of at most ``limit`` bytes."""
-    rel = check_relative_path(table, field, value, within="the patch folder")
-    home = folder.resolve()
-    try:
-        real = (home / rel).resolve()
-        st = real.stat()
-    except OSError as e:
-        table.fail(field, f"{value!r}: {e.strerror} (looked in {home})")
-    if not real.is_relative_to(home):
-        table.fail(field, f"{value!r} leads to {real}, outside the patch folder {home}")
-    if not stat.S_ISREG(st.st_mode):
-        table.fail(field, f"{value!r} is not a regular file")
-    if st.st_size > limit:
-        table.fail(field, f"{value!r} is {st.st_size} bytes, over the {limit}-byte limit")
-    return str(real)
-
-
 def load_patch(path: Path) -> Patch:
     """Read and validate one patch file."""
-    top = _Table(path, read_toml(path), "")
+    top = Table(path, read_toml(path), "")
     pid = top.text("id")
-    if not PATCH_ID.match(pid):
+    if not ID.match(pid):
         top.fail("id", f"{pid!r} is not a patch id (lowercase letters, digits and '-')")
     if path.stem != pid:
         top.fail("id", f"{pid!r} does not match the file name {path.name!r}; name the file {pid}.toml")
@@ -404,7 +91,7 @@ def load_patch(path: Path) -> Patch:
             top.fail("transform", "a patch has either [transform] or [variants.<name>], not both")
         variants = []
         for vname, vtable in variants_table.children():
-            if not PATCH_ID.match(vname) or vname == DEFAULT_VARIANT:
+            if not ID.match(vname) or vname == DEFAULT_VARIANT:
                 vtable.fail(vtable.where, f"{vname!r} is not a variant name (lowercase letters, digits and '-')")
             variants.append(_variant(vtable.table("transform"), vname, vtable.text("why"), path.parent))
             vtable.done()
@@ -432,7 +119,7 @@ def load_patch(path: Path) -> Patch:
     return patch
 
 
-def _hand_edits(top: _Table, folder: Path) -> tuple[HandEdit, ...]:
+def _hand_edits(top: Table, folder: Path) -> tuple[HandEdit, ...]:
     """``[[hand_edits]]``: each the guide's section, its text, and the transform (a form with no marker) it is."""
     edits = []
     for t in top.tables("hand_edits", required=False):
@@ -444,7 +131,7 @@ def _hand_edits(top: _Table, folder: Path) -> tuple[HandEdit, ...]:
     return tuple(edits)
 
 
-def _superseded(t: _Table | None) -> Superseded | None:
+def _superseded(t: Table | None) -> Superseded | None:
     if t is None:
         return None
     since = t.text("since")
@@ -455,9 +142,10 @@ def _superseded(t: _Table | None) -> Superseded | None:
     return superseded
 
 
-def _variant(ttable: _Table, name: str, why: str, folder: Path) -> Variant:
+def _variant(ttable: Table, name: str, why: str, folder: Path) -> Variant:
     """A variant's transform and checked parameters; a file it names resolved inside ``folder``."""
     from ascendfix.transforms import registry
+    from ascendfix.transforms.base import MAX_FILE_BYTES
 
     tname = ttable.text("name")
     params = {k: v for k, v in ttable.data.items() if k != "name"}
@@ -470,7 +158,7 @@ def _variant(ttable: _Table, name: str, why: str, folder: Path) -> Variant:
         ttable.fail(ttable.field(problem[0]), problem[1])
     for key in registry.FILE_PARAMS:
         if key in params:
-            params[key] = _contained_file(ttable, ttable.field(key), params[key], folder, registry.MAX_FILE_BYTES)
+            params[key] = contained_file(ttable, ttable.field(key), params[key], folder, MAX_FILE_BYTES)
     ttable.done()
     frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
     return Variant(name, tname, frozen, why)
@@ -493,7 +181,7 @@ def _resolve_extends(path: Path, data: dict[str, Any], chain: tuple[Path, ...]) 
     if parent_ref is None:
         return data, (path.parent,)
     if not isinstance(parent_ref, str):
-        raise UsageError(f"{path}: extends: expected a profile name or a path, got {_type(parent_ref)}")
+        raise UsageError(f"{path}: extends: expected a profile name or a path, got {type_name(parent_ref)}")
     parent_path = find_manifest(parent_ref, relative_to=path.parent)
     if parent_path.resolve() in chain:
         raise UsageError(f"{path}: extends: {parent_ref!r} leads back to itself")
@@ -569,7 +257,7 @@ def _find_patch(pid: str, manifest_dirs: tuple[Path, ...]) -> Path | None:
     return bundled if bundled.is_file() else None
 
 
-def _component(name: str, t: _Table) -> Component:
+def _component(name: str, t: Table) -> Component:
     kind = t.text("kind")
     if kind not in COMPONENT_KINDS:
         t.fail(t.field("kind"), f"unknown kind {kind!r} (expected one of {', '.join(COMPONENT_KINDS)})")
@@ -608,7 +296,7 @@ def _component(name: str, t: _Table) -> Component:
     return c
 
 
-def _device(name: str, t: _Table, path: Path) -> Device:
+def _device(name: str, t: Table, path: Path) -> Device:
     env = []
     env_table = t.table("env", required=False)
     for var, vt in env_table.children() if env_table else []:
@@ -661,7 +349,7 @@ def load_profile(ref: str) -> Profile:
     path = find_manifest(ref)
     own = read_toml(path)
     data, dirs = _resolve_extends(path, copy.deepcopy(own), (path.resolve(),))
-    top = _Table(path, data, "")
+    top = Table(path, data, "")
     schema = top.get("schema", int)
     if schema != 1:
         top.fail("schema", f"unsupported schema {schema} (this ascendfix reads schema 1)")
@@ -690,7 +378,7 @@ def load_profile(ref: str) -> Profile:
             trainer_table.fail(trainer_table.field("commands"), "name at least one module or script")
         trainer_table.text("source")
         trainer_table.done()
-    rules = tuple(_rule(rt) for rt in top.tables("rules", required=False))
+    rules = tuple(parse_rule(rt) for rt in top.tables("rules", required=False))
     if len({r.id for r in rules}) != len(rules):
         top.fail("rules", "two rules have the same id")
     patches: dict[str, Patch] = {}
@@ -699,7 +387,7 @@ def load_profile(ref: str) -> Profile:
             if pid in patches:
                 patch = patches[pid]
             else:
-                if not isinstance(pid, str) or not PATCH_ID.match(pid):  # a path would leave the patches/ folders
+                if not isinstance(pid, str) or not ID.match(pid):  # a path would leave the patches/ folders
                     top.fail(f"devices.{dname}.patches", f"{str(pid)[:80]!r} is not a patch id (a-z, 0-9 and '-')")
                 patch_path = _find_patch(pid, dirs)
                 if patch_path is None:
@@ -716,19 +404,8 @@ def load_profile(ref: str) -> Profile:
             other = seen_files.setdefault((patch.package, f.path), patch.id)
             if other != patch.id:
                 top.fail("devices", f"patches {other!r} and {patch.id!r} both edit {f.path}; one patch per file")
-    variants = {}
     vtable = top.table("variants", required=False)
-    for pid, choice in vtable.data.items() if vtable else []:
-        if pid not in patches:
-            if pid in own.get("variants", {}):  # an inherited choice for a patch this profile dropped is simply moot
-                vtable.fail(vtable.field(pid), f"not a patch of this profile (its patches: {', '.join(patches)})")
-            continue
-        names = [v.name for v in patches[pid].variants]
-        if choice not in names:
-            vtable.fail(vtable.field(pid), f"unknown variant {choice!r} (expected one of {', '.join(names)})")
-        variants[pid] = choice
-    if vtable:
-        vtable.seen.update(vtable.data)
+    variants = _variant_choices(vtable, patches, own.get("variants", {})) if vtable is not None else {}
     top.seen.add("extends")
     top.done()
     own_rules = "rules" in own
@@ -743,122 +420,44 @@ def load_profile(ref: str) -> Profile:
     )
 
 
-def _hint(t: _Table) -> Hint:
+def _variant_choices(vtable: Table, patches: dict[str, Patch], own: dict[str, Any]) -> dict[str, str]:
+    """The profile's ``[variants]``: patch id -> the variant it chooses (``own``: the manifest's own table)."""
+    variants = {}
+    for pid, choice in vtable.data.items():
+        if pid not in patches:
+            if pid in own:  # an inherited choice for a patch this profile dropped is simply moot
+                vtable.fail(vtable.field(pid), f"not a patch of this profile (its patches: {', '.join(patches)})")
+            continue
+        names = [v.name for v in patches[pid].variants]
+        if choice not in names:
+            vtable.fail(vtable.field(pid), f"unknown variant {choice!r} (expected one of {', '.join(names)})")
+        variants[pid] = choice
+    vtable.seen.update(vtable.data)
+    return variants
+
+
+def _hint(t: Table) -> Hint:
     override = t.text("override")
     if not HINT_OVERRIDE.match(override):
         t.fail(t.field("override"), f"{override!r} is not a Hydra override (key.sub=value, or key.sub)")
-    hint = Hint(override, t.text("why"), t.text("guide", required=False), _devices(t))
+    hint = Hint(override, t.text("why"), t.text("guide", required=False), devices_field(t))
     t.done()
     return hint
 
 
-def _devices(t: _Table) -> tuple[str, ...]:
+def _devices(t: Table) -> tuple[str, ...]:
     return t.strings("devices", required=False, choices=DEVICES) or DEVICES
 
 
-CONDITION_SUBJECTS = ("env", "override", "command", "module", "patch")
-
-
-def _rule(t: _Table) -> Rule:
-    rid = t.text("id")
-    if not PATCH_ID.match(rid):
-        t.fail(t.field("id"), f"{rid!r} is not a rule id (lowercase letters, digits and '-')")
-    action = t.text("action")
-    if action not in tuple(RuleAction):
-        t.fail(t.field("action"), f"unknown action {action!r} (expected one of {', '.join(RuleAction)})")
-    when = tuple(_condition(ct) for ct in t.tables("when"))
-    if not when:
-        t.fail(t.field("when"), "a rule needs at least one condition")
-    fix = t.text("fix", required=False)
-    rule = Rule(rid, RuleAction(action), when, t.text("why"), t.text("source"), fix, _devices(t))
-    t.done()
-    return rule
-
-
-def _condition(t: _Table) -> Condition:
-    subjects = [s for s in CONDITION_SUBJECTS if s in t.data]
-    if len(subjects) != 1:
-        t.fail(t.where, f"name exactly one of {', '.join(CONDITION_SUBJECTS)}")
-    subject = subjects[0]
-    if subject in ("override", "command"):
-        keys = t.get(subject, (str, list))
-        keys = (keys,) if isinstance(keys, str) else t.strings(subject)
-        for i, key in enumerate(keys):
-            if subject == "override" and (not HINT_OVERRIDE.match(key) or "=" in key or key[0] in "+~"):
-                t.fail(f"{t.field('override')}[{i}]", f"{key!r} is not a Hydra key (key.sub)")
-            if subject == "command" and not COMMAND.match(key):
-                t.fail(f"{t.field('command')}[{i}]", f"{key!r} is not a module (a.b) or a script path (dir/x.py)")
-    else:
-        keys = (t.text(subject),)
-    allowed = {
-        "env": ("contains", "equals", "not_equals", "is_set", "default"),
-        "override": ("contains", "equals", "not_equals", "truthy", "is_set", "default"),
-        "command": (),
-        "module": ("importable", "marker", "present"),
-        "patch": ("state", "applied"),
-    }[subject]
-    tests = [k for k in t.data if k not in CONDITION_SUBJECTS]
-    for key in tests:
-        if key not in allowed:
-            t.fail(t.field(key), f"unknown key for a {subject} condition (allowed: {', '.join(allowed) or 'none'})")
-    if allowed and not [k for k in tests if k != "default"]:
-        t.fail(t.where, f"a {subject} condition needs one of {', '.join(k for k in allowed if k != 'default')}")
-    marker = t.text("marker", required=False)
-    if marker is not None and marker not in MARKERS:
-        t.fail(t.field("marker"), f"unknown marker {marker!r} (known: {', '.join(MARKERS)})")
-    if subject == "module" and ("marker" in t.data) != ("present" in t.data):
-        t.fail(t.where, "a marker condition needs both marker and present")
-    if subject == "module" and "marker" in t.data and "importable" in t.data:
-        t.fail(t.field("importable"), "a module condition tests importable or a marker, not both")
-    if subject == "patch" and "state" in t.data and "applied" in t.data:
-        t.fail(t.field("applied"), "a patch condition tests state or applied, not both")
-    state = t.text("state", required=False)
-    if state is not None and state not in tuple(State):
-        t.fail(t.field("state"), f"unknown state {state!r} (expected one of {', '.join(State)})")
-    cond = Condition(
-        env=keys[0] if subject == "env" else None,
-        overrides=keys if subject == "override" else (),
-        command=keys if subject == "command" else (),
-        module=keys[0] if subject == "module" else None,
-        patch=keys[0] if subject == "patch" else None,
-        contains=t.text("contains", required=False),
-        equals=t.get("equals", str, required=False),
-        not_equals=t.get("not_equals", str, required=False),
-        truthy=t.get("truthy", bool, required=False),
-        is_set=t.get("is_set", bool, required=False),
-        importable=t.get("importable", bool, required=False),
-        marker=marker,
-        present=t.get("present", bool, required=False),
-        state=State(state) if state is not None else None,
-        applied=t.get("applied", bool, required=False),
-        default=t.get("default", str, required=False),
-    )
-    t.done()
-    return cond
-
-
 def parse_variants(profile: Profile, values: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """``--variant PATCH_ID=NAME`` values, checked against the profile's patches."""
+    """``--variant ID=NAME`` values, checked against the profile's patches."""
     chosen = {}
     for value in values:
         pid, sep, name = value.partition("=")
         if not sep or pid not in profile.patches:
-            raise UsageError(f"--variant {value!r}: expected PATCH_ID=NAME with a patch of {profile.name}")
+            raise UsageError(f"--variant {value!r}: expected ID=NAME with a patch of {profile.name}")
         names = [v.name for v in profile.patches[pid].variants]
         if name not in names:
             raise UsageError(f"--variant {value!r}: {pid} has the variants {', '.join(names)}")
         chosen[pid] = name
     return chosen
-
-
-def to_json(obj: Any) -> Any:
-    """A tree of records (NamedTuples) as plain JSON-ready data."""
-    if hasattr(obj, "_asdict"):
-        return {k: to_json(v) for k, v in obj._asdict().items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_json(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: to_json(v) for k, v in obj.items()}
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj

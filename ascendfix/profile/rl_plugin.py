@@ -205,8 +205,8 @@ def _strip_import_block(text: str) -> list[str]:
     for i, (node, inside) in enumerate(zip(statements, block, strict=True)):
         if inside and start is None:
             start = i
-        if inside and (i + 1 == len(statements) or not block[i + 1]):
-            runs.append((statements[start].lineno - 1, node.end_lineno))
+        if inside and start is not None and (i + 1 == len(statements) or not block[i + 1]):
+            runs.append((statements[start].lineno - 1, node.end_lineno or node.lineno))
             start = None
     for first, last in runs:
         above = _loose_lines(reversed(lines[:first]))

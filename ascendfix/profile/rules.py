@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from ascendfix.profile.device import DEVICES
+from ascendfix.profile.schema import COMMAND, HINT_OVERRIDE, ID, Table, devices_field
 from ascendfix.states import Name, State
 
 
@@ -172,7 +173,7 @@ def _value_test(cond: Condition, value: str | None) -> bool:
         return value.strip().strip("'\"") == cond.equals
     if cond.not_equals is not None:
         return value.strip().strip("'\"") != cond.not_equals
-    return cond.contains in value
+    return cond.contains is not None and cond.contains in value
 
 
 def check(cond: Condition, facts: Facts) -> tuple[bool | None, str]:
@@ -196,7 +197,7 @@ def check(cond: Condition, facts: Facts) -> tuple[bool | None, str]:
             return None, ""
         ran = [name for name in cond.command if name in facts.runs]
         return bool(ran), f"the command runs {ran[0]}" if ran else ""
-    if cond.marker is not None:
+    if cond.marker is not None and cond.module is not None:
         found = (facts.markers or {}).get((cond.module, cond.marker))
         if found is None:
             return None, ""
@@ -207,7 +208,7 @@ def check(cond: Condition, facts: Facts) -> tuple[bool | None, str]:
             return None, ""
         found = facts.importable[cond.module]
         return found == cond.importable, f"{cond.module} {'importable' if found else 'not importable'}"
-    if facts.patch_states is None or cond.patch not in facts.patch_states:
+    if facts.patch_states is None or cond.patch is None or cond.patch not in facts.patch_states:
         return None, ""
     state = facts.patch_states[cond.patch]
     in_effect = State.APPLIED if state == State.HAND_EDITED else state  # the guide's hand edit works as the patch
@@ -254,9 +255,93 @@ def modules(rules: tuple[Rule, ...] | list[Rule]) -> list[str]:
 
 def markers(rules: tuple[Rule, ...] | list[Rule]) -> list[tuple[str, str]]:
     """The ``(module, marker)`` pairs the rules ask about (to read in the module's file)."""
-    return sorted({(c.module, c.marker) for r in rules for c in r.when if c.marker is not None})
+    return sorted(
+        {(c.module, c.marker) for r in rules for c in r.when if c.module is not None and c.marker is not None}
+    )
 
 
 def commands(rules: tuple[Rule, ...] | list[Rule]) -> list[str]:
     """The modules and scripts the rules' command conditions name (to look for in the job's command)."""
     return sorted({name for r in rules for c in r.when for name in c.command})
+
+
+CONDITION_SUBJECTS = ("env", "override", "command", "module", "patch")
+
+
+def parse_rule(t: Table) -> Rule:
+    """One ``[[rules]]`` table of a profile, validated."""
+    rid = t.text("id")
+    if not ID.match(rid):
+        t.fail(t.field("id"), f"{rid!r} is not a rule id (lowercase letters, digits and '-')")
+    action = t.text("action")
+    if action not in tuple(RuleAction):
+        t.fail(t.field("action"), f"unknown action {action!r} (expected one of {', '.join(RuleAction)})")
+    when = tuple(_condition(ct) for ct in t.tables("when"))
+    if not when:
+        t.fail(t.field("when"), "a rule needs at least one condition")
+    fix = t.text("fix", required=False)
+    rule = Rule(rid, RuleAction(action), when, t.text("why"), t.text("source"), fix, devices_field(t))
+    t.done()
+    return rule
+
+
+def _condition(t: Table) -> Condition:
+    subjects = [s for s in CONDITION_SUBJECTS if s in t.data]
+    if len(subjects) != 1:
+        t.fail(t.where, f"name exactly one of {', '.join(CONDITION_SUBJECTS)}")
+    subject = subjects[0]
+    if subject in ("override", "command"):
+        keys = t.get(subject, (str, list))
+        keys = (keys,) if isinstance(keys, str) else t.strings(subject)
+        for i, key in enumerate(keys):
+            if subject == "override" and (not HINT_OVERRIDE.match(key) or "=" in key or key[0] in "+~"):
+                t.fail(f"{t.field('override')}[{i}]", f"{key!r} is not a Hydra key (key.sub)")
+            if subject == "command" and not COMMAND.match(key):
+                t.fail(f"{t.field('command')}[{i}]", f"{key!r} is not a module (a.b) or a script path (dir/x.py)")
+    else:
+        keys = (t.text(subject),)
+    allowed = {
+        "env": ("contains", "equals", "not_equals", "is_set", "default"),
+        "override": ("contains", "equals", "not_equals", "truthy", "is_set", "default"),
+        "command": (),
+        "module": ("importable", "marker", "present"),
+        "patch": ("state", "applied"),
+    }[subject]
+    tests = [k for k in t.data if k not in CONDITION_SUBJECTS]
+    for key in tests:
+        if key not in allowed:
+            t.fail(t.field(key), f"unknown key for a {subject} condition (allowed: {', '.join(allowed) or 'none'})")
+    if allowed and not [k for k in tests if k != "default"]:
+        t.fail(t.where, f"a {subject} condition needs one of {', '.join(k for k in allowed if k != 'default')}")
+    marker = t.text("marker", required=False)
+    if marker is not None and marker not in MARKERS:
+        t.fail(t.field("marker"), f"unknown marker {marker!r} (known: {', '.join(MARKERS)})")
+    if subject == "module" and ("marker" in t.data) != ("present" in t.data):
+        t.fail(t.where, "a marker condition needs both marker and present")
+    if subject == "module" and "marker" in t.data and "importable" in t.data:
+        t.fail(t.field("importable"), "a module condition tests importable or a marker, not both")
+    if subject == "patch" and "state" in t.data and "applied" in t.data:
+        t.fail(t.field("applied"), "a patch condition tests state or applied, not both")
+    state = t.text("state", required=False)
+    if state is not None and state not in tuple(State):
+        t.fail(t.field("state"), f"unknown state {state!r} (expected one of {', '.join(State)})")
+    cond = Condition(
+        env=keys[0] if subject == "env" else None,
+        overrides=keys if subject == "override" else (),
+        command=keys if subject == "command" else (),
+        module=keys[0] if subject == "module" else None,
+        patch=keys[0] if subject == "patch" else None,
+        contains=t.text("contains", required=False),
+        equals=t.get("equals", str, required=False),
+        not_equals=t.get("not_equals", str, required=False),
+        truthy=t.get("truthy", bool, required=False),
+        is_set=t.get("is_set", bool, required=False),
+        importable=t.get("importable", bool, required=False),
+        marker=marker,
+        present=t.get("present", bool, required=False),
+        state=State(state) if state is not None else None,
+        applied=t.get("applied", bool, required=False),
+        default=t.get("default", str, required=False),
+    )
+    t.done()
+    return cond

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import ClassVar, NamedTuple
 
 MARKER_PREFIX = "# ascendfix: "
+MAX_FILE_BYTES = 256 * 1024  # the cap on a file a transform reads (a patch's template)
 
 
 class TransformError(Exception):

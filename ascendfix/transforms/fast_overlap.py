@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from ascendfix.resources import data_dir
-from ascendfix.transforms.base import Outcome, Transform, TransformError, marker
+from ascendfix.transforms.base import MAX_FILE_BYTES, Outcome, Transform, TransformError, marker
 
 if TYPE_CHECKING:
     from ascendfix.transforms.regions import Source
@@ -97,8 +97,6 @@ def read_template(path: Path, limit: int) -> str:
 def _load_template(name: str) -> _Template:
     """The template ``name``: a path (a patch file's, resolved by the manifest), or one relative to the
     bundled ``patches/`` folder."""
-    from ascendfix.transforms.registry import MAX_FILE_BYTES
-
     path = data_dir("patches") / name
     try:
         text = read_template(path, MAX_FILE_BYTES)

@@ -54,9 +54,8 @@ def check_params(cls: type, params: dict[str, Any]) -> tuple[str, str] | None:
 
 # Parameters whose value is Python source the transform writes into (or matches in) a file.
 CODE_PARAMS = ("original", "value")
-# Parameters that name a file the transform reads (relative to the patch file that names it), and its cap.
+# Parameters that name a file the transform reads (relative to the patch file naming it; base.MAX_FILE_BYTES at most).
 FILE_PARAMS = ("template",)
-MAX_FILE_BYTES = 256 * 1024
 
 
 def _is_expression(text: str) -> bool:

@@ -1,4 +1,9 @@
-"""Where a package's files are, in the target interpreter, without importing the package.
+"""What one command acts on: the profile on one device, in one interpreter, with ``--root``/``--variant``
+and the environment (:class:`Site`); and where a package's files are there, without importing it.
+
+Every command builds its ``Site`` once and hands it down (the patch engine, doctor's checks,
+``run``'s preflight), so the facts it holds are found once: the target interpreter's probe, the
+package roots, the job's resolved environment.
 
 Importing torch or torch_npu to find them can fail on a half-set-up Ascend box (CANN
 libraries, backend autoload), so nothing here imports a target package: the target
@@ -11,11 +16,21 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
+import threading
+from collections.abc import Iterable, Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
+from ascendfix import resources
 from ascendfix.errors import UsageError
+from ascendfix.profile.jobenv import EnvSetting, job_environment, resolve_env
+from ascendfix.profile.records import Profile
+
+REPORTED_ONLY = ("ray",)  # distributions doctor reports when installed; the guide pins no version
+_MAX_MARKED_BYTES = 1 << 20  # what a marker test reads of a module's file
 
 PROBE = r"""
 import importlib.metadata, importlib.util, json, sys
@@ -121,12 +136,13 @@ class Probe(NamedTuple):
 
 
 class Target(NamedTuple):
-    """Where one package's files live, and how that was decided."""
+    """Where one package's files live, and how that was decided (``how``, for messages)."""
 
     package: str
     root: Path | None
     how: str
     is_checkout: bool = False
+    given: bool = False  # the folder is a --root the user gave
 
 
 def is_checkout(root: Path) -> bool:
@@ -134,19 +150,21 @@ def is_checkout(root: Path) -> bool:
     return any((root / marker).exists() for marker in (".git", "pyproject.toml", "setup.py"))
 
 
-def _same_interpreter(python: str | None) -> bool:
+def _same_interpreter(python: str) -> bool:
     """Whether ``python`` is the running interpreter. A venv's python links to its base
     interpreter, so the paths are compared as given, not resolved."""
-    return python is None or os.path.abspath(python) == os.path.abspath(sys.executable)
+    return os.path.abspath(python) == os.path.abspath(sys.executable)
 
 
-def probe(python: str | None, packages: list[str], distributions: list[str] = (), everything: bool = False) -> Probe:
+def probe(
+    python: str | None, packages: Iterable[str], distributions: Iterable[str] = (), everything: bool = False
+) -> Probe:
     """Run the probe in ``python`` (None: this interpreter); raise UsageError if it cannot run.
 
     With ``everything``, the answer also has ``markers`` (the PEP 508 marker environment)
     and ``installed`` (name, version and Requires-Dist of every installed distribution).
     """
-    if _same_interpreter(python):
+    if python is None or _same_interpreter(python):
         namespace: dict = {}
         exec(compile(PROBE, "<ascendfix-probe>", "exec"), namespace)
         return Probe.from_json(namespace["probe"](list(packages), list(distributions), everything))
@@ -216,24 +234,17 @@ def located_root(location: str) -> Path:
     return Path(location).parent.resolve()
 
 
-def locate(packages: list[str], python: str | None = None, roots: dict[str, Path] | None = None) -> dict[str, Target]:
-    """Find the directory holding each package: ``--root`` first, else the target interpreter."""
-    roots = roots or {}
-    wanted = [p for p in packages if p not in roots]
-    return targets_from_probe(probe(python, wanted) if wanted else None, packages, roots)
-
-
 def targets_from_probe(
-    found: Probe | None, packages: list[str], roots: dict[str, Path] | None = None
+    found: Probe | None, packages: Iterable[str], roots: Mapping[str, Path] | None = None
 ) -> dict[str, Target]:
     """Each package's Target: ``--root`` first, else from an answer of :func:`probe` that looked for it."""
     roots = roots or {}
-    targets = {name: Target(name, path, "--root", is_checkout(path)) for name, path in roots.items()}
+    targets = {name: Target(name, path, "--root", is_checkout(path), given=True) for name, path in roots.items()}
     where = found.python if found else None
     for name in packages:
         if name in targets:
             continue
-        info = found.packages.get(name) or {}
+        info = (found.packages.get(name) if found else None) or {}
         locations = info.get("locations") or []
         if locations:
             root = located_root(locations[0])
@@ -242,6 +253,155 @@ def targets_from_probe(
         else:
             targets[name] = Target(name, None, f"not installed in {where} (pass --root {name}=DIR)")
     return targets
+
+
+class Site:
+    """The profile on one device, in one interpreter, with the ``--root`` folders, the ``--variant``
+    choices and the environment the job runs in (``environ``; the process's own by default).
+
+    Each fact is found on first use and kept: the target interpreter's probe (another interpreter
+    starts once, asked everything any check needs), where each package lives, the job's resolved
+    environment. Doctor's checks ask from several threads at once.
+    """
+
+    def __init__(
+        self,
+        profile: Profile,
+        device: str | None = None,
+        python: str | None = None,
+        roots: Mapping[str, Path] | None = None,
+        variants: Mapping[str, str] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ):
+        if device is not None:
+            profile.device(device)  # a UsageError naming the profile's devices
+        self.profile, self.device, self.python = profile, device, python
+        self.roots: dict[str, Path] = dict(roots or {})
+        self.variants: dict[str, str] = dict(variants or {})
+        self.environ: Mapping[str, str] = dict(os.environ) if environ is None else environ
+        self._probe: Probe | None = None
+        self._everything = False
+        self._probe_error: Exception | None = None
+        self._lock = threading.Lock()
+
+    @cached_property
+    def packages(self) -> list[str]:
+        """The top-level packages anything asks about: those the patches edit, mindspeed and the rules' modules."""
+        from ascendfix.profile.rules import modules
+
+        patched = {p.package for p in self.profile.patches.values()}
+        return sorted(patched | {"mindspeed"} | set(modules(self.profile.rules)))
+
+    @cached_property
+    def distributions(self) -> list[str]:
+        """The distributions doctor reads: the profile's pinned ones and those it reports (ray)."""
+        return [c.distribution for c in self.profile.components if c.distribution] + list(REPORTED_ONLY)
+
+    def probe(self, everything: bool = False) -> Probe:
+        """The target interpreter's answer about :attr:`packages` (with ``everything``: the
+        distributions, markers and every installed distribution too); probed once and shared.
+
+        Another interpreter is always asked everything, so it starts once whatever asks next; the one
+        ascendfix runs in answers in-process, and only what was asked. An interpreter that cannot
+        answer raises the same error to everyone who asks.
+        """
+        with self._lock:
+            if self._probe_error is not None:
+                raise self._probe_error
+            if self._probe is None or (everything and not self._everything):
+                full = everything or (self.python is not None and not _same_interpreter(self.python))
+                dists = self.distributions if full else []
+                try:
+                    self._probe = probe(self.python, self.packages, dists, everything=full)
+                except Exception as e:  # every asker gets the same error, probed once
+                    self._probe_error = e
+                    raise
+                self._everything = full
+            return self._probe
+
+    @property
+    def probe_error(self) -> Exception | None:
+        """Why the target interpreter could not be probed (None: not probed, or it answered)."""
+        return self._probe_error
+
+    def locate(self, packages: Iterable[str] | None = None) -> dict[str, Target]:
+        """Where each of ``packages`` (default: all of :attr:`packages`) lives: its ``--root``, else where
+        the target interpreter finds it (probed only when a package has no ``--root``)."""
+        names = self.packages if packages is None else sorted(packages)
+        wanted = [name for name in names if name not in self.roots]
+        ours = [name for name in names if name in self.packages]
+        found = targets_from_probe(self.probe() if set(ours) - set(self.roots) else None, ours, self.roots)
+        extra = [name for name in wanted if name not in self.packages]  # beyond the site's packages: probed apart
+        if extra:
+            found.update(targets_from_probe(probe(self.python, extra), extra))
+        return {name: found[name] for name in names}
+
+    @cached_property
+    def targets(self) -> dict[str, Target]:
+        """Where every package of :attr:`packages` lives."""
+        return self.locate()
+
+    def package_root(self, package: str) -> Path | None:
+        """The directory holding ``package``, or None when it is not found."""
+        target = self.targets.get(package)
+        return target.root if target else None
+
+    def importable(self, names: Iterable[str]) -> dict[str, bool]:
+        """Whether the target interpreter finds each module (located, never imported)."""
+        return {name: target.root is not None for name, target in self.locate(names).items()}
+
+    def markers(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], bool | None]:
+        """Whether each ``(module, marker)``'s file has the marker (:data:`~ascendfix.profile.rules.MARKERS`);
+        None when the file cannot be read."""
+        pairs = list(pairs)
+        found = self.locate({module for module, _ in pairs})
+        return {(module, name): _has_marker(found[module].root, module, name) for module, name in pairs}
+
+    @cached_property
+    def settings(self) -> list[EnvSetting]:
+        """The profile's variables for the device, resolved against :attr:`environ` (yours win)."""
+        if self.device is None:
+            raise UsageError("no device: pass --device npu or --device cuda")
+        return resolve_env(self.profile, self.device, self.environ)
+
+    @cached_property
+    def job_env(self) -> dict[str, str]:
+        """The environment the job runs in: :attr:`environ` with :attr:`settings` added."""
+        return job_environment(self.settings, self.environ)
+
+    @property
+    def profile_ref(self) -> str:
+        """How commands name this profile: its bundled name, else its manifest's path."""
+        bundled = resources.data_dir("manifests") / f"{self.profile.name}.toml"
+        return self.profile.name if self.profile.source == bundled else str(self.profile.source)
+
+    def command(self, verb: str, profile: str | None = None) -> str:
+        """The ascendfix command ``verb`` for this profile (or the one named), device, interpreter and roots."""
+        words = ["ascendfix", verb, "--profile", profile or self.profile_ref]
+        if verb != "revert" and self.device is not None:  # revert takes back every device's patches
+            words += ["--device", self.device]
+        if self.python:
+            words += ["--python", self.python]
+        for package, folder in self.roots.items():
+            words += ["--root", f"{package}={folder}"]
+        return shlex.join(words)
+
+
+def _has_marker(root: Path | None, module: str, name: str) -> bool | None:
+    """Whether the module's file (under the folder holding the package) has the marker; None when unreadable."""
+    from ascendfix.profile.rules import MARKERS
+
+    if root is None:
+        return None
+    marker = MARKERS[name]
+    path = root / module / marker.file
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        with open(path, "rb") as f:
+            return marker.test(f.read(_MAX_MARKED_BYTES))
+    except OSError:
+        return None
 
 
 def reinstall_spec(package: str, root: Path | None) -> str:

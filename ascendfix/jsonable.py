@@ -1,0 +1,49 @@
+"""One way to turn ascendfix's records into JSON data: every ``--json`` answer and run.json go through it.
+
+:func:`jsonable` knows the shapes the package builds its results from — an object's own
+``to_json()`` (a JSON contract), NamedTuples, dataclasses, enums, paths, sets, sequences and
+mappings — and refuses anything else, so nothing reaches a JSON file as a Python repr.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import Enum
+from pathlib import PurePath
+from typing import Any
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` as plain JSON data (dicts, lists, strings, numbers, booleans, None); a TypeError for
+    a value that has no JSON form."""
+    if obj is None or isinstance(obj, (bool, int, float)):
+        return obj
+    if isinstance(obj, Enum):
+        return jsonable(obj.value)
+    if isinstance(obj, str):
+        return obj
+    if callable(getattr(obj, "to_json", None)):
+        return jsonable(obj.to_json())
+    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
+        return {key: jsonable(value) for key, value in obj._asdict().items()}
+    if hasattr(type(obj), "__dataclass_fields__") and not isinstance(obj, type):
+        import dataclasses  # only for a dataclass: every command's start pays for what it imports
+
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, PurePath):
+        return str(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(jsonable(value) for value in obj)
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(value) for value in obj]
+    if isinstance(obj, Mapping):
+        return {_key(key): jsonable(value) for key, value in obj.items()}
+    raise TypeError(f"{type(obj).__name__} has no JSON form")
+
+
+def _key(key: Any) -> Any:
+    """A mapping's key as JSON takes it: a string or number (an enum by its value)."""
+    key = key.value if isinstance(key, Enum) else key
+    if key is None or isinstance(key, (str, int, float, bool)):
+        return key
+    raise TypeError(f"a {type(key).__name__} key has no JSON form")
