@@ -198,9 +198,11 @@ def run_preflight(
         result.hints.append(Finding("doctor", "doctor not run: run `ascendfix doctor` before a long job"))
     for message in failures or ():
         result.problems.append(Finding("doctor", message))
+    env = job_environment(resolve_env(profile, device, environ), environ)
+    for message in nic_problems(profile, device, env) if full else ():
+        result.problems.append(Finding("env", message))
     states = seams.patch_states(profile, device)
     wanted = profile.device(device).patches
-    env = job_environment(resolve_env(profile, device, environ), environ)
     names, pairs = rules.modules(profile.rules), rules.markers(profile.rules)
     facts = rules.Facts(
         env=env,
@@ -263,6 +265,15 @@ def run_preflight(
             result.hints.append(Finding("overrides", f"consider {hint.override}{where}", " ".join(hint.why.split())))
     result.hints.extend(Finding("overrides", m) for m in batch_size_hints(overrides))
     return result
+
+
+def nic_problems(profile: Profile, device: str, env: Mapping[str, str]) -> list[str]:
+    """Each NIC variable the job sets (``*_SOCKET_IFNAME``, ``HCCL_IF_IP``) whose selection is unusable here."""
+    from ascendfix.doctor import nic
+
+    here = nic.interfaces()
+    verdicts = [nic.select(v.name, env, here) for v in profile.device(device).env if v.check == "interface"]
+    return [v.message for v in verdicts if v is not None and not v.ok]
 
 
 CHECKPOINT_PATH = "dist_checkpointing_path"
