@@ -198,18 +198,19 @@ class _Job:
                 node.checks.append(Check("placement", f"free {left}", FAIL, why))
 
     def _ranks(self, nodes: list[tuple[str, int]], env: dict[str, str]) -> list:
-        """One rank actor per ``(node, local rank)``, with ``env`` and its ``RAY_LOCAL_RANK`` in its runtime_env."""
-        place = {}
+        """One rank actor per ``(node, local rank)``; with ``env`` (a device rank), it and ``RAY_LOCAL_RANK`` in
+        its runtime_env, holding one accelerator."""
+        place: dict = {}
         if env:  # a device rank holds one accelerator, as the job's workers do
             place = {"resources": {"NPU": 1}} if self.unit == "NPU" else {"num_gpus": 1}
+
+        def options(local: int) -> dict:
+            return {"runtime_env": {"env_vars": {**env, "RAY_LOCAL_RANK": str(local)}}, **place} if env else {}
+
         return [
-            (nid, self.actor.options(
-                scheduling_strategy=self.on(nid),
-                runtime_env={"env_vars": {**env, "RAY_LOCAL_RANK": str(local)}},
-                **place,
-            ).remote())
+            (nid, self.actor.options(scheduling_strategy=self.on(nid), **options(local)).remote())
             for nid, local in nodes
-        ]  # fmt: skip
+        ]
 
     def _gloo(self, bound: float) -> list[Collective]:
         start = time.monotonic()
