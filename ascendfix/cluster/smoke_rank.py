@@ -38,6 +38,21 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [""])[0][:300]
 
 
+def _forget_failed_join(dist) -> None:
+    """After a failed ``init_process_group``: back to a clean slate, so the actor's next group meets its peers.
+
+    torch names the default group's store keys by a counter it resets only in ``destroy_process_group``,
+    which a group that never formed cannot reach; a counter left at 1 waits forever for keys its peers,
+    at 0, never write.
+    """
+    if dist.is_initialized():
+        dist.destroy_process_group()
+        return
+    world = getattr(dist.distributed_c10d, "_world", None)
+    if world is not None:
+        world.group_count = 0
+
+
 class Rank:
     """One rank of the smoke's collectives: a Ray actor (two threads, so ``where`` answers while it works)."""
 
@@ -96,7 +111,13 @@ class Rank:
         backend, timeout = spec["backend"], timedelta(seconds=spec["timeout"])
         self.phase = f"init_process_group({backend}) at {spec['addr']}:{spec['port']}"
         init = f"tcp://{spec['addr']}:{spec['port']}"
-        dist.init_process_group(backend, init_method=init, rank=spec["rank"], world_size=spec["world"], timeout=timeout)
+        try:
+            dist.init_process_group(
+                backend, init_method=init, rank=spec["rank"], world_size=spec["world"], timeout=timeout
+            )
+        except Exception:
+            _forget_failed_join(dist)
+            raise
         return dist, timeout
 
     def _run(self, spec: dict) -> dict:
