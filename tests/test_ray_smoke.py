@@ -285,6 +285,30 @@ def test_bad_ray_smoke_options_are_one_line_and_exit_2(tmp_path, args, message):
     assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
 
 
+def test_the_smoke_tables_fit_100_columns(capsys):
+    from ascendfix.cli.ray import _render_ray_smoke
+
+    long = "HCCL_SOCKET_IFNAME=^docker0,lo matches no interface (this node has: " + "; ".join(
+        f"veth{i} (no address), down (operstate down)" for i in range(6)
+    )
+    node = Node(
+        "c" * 56,
+        "10.0.0.3",
+        "a-rather-long-hostname.example.internal",
+        [Check("HCCL_SOCKET_IFNAME", "^docker0,lo", "fail", long)],
+    )
+    node.checks.append(Check("gloo all_reduce busbw", "1.23 GB/s", "ok"))
+    report = SmokeReport(
+        "10.0.0.1:6166", [node], [Collective("hccl", "reduce_scatter", 67108864, True, 12.5, node.label)]
+    )
+    _render_ray_smoke(report)
+    shown = capsys.readouterr().out
+    tables = shown[: shown.index("problem")]
+    assert "veth5" in tables  # folded, not cut
+    assert max(len(line) for line in tables.splitlines()) <= 100, tables
+    assert f"problem 10.0.0.3 cccccccc (a-rather-long-hostname.example.internal) HCCL_SOCKET_IFNAME: {long}" in shown
+
+
 class _Ref:
     def __init__(self, value, hangs: bool = False):
         self.value, self.hangs = value, hangs
@@ -416,8 +440,9 @@ class _Options:
 
 
 def test_device_ranks_run_with_hccls_timeouts_below_the_bound_and_their_local_rank():
-    env = raysmoke.device_env(180.0)
-    assert env == {"HCCL_CONNECT_TIMEOUT": "120", "HCCL_EXEC_TIMEOUT": "90"}  # the job's 3600 s replaced
+    env = raysmoke.device_env(150.0)
+    assert env == {"HCCL_CONNECT_TIMEOUT": "120", "HCCL_EXEC_TIMEOUT": "130"}  # the job's 3600 s replaced
+    assert raysmoke.device_env(20.0)["HCCL_EXEC_TIMEOUT"] == "16"
     job = raysmoke._Job.__new__(raysmoke._Job)
     job.unit, job.actor = "NPU", _Options()
     job.on = lambda nid: f"on {nid}"

@@ -334,3 +334,15 @@ def test_the_arrival_line():
     assert now == Arrival(3, 4, 24.0, 32, "NPU", False) and now.line() == "3 of 4 nodes, 24 of 32 NPU"
     assert raywait.arrival([*nodes[:3], {"Alive": True, "Resources": {"NPU": 4.0}}], 4, 8, "NPU").ready is False
     assert raywait.arrival(nodes[:3], 3, 8, "NPU").ready
+
+
+def test_a_limit_every_node_has_too_low_is_a_shortfall_not_a_difference(capsys):
+    from ascendfix.cli.ray import _render_ray_wait
+
+    views = [_view(name, ulimit="1024") for name in "abcd"]
+    found = raywait.differences(views, PROFILE, "npu", 8)
+    assert {(d.item, d.value, d.others, d.why) for d in found} == {("ulimit -n", "1024", "32768", "below 32768")}
+    assert len(found) == 4
+    arrived = raywait.arrival([{"Alive": True, "Resources": {"NPU": 8.0}}] * 4, 4, 8, "NPU")
+    _render_ray_wait(raywait.WaitReport("auto", arrived, tuple(views), tuple(found)))
+    assert "not ready: 4 of 4 nodes, 32 of 32 NPU, 4 shortfall(s)" in capsys.readouterr().out

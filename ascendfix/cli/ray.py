@@ -186,10 +186,10 @@ def _render_ray_wait(report) -> None:
 @click.option(
     "--timeout",
     type=click.FloatRange(min=1),
-    default=180.0,
+    default=300.0,
     show_default=True,
     metavar="SECONDS",
-    help="The whole smoke's wall time.",
+    help="The whole smoke's wall time (the device collective needs 150 s of it for HCCL to name a broken peer).",
 )
 @click.option("--size", "size_mb", type=click.FloatRange(min=0.001), default=64.0, show_default=True, metavar="MB")
 @click.option(

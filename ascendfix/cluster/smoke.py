@@ -35,8 +35,10 @@ from ascendfix.profile.manifest import Profile
 DEVICE_BACKEND = {"npu": "hccl", "cuda": "nccl"}
 DEVICE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
-DEFAULT_TIMEOUT = 180.0  # HCCL_CONNECT_TIMEOUT=120 names a broken peer after 120 + 20 s
+DEFAULT_TIMEOUT = 300.0  # leaves the device collective HCCL_EXPLAINS_S after the node checks and gloo
 HCCL_CONNECT_TIMEOUT = 120  # CANN's floor and default
+HCCL_EXPLAINS_S = 150.0  # HCCL names a broken peer (EI0006, EI0015) HCCL_CONNECT_TIMEOUT + 20 s in
+GLOO_SHARE = 0.25  # of what is left, when the device phase follows
 GBIT = 1e9 / 8  # bytes per second in one Gb/s
 
 
@@ -135,7 +137,7 @@ class _Job:
         self.actor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)(Rank)
         phases = (["gloo"] if backend in ("gloo", "all") else []) + (["device"] if backend in ("device", "all") else [])
         for i, phase in enumerate(phases):
-            bound = self.budget.left() / (len(phases) - i)
+            bound = self.budget.left() * (GLOO_SHARE if i < len(phases) - 1 else 1.0)
             if phase == "gloo":
                 report.collectives += self._gloo(bound)
             else:
@@ -233,13 +235,14 @@ class _Job:
                 why = f"{have} {unit} registered, the job wants {wanted}"
                 by_id[nid].checks.append(Check(unit, str(have), FAIL, why))
         start = time.monotonic()
-        env = device_env(bound)
+        collective = min(max(HCCL_EXPLAINS_S, bound * 0.6), bound - 10) if bound > 20 else bound / 2
+        env = device_env(collective)
         ranks = self._ranks([(nid, i) for nid, have in self.accelerators.items() for i in range(have)], env)
         if not ranks:
             report.cluster_problems.append(f"no node has a {unit} registered: the {channel} channel cannot run")
             return []
         ops = [(op, size) for op in DEVICE_OPS for size in sizes(self.nbytes)]
-        results, _ = _collective(self.ray, ranks, channel, ops, bound / 2, by_id)
+        results, _ = _collective(self.ray, ranks, channel, ops, collective, by_id)
         for _, a in ranks:
             self.ray.kill(a)
         slow = min_busbw is not None and _below_floor(by_id, channel, min_busbw)
@@ -263,9 +266,10 @@ class _Job:
 
 
 def device_env(bound: float) -> dict[str, str]:
-    """What the device ranks' runtime_env sets: HCCL's connect timeout at its floor (it names the broken peer
-    120 + 20 s later) and its exec timeout below the phase's bound, in place of the job's 3600 s."""
-    return {"HCCL_CONNECT_TIMEOUT": str(HCCL_CONNECT_TIMEOUT), "HCCL_EXEC_TIMEOUT": str(max(int(bound * 0.5), 1))}
+    """What the device ranks' runtime_env sets, in place of the job's 3600 s: HCCL's connect timeout at its
+    floor (it names the broken peer 120 + 20 s later) and its exec timeout below the collective's ``bound``."""
+    exec_timeout = max(int(bound) - 20, int(bound * 0.8), 1)
+    return {"HCCL_CONNECT_TIMEOUT": str(HCCL_CONNECT_TIMEOUT), "HCCL_EXEC_TIMEOUT": str(exec_timeout)}
 
 
 def _compare_tls(tls: Mapping[str, Mapping[str, str]], by_id: Mapping[str, Node]) -> None:
