@@ -154,3 +154,21 @@ def test_doctor_the_smoke_and_preflight_read_each_form_alike_on_real_interfaces(
             assert smoke.startswith(f"HCCL_SOCKET_IFNAME={value} selects {used} "), smoke
         assert (seen[value]["preflight"] == []) is ok and (ok or seen[value]["preflight"] == [smoke])
         assert any(m.startswith("GLOO_SOCKET_IFNAME=eth0 selects eth0 10.0.0.5") for m in messages)
+
+
+def test_runs_preflight_refuses_an_unusable_selection_and_takes_every_valid_one():
+    from ascendfix.job.preflight import Seams, run_preflight
+    from ascendfix.profile import manifest
+
+    profile, seams = manifest.load_profile("verl-796871d"), Seams(lambda p, d: [], lambda p, d: {})
+    here = nic.interfaces()
+    usable = next(n for n in here if n.up and n.addresses)
+    bad = run_preflight(profile, "npu", ["true"], {"HCCL_SOCKET_IFNAME": "=nosuchnic9"}, seams)
+    assert [f.message for f in bad.problems if f.source == "env"] == [
+        nic.choose("HCCL_SOCKET_IFNAME", "=nosuchnic9", here).message
+    ]
+    for value in (usable.name, f"={usable.name}", f"={usable.name},nosuchnic9"):
+        good = run_preflight(profile, "npu", ["true"], {"HCCL_SOCKET_IFNAME": value}, seams)
+        assert [f for f in good.problems if f.source == "env"] == [], value
+    unchecked = run_preflight(profile, "npu", ["true"], {"HCCL_SOCKET_IFNAME": "=nosuchnic9"}, seams, full=False)
+    assert [f for f in unchecked.problems if f.source == "env"] == []  # --no-preflight
