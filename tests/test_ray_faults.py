@@ -101,6 +101,7 @@ def _smoke(c: LocalCluster) -> tuple[dict, float]:
     result = c.ascendfix(*args, "--address", c.address, "--nodes", "4", "--timeout", str(TIMEOUT), "--json")
     took = time.monotonic() - start
     assert result.stdout, result.stderr
+    print(result.stdout)  # shown when the test fails
     return {"code": result.returncode, **json.loads(result.stdout)}, took
 
 

@@ -263,6 +263,17 @@ class _Job:
         nbytes = max(self.nbytes, 4 * self.mtu)
         results = smoke_links.run_pairs(self.ray, pool, make, self.by_id, backend, nbytes, max(bound, 1.0), _gather)
         smoke_links.blame(results, self.by_id, backend)
+        named = [n.label for n in self.by_id.values() if _failed(n, f"{backend} link")]
+        if not named:
+            return
+        for node in self.by_id.values():  # the collective failed everywhere because of the link the pairs named
+            if not _failed(node, f"{backend} link") and _failed(node, f"{backend} rank"):
+                node.checks = [
+                    Check(c.item, "waited", WARN, f"{c.message} (the link phase names {', '.join(named)})")
+                    if c.item == f"{backend} rank" and c.status == FAIL
+                    else c
+                    for c in node.checks
+                ]
 
 
 def device_env(bound: float) -> dict[str, str]:
@@ -270,6 +281,10 @@ def device_env(bound: float) -> dict[str, str]:
     floor (it names the broken peer 120 + 20 s later) and its exec timeout below the collective's ``bound``."""
     exec_timeout = max(int(bound) - 20, int(bound * 0.8), 1)
     return {"HCCL_CONNECT_TIMEOUT": str(HCCL_CONNECT_TIMEOUT), "HCCL_EXEC_TIMEOUT": str(exec_timeout)}
+
+
+def _failed(node: Node, item: str) -> bool:
+    return any(c.item == item and c.status == FAIL for c in node.checks)
 
 
 def _compare_tls(tls: Mapping[str, Mapping[str, str]], by_id: Mapping[str, Node]) -> None:

@@ -96,9 +96,11 @@ def run_pairs(
         if left <= 1:
             results.update({pair: {"untried": True} for pair in pairs})  # the smoke's --timeout ran out
             continue
-        share = left / (len(plan) - i)
-        for nid in {nid for pair in pairs for nid in pair} - set(pool):
+        members = {nid for pair in pairs for nid in pair}
+        for nid in members - set(pool):
             pool[nid] = make(nid)
+        gather(ray, {nid: pool[nid].ready.remote(backend) for nid in members}, left / (len(plan) - i) / 2)
+        share = max(end - time.monotonic(), 1.0) / (len(plan) - i)
         meet = gather(ray, {a: pool[a].rendezvous.remote() for a, _ in pairs}, share / 2)
         refs = {}
         for a, b in pairs:

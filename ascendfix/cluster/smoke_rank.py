@@ -63,6 +63,14 @@ class Rank:
         """The step this rank is in (asked when it does not answer in time)."""
         return self.phase
 
+    def ready(self, backend: str) -> bool:
+        """Import what ``backend`` needs (torch, torch_npu) now, so a pair's clock starts with both ranks up."""
+        try:
+            self._setup(backend)
+        except Exception:  # the pair itself says why
+            pass
+        return True
+
     def rendezvous(self) -> tuple[str, int]:
         """Rank 0's side: this node's IP and a port free here, for the others to meet at."""
         import ray
