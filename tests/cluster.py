@@ -139,7 +139,7 @@ class Netns:
             why = self.holder.stderr.read().decode(errors="replace").strip() if self.holder.stderr else ""
             pytest.skip(f"cannot make a network namespace here (unshare -n: {why})")
         proc = f"/proc/{self.holder.pid}/ns"
-        self.prefix = ["nsenter", f"--net={proc}/net", f"--mount={proc}/mnt"]
+        self.prefix = ["nsenter", f"--net={proc}/net", f"--mount={proc}/mnt", "--wd=."]  # "." : the caller's cwd
         self.ip("link", "set", "lo", "up")
 
     def ip(self, *args: str) -> None:
