@@ -593,7 +593,8 @@ def test_smoke_gloo_passes_across_three_nodes(smoke_cluster):
         assert "GLOO_SOCKET_IFNAME route" not in checks  # the route to the head (127.0.0.1) is local
         assert checks["hccn_tool"]["value"] == "not found"
         assert checks["gloo all_reduce busbw"]["value"].endswith(" GB/s")
-        assert checks["gloo link"]["status"] == "ok"  # every pair of nodes exchanged a message
+        # every pair of nodes exchanged a message (a pair this busy machine timed slow is at most a warning)
+        assert checks["gloo link"]["status"] in ("ok", "warn") and checks["gloo link"]["value"].endswith(" GB/s")
     (gloo,) = report["collectives"]
     assert gloo["backend"] == "gloo" and gloo["op"] == "all_reduce" and gloo["ok"] and gloo["bytes"] == 1 << 20
     assert gloo["busbw_gbps"] > 0

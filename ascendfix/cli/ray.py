@@ -218,8 +218,9 @@ def ray_smoke(
     and TLS switch of every NPU. With --for, the job's placement (one STRICT_PACK group per node, as
     verl asks). Then gloo all_reduce, one rank per node, and hccl (nccl) all_reduce, all_gather,
     reduce_scatter and all_to_all over three sizes, one rank per NPU (GPU), checked and timed (bus
-    bandwidth as nccl-tests computes it). A failing, stalled or slow channel is tried pair by pair
-    to name the node whose link is bad. --timeout bounds it all.
+    bandwidth as nccl-tests computes it). The gloo channel, and the device one when it fails, stalls
+    or is below --min-busbw, is then tried pair by pair to name the node whose link is bad.
+    --timeout bounds it all.
     Exit 0 when every node and collective passed, 1 naming each node that did not.
     """
     from ascendfix.cluster import smoke as raysmoke
