@@ -498,6 +498,19 @@ def test_a_throttled_node_is_named_and_a_single_bad_link_names_both_ends():
     assert not by_id["a"].ok and not by_id["b"].ok
 
 
+def test_when_the_pairs_name_a_node_the_other_nodes_ranks_only_waited(monkeypatch):
+    by_id = _nodes("a", "b", "c")
+    for node in by_id.values():  # every rank of the collective timed out
+        node.checks.append(Check("gloo rank", "failed", "fail", "rank 0: all_reduce: Timed out waiting for recv"))
+    job = raysmoke._Job.__new__(raysmoke._Job)
+    job.by_id, job.mtu, job.nbytes, job.ray = by_id, 1500, 1 << 20, _FakeRay()
+    monkeypatch.setattr(smoke_links, "run_pairs", lambda *args: _pairs(by_id, failing="c"))
+    job._links("gloo", {}, {}, 10.0)
+    assert [n.hostname for n in by_id.values() if not n.ok] == ["c"]
+    (rank,) = [c for c in by_id["a"].checks if c.item == "gloo rank"]
+    assert rank.status == "warn" and rank.message.endswith("(the link phase names 10.0.0.3 cccccccc)")
+
+
 def test_healthy_links_name_nobody():
     by_id = _nodes("a", "b", "c", "d")
     smoke_links.blame(_pairs(by_id), by_id, "gloo")
