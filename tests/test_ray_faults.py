@@ -39,7 +39,7 @@ class Fabric:
     def __init__(self) -> None:
         for tool in ("ip", "tc", "bridge"):
             if shutil.which(tool) is None:
-                pytest.skip(f"{tool} is not installed (apt-get install iproute2): no namespace fabric")
+                pytest.skip(f"{tool} is not installed (iproute2): no namespace fabric")
         self.switch = Netns()
         self.nodes = [Netns() for _ in NODES]
         sw = self.switch
