@@ -1,4 +1,9 @@
-"""--ray: one command on every node of a real local multi-node Ray cluster, one table of the answers."""
+"""--ray: one command on every node of a real local multi-node Ray cluster, one table of the answers.
+
+The cluster is Ray's in-process ``cluster_utils.Cluster`` (its nodes are this process's children, so it
+cannot run in a namespace of its own): it gets its own temp dir, so Ray's ``/tmp/ray/session_latest``
+is left as it was, and its own GCS port.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ import pytest
 from ascendfix.cli import main
 from ascendfix.cluster import fanout
 from ascendfix.cluster.fanout import NodeAnswer
+
+from tests.cluster import alive, free_ports, ray_temp_dir
 
 REPO = Path(__file__).resolve().parent.parent
 SHARD = "torch/distributed/_shard/sharding_spec/_internals.py"
@@ -38,14 +45,17 @@ def ray_cluster(tmp_path_factory, upstream_files):
     trees = {name: _tree(base / name, upstream_files) for name in ("head", "w0", DRIFTED_NODE)}
     shard = trees[DRIFTED_NODE] / SHARD
     shard.write_text(shard.read_text().replace("def _find_nd_overlapping_shards(", "def _find_it("))
-    small = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
+    temp = ray_temp_dir()  # not /tmp/ray: its session_latest is the one triage and the guide read
+    (temp / "ray").mkdir()
+    small = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "temp_dir": str(temp / "ray")}
 
     def env(name):
-        return {"PYTHONPATH": f"{REPO}{os.pathsep}{trees[name]}", "ASCENDFIX_TEST_NODE": name}
+        return {"PYTHONPATH": f"{REPO}{os.pathsep}{trees[name]}", "ASCENDFIX_TEST_NODE": name, "RAY_TMPDIR": str(temp)}
 
-    c = cluster_utils.Cluster(
-        initialize_head=True, head_node_args={**small, "include_dashboard": False, "env_vars": env("head")}
-    )
+    head = {**small, "include_dashboard": False, "env_vars": env("head"), "gcs_server_port": free_ports(1)[0]}
+    before = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = str(temp)  # where the cluster writes its address for ray.init("auto")
+    c = cluster_utils.Cluster(initialize_head=True, head_node_args=head)
     nodes = {"head": c.head_node}
     try:
         for name in ("w0", DRIFTED_NODE):
@@ -56,16 +66,13 @@ def ray_cluster(tmp_path_factory, upstream_files):
     finally:
         pids = [p.process.pid for node in nodes.values() for procs in node.all_processes.values() for p in procs]
         c.shutdown()
-        alive = [pid for pid in pids if _alive(pid)]
-        assert not alive, f"Ray processes still running after shutdown: {alive}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return not Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+        running = [pid for pid in pids if alive(pid)]
+        if before is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = before
+        shutil.rmtree(temp, ignore_errors=True)
+        assert not running, f"Ray processes still running after shutdown: {running}"
 
 
 def ascendfix(*args: str, **kw) -> subprocess.CompletedProcess:

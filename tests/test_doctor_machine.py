@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ascendfix.doctor import nic
 from ascendfix.profile import rl_plugin
 
 from tests import machine, upstream
@@ -67,8 +67,9 @@ class Machine:
 
 
 def _interface() -> str:
-    names = [name for _, name in socket.if_nameindex()]
-    return next((n for n in names if n != "lo"), names[0])
+    """An interface the job's NICs can use here: up, with an address (lo when it is the only one)."""
+    usable = [n.name for n in nic.interfaces() if n.up and n.addresses]
+    return next((n for n in usable if n != "lo"), "lo")
 
 
 def write_profile(path: Path, commits: dict[str, str], nofile: int) -> Path:

@@ -12,7 +12,7 @@ import sys
 import pytest
 from ascendfix import cli
 from ascendfix import site as sites
-from ascendfix.doctor import host, patches, pyenv
+from ascendfix.doctor import host, nic, patches, pyenv
 from ascendfix.doctor.context import Context
 from ascendfix.patching import engine
 from ascendfix.profile import manifest
@@ -109,7 +109,8 @@ def test_the_reinstall_names_the_version_the_dist_info_records(tmp_path):
 
 
 def test_a_per_site_nic_is_asked_for_not_guessed(monkeypatch):
-    monkeypatch.setattr(host, "_interfaces", lambda: {"lo", "eth0", "ib0"})
+    up = [nic.Interface(name, i, True, "up", (f"10.0.0.{i}",)) for i, name in enumerate(("lo", "eth0", "ib0"), 1)]
+    monkeypatch.setattr(nic, "interfaces", lambda: up)
     env = {var.name: var.value for var in PROFILE.devices["npu"].env if var.value is not None}
     result = host.check_env(Context(Site(PROFILE, "npu", environ=env), "test"))
     nic_lines = [line for line in result.fix.splitlines() if "SOCKET_IFNAME" in line]

@@ -6,12 +6,13 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 from ascendfix.job import report
+
+from tests.cluster import Netns, ray_temp_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,10 +44,23 @@ DRIVER = textwrap.dedent(
 def test_a_real_ray_job_is_parsed_live_and_from_the_session_logs(tmp_path, request):
     pytest.importorskip("ray")
     (tmp_path / "driver.py").write_text(DRIVER)
-    ray_dir = Path(tempfile.mkdtemp(prefix="afray-", dir="/tmp"))  # Ray's socket paths must stay under 107 bytes
+    ray_dir = ray_temp_dir()  # its own: Ray's socket paths must stay under 107 bytes
     request.addfinalizer(lambda: shutil.rmtree(ray_dir, ignore_errors=True))
+    netns = Netns()  # a private network namespace: nothing the job binds is the host's
+    request.addfinalizer(netns.close)
     proc = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "run", "--device", "cuda", "--no-preflight", "--log-dir", "logs"]
+        [
+            *netns.prefix,
+            sys.executable,
+            "-m",
+            "ascendfix",
+            "run",
+            "--device",
+            "cuda",
+            "--no-preflight",
+            "--log-dir",
+            "logs",
+        ]
         + ["--json-metrics", "m.jsonl", sys.executable, "driver.py", str(ray_dir)],
         cwd=tmp_path,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"},

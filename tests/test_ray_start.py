@@ -15,16 +15,9 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
-import resource
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -34,212 +27,36 @@ from ascendfix.cluster.wait import Arrival, NodeView
 from ascendfix.errors import UsageError
 from ascendfix.profile import manifest
 
-from tests.machine import npu_smi_table, write_executable
-from tests.test_cluster import _alive
+from tests.cluster import (
+    NEEDS_RAY,
+    NOFILE,
+    LocalCluster,
+    ascendfix,
+    fake_npu_smi,
+    free_ports,
+    private_netns,
+    team_profile,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = manifest.load_profile("verl-796871d")
 NODES = ("head", "w0", "w1")
 ODD = "w1"
-NOFILE = 4096  # the test profile's ulimit -n; nodes start at a soft limit of 1024 and ascendfix raises it
-
-
-def _team_profile(folder: Path) -> Path:
-    """A site profile extending the bundled one: a ulimit -n this machine's hard limit allows."""
-    path = folder / "site.toml"
-    path.write_text(f'extends = "verl-796871d"\nname = "site"\n[devices.npu]\nulimit_nofile = {NOFILE}\n')
-    return path
-
-
-def _fake_npu_smi(folder: Path, npus: int = 8) -> Path:
-    table = folder / "npu-smi.out"
-    table.write_text(npu_smi_table([("910B4-1", "OK", 3200, 65536)] * npus))
-    write_executable(folder / "bin" / "npu-smi", f'#!/bin/sh\n[ "$1" = info ] && cat "{table}"\n')
-    return folder / "bin"
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def _worker_ports(taken: set[int], count: int = 40) -> tuple[int, int]:
-    """A free range of worker ports below the kernel's ephemeral range (where the single free ports come
-    from, and where Ray picks its own), not overlapping another node's range."""
-    for base in random.Random().sample(range(21000, 32000 - count, count), 50):
-        ports = range(base, base + count)
-        if taken.isdisjoint(ports) and all(_bindable(p) for p in ports):
-            taken.update(ports)
-            return base, base + count - 1
-    raise AssertionError("no free range of worker ports")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("", port))
-        except OSError:
-            return False
-    return True
-
-
-def _ours(marker: str) -> list[int]:
-    """Pids of live processes whose environment carries this cluster's RAY_TMPDIR."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if marker.encode() in (proc / "environ").read_bytes().split(b"\0") and _alive(int(proc.name)):
-                pids.append(int(proc.name))
-        except (OSError, ProcessLookupError):
-            continue
-    return pids
-
-
-class LocalCluster:
-    """Nodes started with `ascendfix ray start ... --block` on this machine, all in one RAY_TMPDIR."""
-
-    def __init__(self, base: Path, profile: Path, bin_dir: Path, netns: list[str]):
-        self.tmp = Path(tempfile.mkdtemp(prefix="afr-", dir="/tmp"))  # short: Ray's socket paths must fit
-        self.netns = netns  # the command prefix that runs a process in the cluster's loopback-only namespace
-        self.profile, self.marker = profile, f"RAY_TMPDIR={self.tmp}"
-        self.env = {
-            **os.environ,
-            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-            "PYTHONPATH": str(REPO),
-            "RAY_TMPDIR": str(self.tmp),
-            "HCCL_SOCKET_IFNAME": "lo",
-            "GLOO_SOCKET_IFNAME": "lo",
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",  # `ray start` joins only with it on; the netns keeps lo
-            # a head finding ~/.ray/auth_token turns token auth on, and workers started without it cannot join
-            "RAY_AUTH_MODE": "disabled",
-        }
-        self.env.pop("RAY_ADDRESS", None)
-        self.env.pop("TASK_QUEUE_ENABLE", None)
-        self.gcs = _free_ports(1)[0]
-        self.address = f"127.0.0.1:{self.gcs}"
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.worker_ports: set[int] = set()
-        self.logs = base
-
-    def start(self, name: str, extra_env: dict[str, str] | None = None) -> None:
-        """Start one node: the head first, then workers joining it."""
-        ports = _free_ports(6)
-        low, high = _worker_ports(self.worker_ports)
-        role = ["--head", "--port", str(self.gcs), "--dashboard-host", "127.0.0.1", "--include-dashboard=false"]
-        if name != "head":
-            role = ["--address", self.address]
-        args = [
-            *role,
-            "--node-ip-address", "127.0.0.1",
-            "--num-cpus", "1",
-            "--object-store-memory", str(80 * 1024 * 1024),
-            "--resources", json.dumps({f"node_{name}": 1}),
-            "--node-manager-port", str(ports[0]),
-            "--object-manager-port", str(ports[1]),
-            "--dashboard-agent-listen-port", str(ports[2]),
-            "--metrics-export-port", str(ports[3]),
-            "--runtime-env-agent-port", str(ports[4]),
-            "--dashboard-port", str(ports[5]),
-            "--min-worker-port", str(low),
-            "--max-worker-port", str(high),
-            "--disable-usage-stats",
-            "--block",
-        ]  # fmt: skip
-        cmd = [sys.executable, "-m", "ascendfix", "ray", "start", "--profile", str(self.profile), "--no-preflight"]
-
-        def low_nofile() -> None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-
-        log = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - kept open for the node's life
-        self.procs[name] = subprocess.Popen(
-            [*self.netns, *cmd, "--device", "npu", *args],
-            env={**self.env, **(extra_env or {})},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=low_nofile,
-        )
-
-    def wait_for_head(self, seconds: float = 120) -> None:
-        """Until the head's `ray start` is done: it wrote the cluster's address and says it blocks."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.procs["head"].poll() is not None:
-                raise AssertionError((self.logs / "head.log").read_text())
-            if (self.tmp / "ray" / "ray_current_cluster").is_file():
-                return self.wait_started("head", deadline - time.monotonic())
-            time.sleep(0.5)
-        raise AssertionError("the head never wrote the cluster's address")
-
-    def wait_started(self, name: str, seconds: float = 120) -> None:
-        """Until the node's `ray start --block` says it started; its log when it died instead."""
-        log, deadline = self.logs / f"{name}.log", time.monotonic() + seconds
-        while "will now block forever" not in log.read_text():
-            if self.procs[name].poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"node {name} did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-
-    def stop(self) -> list[int]:
-        """SIGTERM each `ray start --block` (workers, then the head); kill by pid whatever is left; return it."""
-        for name in reversed(list(self.procs)):
-            proc = self.procs[name]
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        deadline = time.monotonic() + 20
-        while _ours(self.marker) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        left = _ours(self.marker)
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        return left
-
-
-NETNS: list[str] = []  # set by the local_cluster fixture: ip netns exec NAME
-
-
-def ascendfix(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    cmd = [*NETNS, sys.executable, "-m", "ascendfix", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
 
 
 @pytest.fixture(scope="module")
-def loopback_netns():
-    """A network namespace with only `lo`, up; removed afterwards."""
-    name = f"afr-{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot make a network namespace here: {made.stderr.strip()}")
-    try:
-        subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], check=True)
-        NETNS[:] = ["ip", "netns", "exec", name]
-        yield list(NETNS)
-    finally:
-        NETNS.clear()
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+def netns():
+    """A private network namespace with only `lo`, up."""
+    with private_netns() as ns:
+        yield ns
 
 
 @pytest.fixture(scope="module")
-def local_cluster(tmp_path_factory, loopback_netns):
+def local_cluster(tmp_path_factory, netns):
     """head, w0 and w1 (w1 exported TASK_QUEUE_ENABLE=1), each with 8 fake NPUs."""
-    pytest.importorskip("ray")
+    pytest.importorskip("ray", reason="ray is not installed: pip install 'ascendfix[ray]'")
     base = tmp_path_factory.mktemp("ray-start")
-    c = LocalCluster(base, _team_profile(base), _fake_npu_smi(base), loopback_netns)
+    c = LocalCluster(base, team_profile(base), fake_npu_smi(base), netns)
     try:
         c.start("head")
         c.wait_for_head()
@@ -260,7 +77,7 @@ def _node(report: dict, name: str) -> dict:
 def test_wait_names_the_node_started_with_another_value(local_cluster):
     c = local_cluster
     args = ["ray", "wait", "--profile", str(c.profile), "--device", "npu", "--nodes", "3", "--per-node", "8"]
-    result = ascendfix(*args, "--timeout", "240", "--json", env=c.env)
+    result = c.ascendfix(*args, "--timeout", "240", "--json")
     assert result.returncode == 1, result.stderr
     report = json.loads(result.stdout)
     assert report["ready"] and report["arrival"]["line"] == "3 of 3 nodes, 24 of 24 NPU"
@@ -279,7 +96,7 @@ def test_wait_names_the_node_started_with_another_value(local_cluster):
     ]
     assert not report["ok"]
 
-    shown = ascendfix(*args, "--timeout", "60", env=c.env)
+    shown = c.ascendfix(*args, "--timeout", "60")
     assert shown.returncode == 1
     row = next(line for line in shown.stdout.splitlines() if "TASK_QUEUE_ENABLE" in line)
     assert row.split() == [*odd.split(), "TASK_QUEUE_ENABLE", "1", "2", "differs"]
@@ -295,7 +112,7 @@ def test_wait_is_ready_when_every_node_sees_what_the_profile_sets(local_cluster,
     profile = tmp_path / "agreeing.toml"
     profile.write_text(bundled.replace("ulimit_nofile = 32768", f"ulimit_nofile = {NOFILE}", 1))
     args = ["ray", "wait", "--profile", str(profile), "--device", "npu", "--nodes", "3", "--timeout", "120"]
-    result = ascendfix(*args, env=c.env)
+    result = c.ascendfix(*args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith("ready: 3 of 3 nodes, 24 of 24 NPU, every node sees the same")
 
@@ -309,14 +126,14 @@ def test_wait_for_a_script_reads_its_size_and_times_out_saying_what_arrived(loca
         '    trainer.n_gpus_per_node=8 \\\n    trainer.nnodes="${NNODES}"\n'
     )
     args = ["ray", "wait", "--profile", str(c.profile), "--device", "npu", "--for", str(script), "--timeout", "2"]
-    result = ascendfix(*args, env=c.env)
+    result = c.ascendfix(*args)
     assert result.returncode == 1
     assert result.stdout.strip() == "not ready after 2 s: 3 of 4 nodes, 24 of 32 NPU"
-    as_json = json.loads(ascendfix(*args, "--json", env=c.env).stdout)
+    as_json = json.loads(c.ascendfix(*args, "--json").stdout)
     assert not as_json["ready"] and as_json["arrival"]["nodes_wanted"] == 4 and as_json["nodes"] == []
 
     script.write_text(script.read_text().replace("NNODES=4", "NNODES=3"))
-    ready = json.loads(ascendfix(*args[:-2], "--timeout", "120", "--json", env=c.env).stdout)
+    ready = json.loads(c.ascendfix(*args[:-2], "--timeout", "120", "--json").stdout)
     assert ready["ready"] and [d["item"] for d in ready["differences"]] == ["TASK_QUEUE_ENABLE"]
 
 
@@ -327,7 +144,7 @@ def test_run_refuses_a_job_bigger_than_the_cluster_or_on_disagreeing_nodes(local
     script.write_text(f"echo started > {tmp_path}/started.txt\n: trainer.nnodes=4 trainer.n_gpus_per_node=8\n")
     env = {**c.env, "RAY_ADDRESS": c.address}
     args = ["run", "--profile", str(c.profile), "--device", "npu", "--log-dir", str(tmp_path / "log"), str(script)]
-    result = ascendfix(*args, env=env)
+    result = c.ascendfix(*args, env=env)
     assert result.returncode == 1
     ray_problems = [line for line in result.stderr.splitlines() if line.startswith("problem (ray)")]
     odd = next(n for n in json.loads(_wait_json(c)) if f"node_{ODD}" in n["resources"])["node"]
@@ -340,13 +157,13 @@ def test_run_refuses_a_job_bigger_than_the_cluster_or_on_disagreeing_nodes(local
     assert not (tmp_path / "started.txt").exists()
 
     local = {**c.env}  # no RAY_ADDRESS: the local cluster, found through RAY_TMPDIR/ray/ray_current_cluster
-    result = ascendfix(*args, env=local)
+    result = c.ascendfix(*args, env=local)
     assert sum(line.startswith("problem (ray)") for line in result.stderr.splitlines()) == 2
 
 
 def _wait_json(c: LocalCluster) -> str:
     args = ["ray", "wait", "--profile", str(c.profile), "--device", "npu", "--nodes", "3", "--json"]
-    return json.dumps(json.loads(ascendfix(*args, "--timeout", "120", env=c.env).stdout)["nodes"])
+    return json.dumps(json.loads(c.ascendfix(*args, "--timeout", "120").stdout)["nodes"])
 
 
 # --- without a cluster ---------------------------------------------------------------------------
@@ -399,7 +216,7 @@ def test_without_npu_smi_the_profiles_count_is_registered_with_a_warning(tmp_pat
 
 
 def test_npu_smi_is_counted_as_doctor_parses_it(tmp_path):
-    bin_dir = _fake_npu_smi(tmp_path, npus=4)
+    bin_dir = fake_npu_smi(tmp_path, npus=4)
     assert raystart.count_npus({"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}) == (4, "")
     assert raystart.count_npus({"PATH": str(tmp_path)}) == (None, "npu-smi is not on PATH")
 
@@ -414,14 +231,15 @@ def test_npu_smi_is_counted_as_doctor_parses_it(tmp_path):
     ],
 )
 def test_bad_ray_start_options_are_one_line_and_exit_2(tmp_path, args, message):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{_fake_npu_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{fake_npu_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}"}
     result = ascendfix("ray", "start", "--device", "npu", "--no-preflight", *args, env=env)
     assert result.returncode == 2
     assert result.stderr.startswith(f"error: {message}") and len(result.stderr.strip().splitlines()) == 1
 
 
+@NEEDS_RAY
 def test_ray_start_refuses_when_doctor_fails_here_and_starts_nothing(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{_fake_npu_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{fake_npu_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}"}
     env["RAY_TMPDIR"] = str(tmp_path)  # npu-smi but no CANN: doctor's cann check fails
     result = ascendfix("ray", "start", "--device", "npu", "--head", "--block", env=env, timeout=120)
     assert result.returncode == 1
@@ -436,7 +254,11 @@ def test_ray_start_refuses_when_doctor_fails_here_and_starts_nothing(tmp_path):
         (["--nodes", "2", "--for", "x.sh"], "error: ray wait: give --nodes N [--per-node K], or --for SCRIPT"),
         ([], "error: ray wait: give --nodes N [--per-node K], or --for SCRIPT"),
         (["--for", "missing.sh"], "error: --for missing.sh: no such file"),
-        (["--nodes", "2", "--address", "127.0.0.1:1"], "error: --address 127.0.0.1:1: no Ray head answers there"),
+        pytest.param(
+            ["--nodes", "2", "--address", "127.0.0.1:1"],
+            "error: --address 127.0.0.1:1: no Ray head answers there",
+            marks=NEEDS_RAY,
+        ),
         (["--for", "empty.sh"], "error: --for empty.sh: sets no integer trainer.nnodes= (pass --nodes N --per-node K"),
     ],
 )
@@ -464,12 +286,12 @@ def test_without_ray_installed_ray_start_and_wait_say_how_and_exit_2():
 def test_no_reachable_cluster_skips_the_gate_without_importing_ray(tmp_path):
     stale = tmp_path / "stale"
     (stale / "ray").mkdir(parents=True)
-    (stale / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{_free_ports(1)[0]}\n")  # nothing listens
+    (stale / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{free_ports(1)[0]}\n")  # nothing listens
     code = (
         "import sys\nfrom ascendfix.cluster import wait as raywait\nfrom ascendfix.profile import manifest\n"
         "p = manifest.load_profile('verl-796871d')\n"
         f"for env in ({{'RAY_TMPDIR': {str(tmp_path / 'none')!r}}}, {{'RAY_TMPDIR': {str(stale)!r}}},"
-        f" {{'RAY_ADDRESS': '127.0.0.1:{_free_ports(1)[0]}'}}):\n"
+        f" {{'RAY_ADDRESS': '127.0.0.1:{free_ports(1)[0]}'}}):\n"
         "    assert raywait.job_problems(p, 'npu', {'trainer.nnodes': '99'}, env) is None\n"
         "print('ray' in sys.modules)\n"
     )
@@ -512,3 +334,15 @@ def test_the_arrival_line():
     assert now == Arrival(3, 4, 24.0, 32, "NPU", False) and now.line() == "3 of 4 nodes, 24 of 32 NPU"
     assert raywait.arrival([*nodes[:3], {"Alive": True, "Resources": {"NPU": 4.0}}], 4, 8, "NPU").ready is False
     assert raywait.arrival(nodes[:3], 3, 8, "NPU").ready
+
+
+def test_a_limit_every_node_has_too_low_is_a_shortfall_not_a_difference(capsys):
+    from ascendfix.cli.ray import _render_ray_wait
+
+    views = [_view(name, ulimit="1024") for name in "abcd"]
+    found = raywait.differences(views, PROFILE, "npu", 8)
+    assert {(d.item, d.value, d.others, d.why) for d in found} == {("ulimit -n", "1024", "32768", "below 32768")}
+    assert len(found) == 4
+    arrived = raywait.arrival([{"Alive": True, "Resources": {"NPU": 8.0}}] * 4, 4, 8, "NPU")
+    _render_ray_wait(raywait.WaitReport("auto", arrived, tuple(views), tuple(found)))
+    assert "not ready: 4 of 4 nodes, 32 of 32 NPU, 4 shortfall(s)" in capsys.readouterr().out

@@ -51,11 +51,11 @@ def ray_start(profile: str, device: str | None, no_preflight: bool, ray_args: tu
     from ascendfix.profile import jobenv
     from ascendfix.site import Site
 
-    raystart.require_ray()
     prof = manifest.load_profile(profile)
     device = require_device(device)
     settings = jobenv.resolve_env(prof, device, os.environ)  # a device the profile lacks is bad input
     plan = raystart.plan(prof, device, ray_args, os.environ)
+    raystart.require_ray()  # after the options: bad input is named first
     if not no_preflight:
         failures = preflight.doctor_failures(Site(prof, device)) or []
         for finding in failures:
@@ -105,7 +105,6 @@ def ray_wait(
     from ascendfix.cluster import wait as raywait
     from ascendfix.job import preflight
 
-    raystart.require_ray()
     if (nodes is None) == (script is None):
         raise UsageError("ray wait: give --nodes N [--per-node K], or --for SCRIPT")
     if script is not None and per_node is not None:
@@ -121,6 +120,7 @@ def ray_wait(
     if per_node is None:
         raise UsageError(f"--per-node: profile {prof.name} has no accelerators_per_node; pass --per-node K")
     unit = raystart.RESOURCE[device]
+    raystart.require_ray()  # after the options: bad input is named first
     live = err().is_terminal and not as_json
 
     def progress(now: raywait.Arrival) -> None:
@@ -162,7 +162,10 @@ def _render_ray_wait(report) -> None:
         for d in report.differences:
             diffs.add_row(escape(d.node), escape(d.item), escape(d.value), escape(d.others), escape(d.why))
         console.print(diffs)
-        console.print(f"[bold red]not ready:[/] {report.arrival.line()}, {len(report.differences)} difference(s)")
+        differ = sum(d.why == "differs" for d in report.differences)
+        lacks = len(report.differences) - differ
+        counts = [f"{lacks} shortfall(s)"] * bool(lacks) + [f"{differ} difference(s)"] * bool(differ)
+        console.print(f"[bold red]not ready:[/] {report.arrival.line()}, {', '.join(counts)}")
     else:
         console.print(f"[green]ready:[/] {report.arrival.line()}, every node sees the same")
 
@@ -180,8 +183,21 @@ def _render_ray_wait(report) -> None:
     show_default=True,
     help="gloo: the node checks and the CPU channel; device: the hccl (nccl) channel; all: both.",
 )
-@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True, metavar="SECONDS")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="The whole smoke's wall time (the device collective needs 150 s of it for HCCL to name a broken peer).",
+)
 @click.option("--size", "size_mb", type=click.FloatRange(min=0.001), default=64.0, show_default=True, metavar="MB")
+@click.option(
+    "--min-busbw",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="GBPS",
+    help="Fail a node whose hccl (nccl) all_reduce bus bandwidth is below GBPS GB/s.",
+)
 @json_option
 def ray_smoke(
     profile: str,
@@ -192,24 +208,30 @@ def ray_smoke(
     backend: str,
     timeout: float,
     size_mb: float,
+    min_busbw: float | None,
     as_json: bool,
 ) -> None:
-    """Check every node's NICs, then run real collectives across every node: a rank that fails is named.
+    """Check every node's NICs, then run real collectives across every node: a node that fails is named.
 
-    Per node: each *_SOCKET_IFNAME is up with an address and the route to the head leaves by it;
-    on npu, hccn_tool's port and IP of every NPU. Then gloo all_reduce, one rank per node, and
-    hccl (nccl) all_reduce and all_gather, one rank per NPU (GPU), checked and timed (bus
-    bandwidth as nccl-tests computes it). Each phase gives up after --timeout seconds.
+    Per node: the interface each *_SOCKET_IFNAME (or HCCL_IF_IP) selects is up with an address, and
+    the route to the head leaves by it; on npu, HCCL's ports are reserved, and hccn_tool's port, IP
+    and TLS switch of every NPU. With --for, the job's placement (one STRICT_PACK group per node, as
+    verl asks). Then gloo all_reduce, one rank per node, and hccl (nccl) all_reduce, all_gather,
+    reduce_scatter and all_to_all over three sizes, one rank per NPU (GPU), checked and timed (bus
+    bandwidth as nccl-tests computes it). The gloo channel, and the device one when it fails, stalls
+    or is below --min-busbw, is then tried pair by pair to name the node whose link is bad.
+    --timeout bounds it all.
     Exit 0 when every node and collective passed, 1 naming each node that did not.
     """
     from ascendfix.cluster import smoke as raysmoke
     from ascendfix.cluster import start as raystart
 
-    raystart.require_ray()
     prof = manifest.load_profile(profile)
     device = require_device(device)
     nodes, per_node = _job_size(prof, device, nodes, script)
-    report = raysmoke.smoke(prof, device, address, nodes, per_node, backend, timeout, size_mb)
+    raystart.require_ray()  # after the options: bad input is named first
+    place = per_node if script is not None else None
+    report = raysmoke.smoke(prof, device, address, nodes, per_node, backend, timeout, size_mb, place, min_busbw)
     return render(report, as_json, _render_ray_smoke, 0 if report.ok else 1)
 
 
@@ -228,24 +250,26 @@ def _job_size(prof, device: str, nodes: int | None, script: Path | None) -> tupl
     return raywait.job_size(preflight.scan_overrides([str(script)], os.environ), f"--for {script}")
 
 
+SMOKE_WIDTH = 100
+
+
 def _render_ray_smoke(report) -> None:
+    from rich.console import Console
     from rich.table import Table
 
     console = out() if out().is_terminal else wide()
+    narrow = Console(width=min(console.width, SMOKE_WIDTH), highlight=False)  # the tables fit 100 columns
     marks = {Status.OK: "[green]ok[/]", Status.WARN: "[yellow]warn[/]", Status.FAIL: "[red]fail[/]"}
-    table = Table("node", "host", "item", "value", "", "detail", box=None, title="Ray nodes", title_justify="left")
     for node in report.nodes:
-        for i, c in enumerate(node.checks):
-            first = i == 0
-            table.add_row(
-                escape(node.label) if first else "",
-                escape(node.hostname) if first else "",
-                escape(c.item),
-                escape(c.value),
-                marks.get(c.status, escape(c.status)),
-                escape(c.message),
-            )
-    console.print(table)
+        table = Table(box=None, show_header=False, title_justify="left", pad_edge=False)
+        table.title = f"[bold]{escape(node.label)}[/] {escape(node.hostname)}"
+        table.add_column("status", no_wrap=True)
+        table.add_column("item", no_wrap=True, max_width=28)
+        table.add_column("value", max_width=24, overflow="fold")
+        table.add_column("detail", overflow="fold")
+        for c in node.checks:
+            table.add_row(marks.get(c.status, escape(c.status)), escape(c.item), escape(c.value), escape(c.message))
+        narrow.print(table)
     if report.collectives:
         done = Table("backend", "op", "bytes", "", "busbw GB/s", "slowest node", box=None, title_justify="left")
         done.title = "Collectives"
@@ -253,7 +277,7 @@ def _render_ray_smoke(report) -> None:
             bw = "-" if c.busbw_gbps is None else f"{c.busbw_gbps:.2f}"
             mark = marks[Status.OK if c.ok else Status.FAIL]
             done.add_row(c.backend, c.op, str(c.bytes), mark, bw, escape(c.slowest or "-"))
-        console.print(done)
+        narrow.print(done)
     problems = report.problems
     for p in problems:
         if p.node_id:

@@ -1,452 +1,61 @@
-"""``ascendfix ray smoke``: one real collective across every node of the Ray cluster, before the job.
+"""``ascendfix ray smoke``, the driver: real collectives across every node of the Ray cluster, before the job.
 
-First a Ray task pinned to each node checks what the job's collectives will bind to there
-(:func:`node_checks`): each ``*_SOCKET_IFNAME`` the profile names must select an interface
-that is up and has an address, the route to the head should leave by it, and on npu, where
-``hccn_tool`` exists, every NPU's network port must be up and have an IP. Then real
-``torch.distributed`` collectives run in Ray actors that inherit each node's environment,
-as the job's workers do: gloo ``all_reduce`` with one rank per node (the channel of verl's
-CPU barrier), and hccl (npu) or nccl (cuda) ``all_reduce`` and ``all_gather`` with one rank
-per accelerator, each checked for the right result and timed for nccl-tests' bus bandwidth.
-Every phase has a timeout: a rank that fails says why, one that hangs is named by where it
-hangs. torch is imported only inside the actors, ray only inside :func:`smoke`; nothing here
-prints.
+Within one wall-time bound (``--timeout``), in phases that each take a share of what is left:
+1. a Ray task pinned to each node checks what the job's collectives will bind to there
+   (:mod:`smoke_node`); the NPUs' TLS switches are compared across nodes;
+2. with ``--for SCRIPT``, the job's placement: one STRICT_PACK placement group of
+   ``n_gpus_per_node`` × ``{"CPU": 1, "<NPU|GPU>": 1}`` per node, as verl asks
+   (``single_controller/ray/base.py:110-117``); a node where none lands is named with what is free there;
+3. gloo ``all_reduce`` with one rank per node (the channel of verl's CPU barrier), then the link
+   phase (:mod:`smoke_links`) pair by pair, which names the node a bad link belongs to;
+4. hccl (npu) or nccl (cuda) ``all_reduce``, ``all_gather``, ``reduce_scatter`` and ``all_to_all``
+   (the MoE job's traffic) over a size sweep, one rank per accelerator (:mod:`smoke_rank`), HCCL's
+   timeouts set below the phase's bound so HCCL names the broken peer before the smoke gives up;
+   when it fails, stalls, or its bus bandwidth is below ``--min-busbw``, the link phase over it.
+A rank that fails says why, one that hangs is named by where it hangs. ray is imported only inside
+:func:`smoke`; nothing here prints.
 """
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
-import ipaddress
-import os
 import re
-import shutil
-import socket
-import struct
-import subprocess
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Mapping
 
-from ascendfix.cluster import fanout
+from ascendfix.cluster import fanout, smoke_links
 from ascendfix.cluster import wait as raywait
+from ascendfix.cluster.smoke_node import node_checks
+from ascendfix.cluster.smoke_rank import Rank
+from ascendfix.cluster.smoke_report import CONTROL, FAIL, OK, WARN, Check, Collective, Node, SmokeReport, busbw_gbps
 from ascendfix.cluster.start import RESOURCE
 from ascendfix.errors import UsageError
 from ascendfix.profile.records import Profile
 
-BACKENDS = ("gloo", "device", "all")
 DEVICE_BACKEND = {"npu": "hccl", "cuda": "nccl"}
+DEVICE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
-OK, WARN, FAIL = "ok", "warn", "fail"
-GRACE_S = 30.0  # on top of --timeout: an actor's start and its `import torch`
-ITERATIONS = 5
-IFF_UP = 0x1
-SIOCGIFADDR = 0x8915
-HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-# --- the report --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Check:
-    """One thing checked on one node: ``status`` ok, warn or fail."""
-
-    item: str
-    value: str
-    status: str
-    message: str = ""
-
-    def __post_init__(self) -> None:  # values come from nodes, tools and exceptions: no control characters
-        for name in ("item", "value", "message"):
-            object.__setattr__(self, name, _CONTROL.sub("?", getattr(self, name)))
-
-
-@dataclass
-class Node:
-    """A node of the cluster and what was checked there (its collectives' outcomes included)."""
-
-    node_id: str
-    ip: str
-    hostname: str = ""
-    checks: list[Check] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """No check failed here."""
-        return all(c.status != FAIL for c in self.checks)
-
-    @property
-    def label(self) -> str:
-        """The node's address and the start of its Ray node id (as ``ray wait`` names it)."""
-        return fanout.node_label(self.ip, self.node_id)
-
-
-@dataclass(frozen=True)
-class Collective:
-    """One collective over the cluster: its result, its bus bandwidth (GB/s) and its slowest node."""
-
-    backend: str
-    op: str
-    bytes: int
-    ok: bool
-    busbw_gbps: float | None = None
-    slowest: str = ""  # the slowest node's label
-
-
-@dataclass(frozen=True)
-class Problem:
-    """A failed check or rank, naming its node (empty for the cluster as a whole)."""
-
-    node_id: str
-    ip: str
-    hostname: str
-    item: str
-    value: str
-    message: str
-
-
-@dataclass
-class SmokeReport:
-    """The outcome of ``ray smoke``."""
-
-    address: str
-    nodes: list[Node] = field(default_factory=list)
-    collectives: list[Collective] = field(default_factory=list)
-    cluster_problems: list[str] = field(default_factory=list)  # not one node's: too few nodes
-
-    @property
-    def problems(self) -> list[Problem]:
-        """Every failure: the cluster's, then each node's failed checks."""
-        found = [Problem("", "", "", "cluster", "", message) for message in self.cluster_problems]
-        for n in self.nodes:
-            found.extend(
-                Problem(n.node_id, n.ip, n.hostname, c.item, c.value, c.message) for c in n.checks if c.status == FAIL
-            )
-        return found
-
-    @property
-    def ok(self) -> bool:
-        """Every node passed and every collective gave the right result."""
-        return not self.problems and all(c.ok for c in self.collectives)
-
-    def to_json(self) -> dict:
-        """Plain data: ``{"address", "nodes", "collectives", "problems"}``."""
-        return {
-            "address": self.address,
-            "nodes": [
-                {
-                    "node_id": n.node_id,
-                    "ip": n.ip,
-                    "hostname": n.hostname,
-                    "checks": [vars(c) for c in n.checks],
-                    "ok": n.ok,
-                }
-                for n in self.nodes
-            ],
-            "collectives": [
-                {
-                    "backend": c.backend,
-                    "op": c.op,
-                    "bytes": c.bytes,
-                    "ok": c.ok,
-                    "busbw_gbps": c.busbw_gbps,
-                    "slowest": c.slowest,
-                }
-                for c in self.collectives
-            ],
-            "problems": [vars(p) for p in self.problems],
-        }
-
-
-# --- bandwidth ---------------------------------------------------------------------------------
-
-
-def busbw_gbps(op: str, nbytes: int, seconds: float, ranks: int) -> float:
-    """nccl-tests' bus bandwidth in GB/s: algbw × 2(n−1)/n for all_reduce, × (n−1)/n for all_gather.
-
-    ``nbytes`` is the buffer all_reduce reduces, or the whole output all_gather fills.
-    """
-    if seconds <= 0 or ranks < 1:
-        return 0.0
-    factor = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": (ranks - 1) / ranks}[op]
-    return nbytes / seconds / 1e9 * factor
-
-
-# --- per-node checks (run on the node) ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Interface:
-    """What the kernel says about one network interface."""
-
-    name: str
-    exists: bool
-    up: bool = False
-    operstate: str = ""
-    addresses: tuple[str, ...] = ()
-
-
-def interface(name: str, sys_net: Path = Path("/sys/class/net"), inet6: Path = Path("/proc/net/if_inet6")) -> Interface:
-    """``name``'s state from sysfs (administratively up and operstate up, or unknown as lo's is) and addresses."""
-    base = sys_net / name
-    if "/" in name or name in ("", ".", "..") or not base.is_dir():
-        return Interface(name, False)
-    operstate = _read(base / "operstate") or "unknown"
-    try:
-        flags = int(_read(base / "flags") or "0", 16)
-    except ValueError:
-        flags = 0
-    up = bool(flags & IFF_UP) and operstate in ("up", "unknown")
-    try:
-        v6 = ipv6_addresses(inet6.read_text(), name)
-    except OSError:
-        v6 = []
-    v4 = ipv4_address(name)
-    return Interface(name, True, up, operstate, tuple(([v4] if v4 else []) + v6))
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""
-
-
-def ipv4_address(name: str) -> str:
-    """The interface's IPv4 address (the SIOCGIFADDR ioctl), or "" when it has none."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
-        except OSError:
-            return ""
-    return socket.inet_ntoa(packed[20:24])
-
-
-def ipv6_addresses(if_inet6: str, name: str) -> list[str]:
-    """The IPv6 addresses ``/proc/net/if_inet6`` lists for ``name`` (link-local ones left out)."""
-    found = []
-    for line in if_inet6.splitlines():
-        fields = line.split()
-        if len(fields) == 6 and fields[5] == name and len(fields[0]) == 32:
-            address = ipaddress.IPv6Address(bytes.fromhex(fields[0]))
-            if not address.is_link_local:
-                found.append(str(address))
-    return found
-
-
-def route_device(ip_route_get: str) -> str:
-    """The ``dev`` that ``ip route get HEAD`` names, or ""."""
-    match = re.search(r"\bdev\s+(\S+)", ip_route_get)
-    return match.group(1) if match else ""
-
-
-def parse_hccn_link(text: str) -> str:
-    """``hccn_tool -i N -link -g``'s state (``link status: UP`` gives ``UP``), or "" when it says none."""
-    match = re.search(r"link\s+status\s*:\s*(\w+)", text, re.IGNORECASE)
-    return match.group(1).upper() if match else ""
-
-
-def parse_hccn_ip(text: str) -> dict[str, str]:
-    """``hccn_tool -i N -ip -g``'s ``ipaddr:A`` and ``netmask:M`` lines as a dict."""
-    found = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip().lower() in ("ipaddr", "netmask") and value.strip():
-            found[key.strip().lower()] = value.strip()
-    return found
-
-
-def interface_check(var: str, value: str | None, route_dev: str, sys_net: Path = Path("/sys/class/net")) -> list[Check]:
-    """``var`` selects interfaces that are up with an address; a warning when the route to the head avoids them."""
-    from ascendfix.doctor.host import selected_interfaces
-
-    if not value:
-        return [Check(var, "(unset)", FAIL, f"{var} is unset on this node: export it before `ascendfix ray start`")]
-    present = sorted(p.name for p in sys_net.iterdir()) if sys_net.is_dir() else []
-    names = [v.strip() for v in value.split(",") if v.strip()]
-    if var != GLOO_IFNAME:  # HCCL/NCCL read prefixes and =exact; gloo takes exact names
-        names = selected_interfaces(value, present) or names
-    checks, bad = [], []
-    for name in names:
-        nic = interface(name, sys_net)
-        if not nic.exists:
-            bad.append(f"{name} does not exist (this node has: {', '.join(present)})")
-        elif not nic.up or not nic.addresses:
-            state = "up" if nic.up else f"down (operstate {nic.operstate})"
-            bad.append(f"{name} is {state}" + ("" if nic.addresses else " and has no address"))
-    if bad:
-        checks.append(Check(var, value, FAIL, f"{var}={value}: " + "; ".join(bad)))
-    else:
-        shown = ", ".join(f"{n} {' '.join(interface(n, sys_net).addresses)}" for n in names)
-        checks.append(Check(var, value, OK, f"{shown} up"))
-        if route_dev and route_dev not in names:
-            why = f"the route to the head leaves by {route_dev}, not by {var}={value}"
-            checks.append(Check(f"{var} route", route_dev, WARN, why))
-    return checks
-
-
-def hccn_checks(count: int, tool: str | None = None, timeout: float = 10.0) -> list[Check]:
-    """Each NPU's network port (``hccn_tool -i N -link -g``) up and with an IP (``-ip -g``); none without the tool."""
-    tool = tool or shutil.which("hccn_tool") or (HCCN_TOOL if os.access(HCCN_TOOL, os.X_OK) else None)
-    if tool is None:
-        return [Check("hccn_tool", "not found", OK, "hccn_tool is not on PATH: the NPU ports were not checked")]
-    checks, up = [], []
-    for npu in range(count):
-        item = f"npu {npu} port"
-        try:
-            link = _run([tool, "-i", str(npu), "-link", "-g"], timeout)
-            ip = parse_hccn_ip(_run([tool, "-i", str(npu), "-ip", "-g"], timeout))
-        except (OSError, subprocess.SubprocessError) as e:
-            checks.append(Check(item, "error", FAIL, f"hccn_tool -i {npu}: {e}"))
-            continue
-        state = parse_hccn_link(link)
-        if state != "UP":
-            said = state or (link.strip().splitlines() or ["no output"])[-1][:200]
-            checks.append(Check(item, said, FAIL, f"hccn_tool -i {npu} -link -g: {said} (the port must be UP)"))
-        elif "ipaddr" not in ip:
-            checks.append(Check(item, "no ip", FAIL, f"hccn_tool -i {npu} -ip -g: no ipaddr configured"))
-        else:
-            up.append(f"{npu}={ip['ipaddr']}")
-    if up:  # one row for the ports that are fine
-        checks.insert(0, Check("npu ports", f"{len(up)} of {count} UP", OK, " ".join(up)))
-    return checks
-
-
-def _run(argv: list[str], timeout: float) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    return done.stdout + done.stderr
-
-
-def node_checks(variables: Sequence[str], head_ip: str, device: str, npus: int) -> list[dict]:
-    """What the Ray task on a node checks: each interface variable, its route to the head, the NPU ports."""
-    try:
-        route = subprocess.run(["ip", "route", "get", head_ip], capture_output=True, text=True, timeout=10)
-        route_dev = route_device(route.stdout)
-    except (OSError, subprocess.SubprocessError):
-        route_dev = ""
-    checks = []
-    for var in variables:
-        checks.extend(interface_check(var, os.environ.get(var), route_dev))
-    if device == "npu":
-        checks.extend(hccn_checks(npus))
-    return [vars(c) for c in checks]
-
-
-# --- the collectives (run in the actors) -------------------------------------------------------
-
-
-class Rank:
-    """One rank of the smoke's collectives: a Ray actor (two threads, so ``where`` answers while it works)."""
-
-    def __init__(self) -> None:
-        self.phase = "starting"
-
-    def where(self) -> str:
-        """The step this rank is in (asked when it does not answer in time)."""
-        return self.phase
-
-    def rendezvous(self) -> tuple[str, int]:
-        """Rank 0's side: this node's IP and a port free here, for the others to meet at."""
-        import ray
-
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
-
-    def run(self, spec: dict) -> dict:
-        """Join the process group, run each op, check its result, time it: ``{"ops": {op: ...}}`` or ``{"error"}``."""
-        try:
-            return self._run(spec)
-        except Exception as e:  # the rank's own failure is its answer, with the step it failed in
-            return {"error": f"{self.phase}: {type(e).__name__}: {_first_line(e)}"}
-
-    def _run(self, spec: dict) -> dict:
-        from datetime import timedelta
-
-        backend, rank, world = spec["backend"], spec["rank"], spec["world"]
-        self.phase = "import torch"
-        try:
-            import torch
-            import torch.distributed as dist
-        except ImportError as e:
-            return {"error": f"torch is not importable on this node ({e}): the job needs it"}
-        device = "cpu"
-        if backend == "hccl":
-            self.phase = "import torch_npu"
-            try:
-                import torch_npu  # noqa: F401 - registers the npu device and hccl
-            except ImportError as e:
-                return {"error": f"torch_npu is not importable on this node ({e}): the job needs it"}
-            torch.npu.set_device(0)
-            device = "npu:0"
-        elif backend == "nccl":
-            if not torch.cuda.is_available():
-                return {"error": "torch sees no CUDA device on this node (torch.cuda.is_available() is False)"}
-            torch.cuda.set_device(0)
-            device = "cuda:0"
-        timeout = timedelta(seconds=spec["timeout"])
-        self.phase = f"init_process_group({backend}) at {spec['addr']}:{spec['port']}"
-        dist.init_process_group(
-            backend, init_method=f"tcp://{spec['addr']}:{spec['port']}", rank=rank, world_size=world, timeout=timeout
-        )
-        try:
-            if backend == "gloo":
-                self.phase = "monitored_barrier"
-                dist.monitored_barrier(timeout=timeout, wait_all_ranks=True)
-            return {"ops": {op: self._op(torch, dist, op, spec, device) for op in spec["ops"]}}
-        finally:
-            dist.destroy_process_group()
-
-    def _op(self, torch, dist, op: str, spec: dict, device: str) -> dict:
-        rank, world = spec["rank"], spec["world"]
-        self.phase = op
-
-        def sync() -> None:
-            if device.startswith("npu"):
-                torch.npu.synchronize()
-            elif device.startswith("cuda"):
-                torch.cuda.synchronize()
-
-        if op == "all_reduce":
-            count = max(spec["bytes"] // 4, 1)
-            probe = torch.full((count,), float(rank + 1), dtype=torch.float32, device=device)
-            dist.all_reduce(probe)
-            good = bool(torch.all(probe == world * (world + 1) / 2).item())
-            buffer = torch.zeros(count, dtype=torch.float32, device=device)
-
-            def once() -> None:
-                dist.all_reduce(buffer)
-        else:
-            chunk = max(spec["bytes"] // 4 // world, 1)
-            count = chunk * world
-            mine = torch.full((chunk,), float(rank), dtype=torch.float32, device=device)
-            gathered = torch.empty(count, dtype=torch.float32, device=device)
-            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
-            gather(gathered, mine)
-            want = torch.arange(world, dtype=torch.float32, device=device).repeat_interleave(chunk)
-            good = bool(torch.equal(gathered, want))
-
-            def once() -> None:
-                gather(gathered, mine)
-
-        sync()
-        start = time.perf_counter()
-        for _ in range(ITERATIONS):
-            once()
-        sync()
-        seconds = (time.perf_counter() - start) / ITERATIONS
-        return {"ok": good, "seconds": seconds, "bytes": count * 4}
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [""])[0][:300]
-
-
-# --- the driver ---------------------------------------------------------------------------------
+DEFAULT_TIMEOUT = 300.0  # leaves the device collective HCCL_EXPLAINS_S after the node checks and gloo
+HCCL_CONNECT_TIMEOUT = 120  # CANN's floor and default
+HCCL_EXPLAINS_S = 150.0  # HCCL names a broken peer (EI0006, EI0015) HCCL_CONNECT_TIMEOUT + 20 s in
+GLOO_SHARE = 0.25  # of what is left, when the device phase follows
+GBIT = 1e9 / 8  # bytes per second in one Gb/s
+
+
+class Budget:
+    """The smoke's one wall-time bound, shared out phase by phase."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        """Seconds left (never below 1, so a late phase still fails by itself rather than crashing)."""
+        return max(self.end - time.monotonic(), 1.0)
+
+    def share(self, fraction: float, most: float | None = None) -> float:
+        """``fraction`` of what is left, at most ``most`` seconds."""
+        part = self.left() * fraction
+        return min(part, most) if most is not None else part
 
 
 def _gather(ray, refs: Mapping, timeout: float) -> dict:
@@ -456,13 +65,22 @@ def _gather(ray, refs: Mapping, timeout: float) -> dict:
     results = {}
     for ref, key in by_ref.items():
         if ref not in ready:
-            results[key] = {"error": f"no answer within {timeout:g} s", "stuck": True}
+            results[key] = {"error": f"no answer within {timeout:.0f} s", "stuck": True}
             continue
         try:
             results[key] = ray.get(ref)
         except Exception as e:  # a task or actor that died on its node is that node's row
             results[key] = {"error": f"died on this node: {type(e).__name__}: {_first_line(e)}"}
     return results
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:300]
+
+
+def sizes(nbytes: int) -> list[int]:
+    """The device phase's size sweep: ``nbytes``/64, /8 and itself."""
+    return sorted({max(nbytes // 64, 1024), max(nbytes // 8, 1024), nbytes})
 
 
 def smoke(
@@ -472,92 +90,257 @@ def smoke(
     nodes_wanted: int,
     per_node: int | None,
     backend: str = "all",
-    timeout: float = 120.0,
+    timeout: float = DEFAULT_TIMEOUT,
     size_mb: float = 64.0,
+    place: int | None = None,
+    min_busbw: float | None = None,
 ) -> SmokeReport:
-    """Check every alive node of the cluster at ``address``, then run the collectives ``backend`` picks."""
+    """Check every alive node of the cluster at ``address``, then run the collectives ``backend`` picks, all
+    within ``timeout`` seconds; ``place`` bundles per node reserve the job's placement first (``--for``);
+    a node whose device bus bandwidth is below ``min_busbw`` GB/s fails."""
     ray = fanout.import_ray()
     raywait.connect(ray, address)
     try:
-        return _smoke(ray, profile, device, address, nodes_wanted, per_node, backend, timeout, size_mb)
+        job = _Job(ray, profile, device, Budget(timeout), int(size_mb * 2**20))
+        return job.run(address, nodes_wanted, per_node, backend, place, min_busbw)
     finally:
         ray.shutdown()
 
 
-def _smoke(ray, profile, device, address, nodes_wanted, per_node, backend, timeout, size_mb) -> SmokeReport:
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+class _Job:
+    """One smoke run on the driver: the cluster's nodes, the bound, and the phases."""
 
-    unit = RESOURCE[device]
-    alive = sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: (n["NodeManagerAddress"], n["NodeID"]))
-    report = SmokeReport(address or "auto")
-    report.nodes = [
-        Node(n["NodeID"], n["NodeManagerAddress"], _CONTROL.sub("?", n.get("NodeManagerHostname", ""))) for n in alive
-    ]
-    by_id = {n.node_id: n for n in report.nodes}
-    if len(alive) < nodes_wanted:
-        report.cluster_problems.append(f"{len(alive)} of {nodes_wanted} nodes are alive (ascendfix ray wait)")
-    accelerators = {n["NodeID"]: int(n.get("Resources", {}).get(unit, 0)) for n in alive}
+    def __init__(self, ray, profile: Profile, device: str, budget: Budget, nbytes: int) -> None:
+        self.ray, self.profile, self.device, self.budget, self.nbytes = ray, profile, device, budget, nbytes
+        self.unit = RESOURCE[device]
 
-    def on(node_id: str) -> NodeAffinitySchedulingStrategy:
+    def on(self, node_id: str):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         return NodeAffinitySchedulingStrategy(node_id, soft=False)
 
-    head_ip = ray.get_runtime_context().gcs_address.rpartition(":")[0]
-    variables = [v.name for v in profile.devices[device].env if v.check == "interface"]
-    if backend != "device" and GLOO_IFNAME not in variables:
-        variables.insert(0, GLOO_IFNAME)
-    task = ray.remote(num_cpus=0, max_retries=0)(node_checks)
-    refs = {
-        nid: task.options(scheduling_strategy=on(nid)).remote(variables, head_ip, device, accelerators[nid])
-        for nid in by_id
-    }
-    for nid, answer in _gather(ray, refs, timeout).items():
-        if isinstance(answer, dict):
-            by_id[nid].checks.append(Check("checks", "no answer", FAIL, answer["error"]))
-        else:
-            by_id[nid].checks.extend(Check(**c) for c in answer)
-    actor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)(Rank)
-    nbytes = int(size_mb * 2**20)
-    if backend in ("gloo", "all"):
-        ranks = [(nid, actor.options(scheduling_strategy=on(nid)).remote()) for nid in by_id]
-        report.collectives += _collective(ray, ranks, "gloo", ["all_reduce"], nbytes, timeout, by_id)
-    if backend in ("device", "all"):
-        wanted = per_node or 0
-        for nid, have in accelerators.items():
+    def run(self, address, nodes_wanted, per_node, backend, place, min_busbw) -> SmokeReport:
+        ray = self.ray
+        alive = sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: (n["NodeManagerAddress"], n["NodeID"]))
+        report = SmokeReport(address or "auto")
+        hostname = CONTROL.sub  # hostnames come from the nodes: no control characters
+        report.nodes = [
+            Node(n["NodeID"], n["NodeManagerAddress"], hostname("?", n.get("NodeManagerHostname", ""))) for n in alive
+        ]
+        self.by_id = {n.node_id: n for n in report.nodes}
+        if len(alive) < nodes_wanted:
+            report.cluster_problems.append(f"{len(alive)} of {nodes_wanted} nodes are alive (ascendfix ray wait)")
+        self.accelerators = {n["NodeID"]: int(n.get("Resources", {}).get(self.unit, 0)) for n in alive}
+        self.mtu = self._node_checks(backend)
+        if place:
+            self._place(place)
+        self.actor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)(Rank)
+        phases = (["gloo"] if backend in ("gloo", "all") else []) + (["device"] if backend in ("device", "all") else [])
+        for i, phase in enumerate(phases):
+            bound = self.budget.left() * (GLOO_SHARE if i < len(phases) - 1 else 1.0)
+            if phase == "gloo":
+                report.collectives += self._gloo(bound)
+            else:
+                report.collectives += self._device(bound, per_node or 0, min_busbw, report)
+        return report
+
+    def _node_checks(self, backend: str) -> int:
+        """Each node's checks; the TLS switches compared; the smallest MTU of the interfaces the ranks use."""
+        ray, by_id = self.ray, self.by_id
+        head_ip = ray.get_runtime_context().gcs_address.rpartition(":")[0]
+        variables = [v.name for v in self.profile.devices[self.device].env if v.check == "interface"]
+        if backend != "device" and GLOO_IFNAME not in variables:
+            variables.insert(0, GLOO_IFNAME)
+        task = ray.remote(num_cpus=0, max_retries=0)(node_checks)
+        refs = {
+            nid: task.options(scheduling_strategy=self.on(nid)).remote(variables, head_ip, self.device, have)
+            for nid, have in self.accelerators.items()
+        }
+        tls, mtus = {}, []
+        for nid, answer in _gather(ray, refs, self.budget.share(0.25, 60.0)).items():
+            if "error" in answer:
+                by_id[nid].checks.append(Check("checks", "no answer", FAIL, answer["error"]))
+                continue
+            by_id[nid].checks.extend(Check(**c) for c in answer["checks"])
+            tls[nid] = answer["tls"]
+            mtus += [answer["mtu"]] if answer["mtu"] else []
+        _compare_tls(tls, by_id)
+        return min(mtus, default=1500)
+
+    def _place(self, count: int) -> None:
+        """verl's placement: one STRICT_PACK group of ``count`` × {CPU: 1, unit: 1} per node, all at once."""
+        from ray.util import placement_group_table
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        ray, by_id, bundle = self.ray, self.by_id, {"CPU": 1, self.unit: 1}
+        bound = self.budget.share(0.2, 60.0)
+        groups = [placement_group([dict(bundle) for _ in range(count)], strategy="STRICT_PACK") for _ in by_id]
+        try:
+            ready, _ = ray.wait([g.ready() for g in groups], num_returns=len(groups), timeout=bound)
+            placed = {}
+            for g in groups:
+                nodes = set(placement_group_table(g).get("bundles_to_node_id", {}).values())
+                if len(nodes) == 1:
+                    placed[nodes.pop()] = g
+            free = _free_resources(ray)
+        finally:
+            for g in groups:
+                remove_placement_group(g)
+        shape = f"{count} × {{CPU: 1, {self.unit}: 1}}"
+        for nid, node in by_id.items():
+            here = free.get(nid, {})
+            left = f"CPU {here.get('CPU', 0):g}, {self.unit} {here.get(self.unit, 0):g}"
+            if nid in placed:
+                node.checks.append(Check("placement", shape, OK, f"verl's STRICT_PACK group of {shape} fits here"))
+            else:
+                why = (
+                    f"verl's STRICT_PACK group of {shape} (one per node) could not be placed here within "
+                    f"{bound:.0f} s: free here {left} (the job would hang in pg.ready())"
+                )
+                node.checks.append(Check("placement", f"free {left}", FAIL, why))
+
+    def _ranks(self, nodes: list[tuple[str, int]], env: dict[str, str]) -> list:
+        """One rank actor per ``(node, local rank)``; with ``env`` (a device rank), it and ``RAY_LOCAL_RANK`` in
+        its runtime_env, holding one accelerator."""
+        place: dict = {}
+        if env:  # a device rank holds one accelerator, as the job's workers do
+            place = {"resources": {"NPU": 1}} if self.unit == "NPU" else {"num_gpus": 1}
+
+        def options(local: int) -> dict:
+            return {"runtime_env": {"env_vars": {**env, "RAY_LOCAL_RANK": str(local)}}, **place} if env else {}
+
+        return [
+            (nid, self.actor.options(scheduling_strategy=self.on(nid), **options(local)).remote())
+            for nid, local in nodes
+        ]
+
+    def _gloo(self, bound: float) -> list[Collective]:
+        start = time.monotonic()
+        ranks = self._ranks([(nid, 0) for nid in self.by_id], {})
+        ops = [("all_reduce", self.nbytes)]
+        results, stuck = _collective(self.ray, ranks, "gloo", ops, bound / 2, self.by_id)
+        pool = {nid: a for i, (nid, a) in enumerate(ranks) if i not in stuck}
+        for i in stuck:
+            self.ray.kill(ranks[i][1])
+        if len(self.by_id) > 1:
+            self._links("gloo", pool, {}, bound - (time.monotonic() - start))
+        for a in pool.values():
+            self.ray.kill(a)
+        return results
+
+    def _device(self, bound: float, wanted: int, min_busbw: float | None, report: SmokeReport) -> list[Collective]:
+        by_id, unit, channel = self.by_id, self.unit, DEVICE_BACKEND[self.device]
+        for nid, have in self.accelerators.items():
             if have < wanted:
                 why = f"{have} {unit} registered, the job wants {wanted}"
                 by_id[nid].checks.append(Check(unit, str(have), FAIL, why))
-        place = {"resources": {"NPU": 1}} if unit == "NPU" else {"num_gpus": 1}
-        ranks = [
-            (nid, actor.options(scheduling_strategy=on(nid), **place).remote())
-            for nid, have in accelerators.items()
-            for _ in range(have)
-        ]
+        start = time.monotonic()
+        collective = min(max(HCCL_EXPLAINS_S, bound * 0.6), bound - 10) if bound > 20 else bound / 2
+        env = device_env(collective)
+        ranks = self._ranks([(nid, i) for nid, have in self.accelerators.items() for i in range(have)], env)
         if not ranks:
-            channel = DEVICE_BACKEND[device]
             report.cluster_problems.append(f"no node has a {unit} registered: the {channel} channel cannot run")
-        else:
-            ops = ["all_reduce", "all_gather"]
-            report.collectives += _collective(ray, ranks, DEVICE_BACKEND[device], ops, nbytes, timeout, by_id)
-    return report
-
-
-def _collective(ray, ranks: list, backend: str, ops: list[str], nbytes: int, timeout: float, by_id: dict) -> list:
-    """Run ``ops`` over ``ranks`` [(node id, actor)]; each failing rank becomes a failed check on its node."""
-    world = len(ranks)
-    try:
-        rendezvous = _gather(ray, {"r": ranks[0][1].rendezvous.remote()}, timeout + GRACE_S)["r"]
-        if isinstance(rendezvous, dict):
-            by_id[ranks[0][0]].checks.append(Check(f"{backend} rendezvous", "no answer", FAIL, rendezvous["error"]))
-            return [Collective(backend, op, nbytes, False) for op in ops]
-        addr, port = rendezvous
-        base = {"backend": backend, "world": world, "addr": addr, "port": port, "ops": ops, "bytes": nbytes}
-        refs = {i: a.run.remote({**base, "rank": i, "timeout": timeout}) for i, (_, a) in enumerate(ranks)}
-        answers = _gather(ray, refs, timeout * (1 + len(ops)) + GRACE_S)
-        stuck = {i: ranks[i][1].where.remote() for i, a in answers.items() if a.get("stuck")}
-        where = _gather(ray, stuck, 5.0)
-    finally:
+            return []
+        ops = [(op, size) for op in DEVICE_OPS for size in sizes(self.nbytes)]
+        results, _ = _collective(self.ray, ranks, channel, ops, collective, by_id)
         for _, a in ranks:
-            ray.kill(a)
+            self.ray.kill(a)
+        slow = min_busbw is not None and _below_floor(by_id, channel, min_busbw)
+        if len({nid for nid, _ in ranks}) > 1 and (slow or not all(c.ok for c in results)):
+            first = {nid: 0 for nid, _ in ranks}
+            pool = dict(self._ranks(list(first.items()), env))
+            self._links(channel, pool, env, bound - (time.monotonic() - start))
+            for a in pool.values():
+                self.ray.kill(a)
+        return results
+
+    def _links(self, backend: str, pool: dict, env: dict[str, str], bound: float) -> None:
+        """The pairwise link phase over ``backend``: a message larger than the smallest MTU, each way."""
+
+        def make(nid: str):
+            return self._ranks([(nid, 0)], env)[0][1]
+
+        nbytes = max(self.nbytes, 4 * self.mtu)
+        results = smoke_links.run_pairs(self.ray, pool, make, self.by_id, backend, nbytes, max(bound, 1.0), _gather)
+        smoke_links.blame(results, self.by_id, backend)
+        named = [n.label for n in self.by_id.values() if _failed(n, f"{backend} link")]
+        if not named:
+            return
+        for node in self.by_id.values():  # the collective failed everywhere because of the link the pairs named
+            if not _failed(node, f"{backend} link") and _failed(node, f"{backend} rank"):
+                node.checks = [
+                    Check(c.item, "waited", WARN, f"{c.message} (the link phase names {', '.join(named)})")
+                    if c.item == f"{backend} rank" and c.status == FAIL
+                    else c
+                    for c in node.checks
+                ]
+
+
+def device_env(bound: float) -> dict[str, str]:
+    """What the device ranks' runtime_env sets, in place of the job's 3600 s: HCCL's connect timeout at its
+    floor (it names the broken peer 120 + 20 s later) and its exec timeout below the collective's ``bound``."""
+    exec_timeout = max(int(bound) - 20, int(bound * 0.8), 1)
+    return {"HCCL_CONNECT_TIMEOUT": str(HCCL_CONNECT_TIMEOUT), "HCCL_EXEC_TIMEOUT": str(exec_timeout)}
+
+
+def _failed(node: Node, item: str) -> bool:
+    return any(c.item == item and c.status == FAIL for c in node.checks)
+
+
+def _compare_tls(tls: Mapping[str, Mapping[str, str]], by_id: Mapping[str, Node]) -> None:
+    """A node whose NPUs' TLS switch differs from the other nodes' (HCCL's links need the same on both ends)."""
+    values = {nid: ",".join(sorted(set(t.values()))) for nid, t in tls.items() if t}
+    if len(set(values.values())) < 2:
+        return
+    common = max(set(values.values()), key=list(values.values()).count)
+    for nid, value in values.items():
+        if value != common:
+            why = f"hccn_tool -tls -g: TLS switch {value} here, {common} on the other nodes (they must match)"
+            by_id[nid].checks.append(Check("npu tls", value, FAIL, why))
+
+
+def _free_resources(ray) -> dict[str, dict[str, float]]:
+    """What is free on each node now ({} when this Ray cannot say)."""
+    try:
+        from ray._private.state import available_resources_per_node
+
+        return available_resources_per_node()
+    except (ImportError, AttributeError, Exception):  # a private API: absent or changed in another Ray
+        return {}
+
+
+def _below_floor(by_id: Mapping[str, Node], channel: str, floor: float) -> bool:
+    """Fail each node whose all_reduce bus bandwidth is below ``floor`` GB/s; whether any was."""
+    found = False
+    for node in by_id.values():
+        for c in list(node.checks):
+            if c.item.startswith(f"{channel} all_reduce") and c.item.endswith("busbw") and c.status == OK:
+                speed = float(c.value.split()[0])
+                if speed < floor:
+                    why = f"{c.item} {c.value} is below the floor of {floor:g} GB/s (--min-busbw)"
+                    node.checks.append(Check(f"{channel} busbw", c.value, FAIL, why))
+                    found = True
+    return found
+
+
+_CONSEQUENCE = re.compile(r"time[ds]? ?out|connection (was likely )?closed|closed by peer|reset by peer", re.I)
+
+
+def _collective(ray, ranks: list, backend: str, ops: list, bound: float, by_id: dict) -> tuple[list, set[int]]:
+    """Run ``ops`` [(op, bytes)] over ``ranks`` [(node id, actor)] within ``bound`` seconds; each failing rank
+    becomes a failed check on its node. The collectives, and the ranks that did not answer."""
+    end, world = time.monotonic() + bound, len(ranks)
+    rendezvous = _gather(ray, {"r": ranks[0][1].rendezvous.remote()}, bound / 2)["r"]
+    if isinstance(rendezvous, dict):
+        by_id[ranks[0][0]].checks.append(Check(f"{backend} rendezvous", "no answer", FAIL, rendezvous["error"]))
+        return [Collective(backend, op, nbytes, False) for op, nbytes in ops], {0}
+    addr, port = rendezvous
+    left = max(end - time.monotonic(), 1.0)
+    base = {"backend": backend, "world": world, "addr": addr, "port": port, "ops": ops, "timeout": left * 0.6}
+    refs = {i: a.run.remote({**base, "rank": i}) for i, (_, a) in enumerate(ranks)}
+    answers = _gather(ray, refs, left)
+    stuck = {i for i, a in answers.items() if a.get("stuck")}
+    where = _gather(ray, {i: ranks[i][1].where.remote() for i in stuck}, 5.0)
     per_node: dict[str, list[int]] = {}
     for i, (nid, _) in enumerate(ranks):
         per_node.setdefault(nid, []).append(i)
@@ -569,31 +352,32 @@ def _collective(ray, ranks: list, backend: str, ops: list[str], nbytes: int, tim
             continue
         shown = f"rank {errors[0]}: {failed[errors[0]]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
         if own and not set(errors) & set(own):  # only waited for ranks that failed on their own
-            others = ", ".join(str(i) for i in own)
-            why = f"waited for rank(s) {others}, which failed: {shown}"
+            why = f"waited for rank(s) {', '.join(str(i) for i in own)}, which failed: {shown}"
             by_id[nid].checks.append(Check(f"{backend} rank", "waited", WARN, why))
         else:
             by_id[nid].checks.append(Check(f"{backend} rank", "failed", FAIL, shown))
+    if failed:
+        return [Collective(backend, op, nbytes, False) for op, nbytes in ops], stuck
+    largest = {op: max(n for o, n in ops if o == op) for op, _ in ops}
     results = []
-    for op in ops:
-        if failed:
-            results.append(Collective(backend, op, nbytes, False))
-            continue
+    for k, (op, nbytes) in enumerate(ops):
         seconds: dict[str, float] = {}
         for nid, indices in per_node.items():
-            wrong = [i for i in indices if not answers[i]["ops"][op]["ok"]]
+            wrong = [i for i in indices if not answers[i]["results"][k]["ok"]]
             if wrong:
-                why = f"rank {wrong[0]}: the result is not the sum (all_reduce) or the ranks' values (all_gather)"
+                why = f"rank {wrong[0]}: {op} of {nbytes} bytes gave a wrong result"
                 by_id[nid].checks.append(Check(f"{backend} {op}", "wrong result", FAIL, why))
-            seconds[nid] = max(answers[i]["ops"][op]["seconds"] for i in indices)
-        size = answers[0]["ops"][op]["bytes"]
-        for nid, s in seconds.items():
-            by_id[nid].checks.append(Check(f"{backend} {op} busbw", f"{busbw_gbps(op, size, s, world):.2f} GB/s", OK))
+            seconds[nid] = max(answers[i]["results"][k]["seconds"] for i in indices)
+        size = answers[0]["results"][k]["bytes"]
+        if nbytes == largest[op]:
+            for nid, s in seconds.items():
+                shown = f"{busbw_gbps(op, size, s, world):.2f} GB/s"
+                by_id[nid].checks.append(Check(f"{backend} {op} busbw", shown, OK))
         slowest = max(seconds, key=seconds.__getitem__)
         bw = round(busbw_gbps(op, size, seconds[slowest], world), 3)
-        good = all(answers[i]["ops"][op]["ok"] for i in answers)
+        good = all(answers[i]["results"][k]["ok"] for i in answers)
         results.append(Collective(backend, op, size, good, bw, by_id[slowest].label))
-    return results
+    return results, stuck
 
 
 def _stuck(answer: dict, where: object) -> str:
@@ -603,9 +387,6 @@ def _stuck(answer: dict, where: object) -> str:
     if isinstance(where, str):
         return f" (stuck in {where})"
     return " (its actor did not start: is the NPU/GPU it needs taken by another job?)"
-
-
-_CONSEQUENCE = re.compile(r"time[ds]? ?out|connection (was likely )?closed|closed by peer|reset by peer", re.I)
 
 
 def _waited(answer: dict) -> bool:
@@ -618,12 +399,16 @@ def _waited(answer: dict) -> bool:
 
 
 def job_problems(
-    profile: Profile, device: str, overrides: Mapping[str, str], environ: Mapping[str, str], timeout: float = 120.0
+    profile: Profile,
+    device: str,
+    overrides: Mapping[str, str],
+    environ: Mapping[str, str],
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> list[str]:
     """``run --smoke``: what ``ray smoke`` finds wrong with the reachable cluster, one line each.
 
-    The job's ``trainer.nnodes`` and ``trainer.n_gpus_per_node`` when it sets them; a problem when
-    ray is missing or no cluster is reachable (the smoke was asked for).
+    The job's ``trainer.nnodes`` and ``trainer.n_gpus_per_node`` when it sets them (and then its
+    placement too); a problem when ray is missing or no cluster is reachable (the smoke was asked for).
     """
     if importlib.util.find_spec("ray") is None:
         return [f"--smoke: {fanout.INSTALL_HINT}"]
@@ -632,10 +417,11 @@ def job_problems(
         return ["--smoke: no Ray cluster is reachable (set RAY_ADDRESS, or start one with ascendfix ray start)"]
     try:
         nodes, per_node = raywait.job_size(overrides, "the job")
+        place: int | None = per_node
     except UsageError:
-        nodes, per_node = 1, profile.device(device).accelerators_per_node
+        nodes, per_node, place = 1, profile.device(device).accelerators_per_node, None
     try:
-        report = smoke(profile, device, address, nodes, per_node, "all", timeout)
+        report = smoke(profile, device, address, nodes, per_node, "all", timeout, place=place)
     except UsageError as e:
         return [f"--smoke: {e}"]
     return [

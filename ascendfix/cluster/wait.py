@@ -251,9 +251,10 @@ def _compare(
     common = Counter(values.values()).most_common(1)[0][0] if values else ""
     for node, value in values.items():
         others = sorted({v for n, v in values.items() if n != node})
-        why = lacking(value) or ("differs" if value != common else "")
-        if why:
-            into.append(Difference(node, item, value, ", ".join(others) or wanted, why))
+        short = lacking(value)
+        why = short or ("differs" if value != common else "")
+        if why:  # a value too low is shown against what is wanted, one that differs against the others'
+            into.append(Difference(node, item, value, (wanted if short else "") or ", ".join(others) or wanted, why))
 
 
 def differences(views: Sequence[NodeView], profile: Profile, device: str, per_node: int) -> list[Difference]:

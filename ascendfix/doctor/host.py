@@ -5,11 +5,11 @@ from __future__ import annotations
 import resource
 import shlex
 import shutil
-import socket
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from ascendfix.doctor import nic
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
 from ascendfix.profile import rules
@@ -85,50 +85,17 @@ def check_cuda(ctx: Context) -> Finding:
     return ok(f"{len(rows)} GPU(s): {rows[0][1]}, driver {rows[0][2]}", *lines)
 
 
-def _interfaces() -> set[str]:
-    try:
-        return {name for _, name in socket.if_nameindex()}
-    except OSError:
-        return set()
-
-
-def _suggested_interface(interfaces: set[str]) -> str:
-    """The interface a fix should name: an Ethernet/InfiniBand one when there is one, never lo."""
-    ranked = sorted(interfaces - {"lo"}, key=lambda name: (not name.startswith(("eth", "en", "ib")), name))
-    return ranked[0] if ranked else "IFACE"
-
-
-def _site_specific_export(name: str, is_interface: bool, interfaces: set[str]) -> str:
-    """The fix for a value the profile leaves to each site: the site's own, never a guessed one."""
-    if not is_interface:
-        return f"export {name}=VALUE  # this site's value"
-    has = ", ".join(sorted(interfaces - {"lo"})) or "none but lo"
-    return f"export {name}=SITE_NIC  # the NIC this site's nodes reach each other on (this host has: {has})"
-
-
-def selected_interfaces(value: str, interfaces: set[str] | list[str]) -> list[str]:
-    """The interfaces an ``*_SOCKET_IFNAME`` value selects (``eth0``, ``eth`` as a prefix, ``=eth0``, ``a,b``)."""
-    selected: dict[str, None] = {}
-    for item in filter(None, (v.strip() for v in value.split(","))):
-        if item.startswith("^"):
-            continue  # an exclusion selects nothing by itself
-        if item.startswith("="):
-            selected.update(dict.fromkeys(name for name in interfaces if name == item[1:]))
-        else:
-            selected.update(dict.fromkeys(sorted(n for n in interfaces if n == item or n.startswith(item))))
-    return list(selected)
-
-
-def _names_interface(value: str, interfaces: set[str]) -> bool:
-    """Whether an ``*_SOCKET_IFNAME`` value selects an interface here."""
-    return bool(selected_interfaces(value, interfaces))
+def _nic_fix(var: str, nics: list[nic.Interface]) -> str:
+    """The export a fix suggests for a per-site NIC variable: the site's own NIC, never a guessed one, with this
+    node's usable interfaces (up, with an address) to choose from."""
+    usable = ", ".join(n.name for n in nics if n.up and n.addresses and n.name != "lo") or "none but lo"
+    return f"export {var}=SITE_NIC  # the NIC this site's nodes reach each other on (this host has: {usable})"
 
 
 def check_env(ctx: Context) -> Finding:
     """The profile's environment variables, ``ulimit -n``, and free space for checkpoints."""
     device = ctx.profile.devices[ctx.device]
-    interfaces = _interfaces()
-    nic = _suggested_interface(interfaces)
+    nics = nic.interfaces()
     bad, good, exports, whys = [], [], [], []
     for var in device.env:
         value = ctx.environ.get(var.name)
@@ -146,15 +113,25 @@ def check_env(ctx: Context) -> Finding:
             bad.append(f"{var.name} is {now}; the profile sets {var.value!r}")
             whys.append(why)
             exports.append(f"export {var.name}={shlex.quote(var.value)}")
+        elif var.check == "interface":
+            verdict = nic.select(var.name, ctx.environ, nics)
+            if verdict is None or not verdict.ok:
+                bad.append(verdict.message if verdict else f"{var.name} is unset; it is site-specific")
+                whys.append(why)
+                exports.append(_nic_fix(var.name, nics))
+            else:
+                good.append(verdict.message)
         elif var.value is None and not value:
             bad.append(f"{var.name} is unset; it is site-specific")
             whys.append(why)
-            exports.append(_site_specific_export(var.name, var.check == "interface", interfaces))
-        elif var.check == "interface" and not _names_interface(value, interfaces):
-            bad.append(f"{var.name}={value} names no interface of this host (it has: {', '.join(sorted(interfaces))})")
-            exports.append(f"export {var.name}={nic}")
+            exports.append(f"export {var.name}=VALUE  # this site's value")
         else:
             good.append(f"{var.name}={value}")
+    warned, advice = [], []
+    ports = nic.port_warning(ctx.environ) if ctx.device == "npu" else None  # HCCL's listen ports
+    if ports:
+        warned.append(ports[0])
+        advice.append(ports[1])
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     limits = []
     if device.ulimit_nofile and soft != resource.RLIM_INFINITY and soft < device.ulimit_nofile:
@@ -164,13 +141,12 @@ def check_env(ctx: Context) -> Finding:
         good.append(f"ulimit -n {'unlimited' if soft == resource.RLIM_INFINITY else soft}")
     free_gb = shutil.disk_usage(ctx.cwd).free / 1e9
     space = f"{free_gb:.0f} GB free in {ctx.cwd} (verl writes checkpoints/ under the working directory)"
-    warned, disk = [], []
     if free_gb < CHECKPOINT_FREE_GB:
         warned.append(f"only {space}; one bf16 copy of the weights needs ~470 GB")
-        disk.append(f"run the job with trainer.default_local_dir=DIR on a disk with {CHECKPOINT_FREE_GB} GB free")
+        advice.append(f"run the job with trainer.default_local_dir=DIR on a disk with {CHECKPOINT_FREE_GB} GB free")
     else:
         good.append(space)
-    fix = "\n".join(exports + limits + disk)
+    fix = "\n".join(exports + limits + advice)
     if bad:
         head = f"{len(bad)} problem(s) with the environment the job inherits"
         return fail(head, *bad, *warned, *good, fix=fix, details=whys)

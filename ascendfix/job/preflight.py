@@ -196,6 +196,8 @@ def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full:
     if failures is None:
         result.hints.append(Finding("doctor", "doctor not run before a long job", fix=site.command("doctor")))
     result.problems.extend(failures or ())
+    for message in nic_problems(profile, device, site.job_env) if full else ():
+        result.problems.append(Finding("env", message))
     states = patch_states(site)
     wanted = profile.device(device).patches
     names, pairs = rules.modules(profile.rules), rules.markers(profile.rules)
@@ -262,6 +264,15 @@ def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full:
             result.hints.append(Finding("overrides", f"consider {hint.override}{where}", " ".join(hint.why.split())))
     result.hints.extend(Finding("overrides", m) for m in batch_size_hints(overrides))
     return result
+
+
+def nic_problems(profile: Profile, device: str, env: Mapping[str, str]) -> list[str]:
+    """Each NIC variable the job sets (``*_SOCKET_IFNAME``, ``HCCL_IF_IP``) whose selection is unusable here."""
+    from ascendfix.doctor import nic
+
+    here = nic.interfaces()
+    verdicts = [nic.select(v.name, env, here) for v in profile.device(device).env if v.check == "interface"]
+    return [v.message for v in verdicts if v is not None and not v.ok]
 
 
 CHECKPOINT_PATH = "dist_checkpointing_path"
