@@ -129,10 +129,10 @@ def _names(folder: Path) -> list[str]:
         return []
 
 
-def check_save(given: Path, model=None, config_given: bool = False, quick: bool = False):
-    """``ckpt check``: the checkpoint ``given`` stands for (:func:`locate`), checked; the HF config beside
-    the save is read for ``model`` when none was given. Returns the Report (its ``checkpoint``: the folder
-    checked)."""
+def check_save(given: Path, model=None, config_given: bool = False, quick: bool = False, prove: bool = False):
+    """``ckpt check``: the checkpoint ``given`` stands for (:func:`locate`), checked (``prove``: its bytes too);
+    the HF config beside the save is read for ``model`` when none was given. Returns the Report (its
+    ``checkpoint``: the folder checked)."""
     from ascendfix.checkpoint import check, megatron, safetensors
     from ascendfix.checkpoint.report import Report
 
@@ -141,7 +141,10 @@ def check_save(given: Path, model=None, config_given: bool = False, quick: bool 
         return Report(str(found.folder), 0, 0, 0, 0, found.problems)
     if model is None and not config_given and found.config is not None and found.kind == "dcp":
         model = megatron.read_config(found.config)
-    report = safetensors.check(found.folder) if found.kind == "mbridge" else check.check(found.folder, model, quick)
+    if found.kind == "mbridge":
+        report = safetensors.check(found.folder)
+    else:
+        report = check.check(found.folder, model, quick, prove)
     problems = found.problems + report.problems
     if found.via and report.problems:
         detail = f"{found.via}, a save that is not complete: verl would resume from it and fail"

@@ -24,9 +24,17 @@ def ckpt_group() -> None:
     metavar="HF_CONFIG_JSON",
     help="The HF model's config.json: check its layer and expert counts against the tensors.",
 )
+@click.option(
+    "--bytes",
+    "prove",
+    is_flag=True,
+    help="Prove every byte too: each record's zip, its data.pkl's dtype and size, and torch's CRC-32s.",
+)
 @ray_options("Check")
 @json_option
-def check_command(folder: Path, config: Path | None, ray_address: str | None, ray_timeout: float, as_json: bool):
+def check_command(
+    folder: Path, config: Path | None, prove: bool, ray_address: str | None, ray_timeout: float, as_json: bool
+):
     """Check the DCP checkpoint in FOLDER: .metadata (never run), every tensor's chunks, every file, size and
     record frame.
 
@@ -43,7 +51,7 @@ def check_command(folder: Path, config: Path | None, ray_address: str | None, ra
     if ray_address is not None:
         _on_cluster(folder, config, None if ray_address == "auto" else ray_address, ray_timeout, as_json)
         return
-    report = verl.check_save(folder, model, config_given=config is not None)
+    report = verl.check_save(folder, model, config_given=config is not None, prove=prove)
     render(report, as_json, _render_report)
     if not report.ok:
         sys.exit(1)
@@ -57,7 +65,10 @@ def _render_report(report) -> None:
     counts = f"{report.tensors:,} tensors, {report.chunks:,} chunks, {report.files:,} files, {_size(report.bytes)}"
     name = clean(report.checkpoint)
     if report.ok:
-        proof = "" if report.proven_bytes is not None else " (each record's zip frame read; its bytes not proven)"
+        if report.proven_bytes is None:
+            proof = " (each record's zip frame read; its bytes not proven: --bytes proves them)"
+        else:
+            proof = f", {_size(report.proven_bytes)} proven against torch's CRC-32s"
         click.echo(f"{click.style('✓', fg='green')} {name}: {counts}, complete{proof}")
     else:
         click.echo(f"{click.style('✗', fg='red', bold=True)} {name}: {counts}: {len(report.problems)} problem(s)")
