@@ -13,6 +13,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -592,7 +593,9 @@ def test_a_symlinked_metadata_or_common_pt_is_not_followed(tmp_path):
 def two_ray_nodes():
     """A head and a worker on this machine, bound to loopback, each with this checkout on PYTHONPATH."""
     cluster_utils = pytest.importorskip("ray.cluster_utils")
+    temp = tempfile.mkdtemp(prefix="ckray")  # the cluster's own session folder (short: it holds sockets)
     small = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "env_vars": {"PYTHONPATH": str(REPO)}}
+    small["temp_dir"] = temp
     c = cluster_utils.Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
     try:
         worker = c.add_node(**small)
@@ -601,6 +604,7 @@ def two_ray_nodes():
         yield c
     finally:
         c.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.mark.slow
@@ -614,6 +618,48 @@ def test_every_node_of_a_real_ray_cluster_checks_the_checkpoint(two_ray_nodes, d
     assert len(report["nodes"]) == 2
     assert {n["result"]["chunks"] for n in report["nodes"]} == {8}
     assert len({n["view"] for n in report["nodes"]}) == 1
+
+
+@pytest.mark.slow
+def test_every_node_of_a_real_ray_cluster_proves_its_share_of_a_verl_save(two_ray_nodes, dcp, tmp_path):
+    top = tmp_path / "checkpoints"  # verl's default_local_dir around the save; both nodes see it (shared)
+    actor = top / "global_step_5" / "actor"
+    actor.mkdir(parents=True)
+    shutil.move(str(dcp), actor / "dist_ckpt")
+    (top / "latest_checkpointed_iteration.txt").write_text("5")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "ascendfix", "ckpt", "check", str(top), "--bytes", "--ray", two_ray_nodes.address]
+    done = subprocess.run([*argv, "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["checkpoint"] == str(actor / "dist_ckpt")
+    assert report["proven_bytes"] == _record_sizes(actor / "dist_ckpt")  # every record once, by one node
+    assert sum(n["result"]["proven_bytes"] for n in report["nodes"]) == report["proven_bytes"]
+
+    path, start, length, _ = _entry(actor / "dist_ckpt", "w", "__1_0.distcp")
+    at, _ = _record_bytes(path, start, length)
+    blob = bytearray(path.read_bytes())
+    blob[at] ^= 0x01  # whichever node proves this file must name it
+    path.write_bytes(bytes(blob))
+    done = subprocess.run([*argv, "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]
+    found = [p for n in json.loads(done.stdout)["nodes"] for p in n["result"]["problems"]]
+    assert [(p["kind"], p["file"]) for p in found] == [
+        ("incomplete-save", "latest_checkpointed_iteration.txt"),
+        ("crc-mismatch", "__1_0.distcp"),
+    ]
+
+
+def test_each_copy_is_proven_once_and_a_shared_file_by_one_node():
+    seen = {
+        "n1": {"a.distcp": "10:1:5:5", "b.distcp": "10:2:5:5", "c.distcp": "10:3:5:5"},
+        "n2": {"a.distcp": "10:1:5:5", "b.distcp": "10:2:5:5", "c.distcp": "10:9:5:7"},  # c: its own copy
+    }
+    chosen = views.shares(seen)
+    assert sorted(chosen) == ["n1", "n2"]
+    assert sorted(chosen["n1"] + chosen["n2"]) == ["a.distcp", "b.distcp", "c.distcp", "c.distcp"]
+    assert "c.distcp" in chosen["n1"] and "c.distcp" in chosen["n2"]
+    assert views.shares(seen) == chosen  # stable
 
 
 def _entry(folder: Path, fqn: str, file: str = ""):

@@ -28,9 +28,16 @@ DATA_SUFFIX = ".distcp"
 _SHOWN = 3
 
 
-def check(folder: Path, model: ModelShape | None = None, quick: bool = False, prove: bool = False) -> Report:
+def check(
+    folder: Path,
+    model: ModelShape | None = None,
+    quick: bool = False,
+    prove: bool = False,
+    share: frozenset[str] | None = None,
+) -> Report:
     """Check the checkpoint in ``folder``; ``model``: the HF config's layer and expert counts, to check too;
-    ``prove``: every record's bytes too (``--bytes``, :mod:`ascendfix.checkpoint.proof`).
+    ``prove``: every record's bytes too (``--bytes``, :mod:`ascendfix.checkpoint.proof`), or only those of
+    the data files in ``share`` when it is given (``--ray``: this node's share).
 
     The check runs in a bounded child (:mod:`ascendfix.checkpoint.bounded`): a pickle that kills its
     reader is that file's ``unreadable`` problem. Raises UsageError when ``folder`` is not a folder;
@@ -45,7 +52,7 @@ def check(folder: Path, model: ModelShape | None = None, quick: bool = False, pr
     memory = _MEMORY_BASE + _MEMORY_PER_BYTE * min(size, pickles.MAX_PICKLE_BYTES)
     try:
         return Report.from_json(
-            bounded.run(lambda: _check(folder, model, quick, prove).to_json(), memory, layout.METADATA)
+            bounded.run(lambda: _check(folder, model, quick, prove, share).to_json(), memory, layout.METADATA)
         )
     except bounded.Died as e:
         return Report(str(folder), 0, 0, 0, 0, [Problem("unreadable", "file", e.subject, e.detail)])
@@ -57,7 +64,7 @@ _MEMORY_BASE = 2 << 30  # the check's own memory, beyond what the metadata's rec
 _MEMORY_PER_BYTE = 64  # a .metadata's records in memory, per byte of its pickle (about 20 measured)
 
 
-def _check(folder: Path, model: ModelShape | None, quick: bool, prove: bool) -> Report:
+def _check(folder: Path, model: ModelShape | None, quick: bool, prove: bool, share: frozenset | None) -> Report:
     with pickles.no_collection():
         names = _names(folder)
         problems = leftovers.partial_copies(names)
@@ -79,7 +86,7 @@ def _check(folder: Path, model: ModelShape | None, quick: bool, prove: bool) -> 
         bounded.note(None)
         tensor_problems, readable = _tensors(metadata, with_geometry=not quick)
         records = _expected(metadata) if prove else None
-        file_problems, files, size, proven, unproven = _files(folder, metadata.entries, records)
+        file_problems, files, size, proven, unproven = _files(folder, metadata.entries, records, share)
         problems += tensor_problems + file_problems
         if model is not None:
             problems += megatron.config_problems(readable, model)
@@ -165,11 +172,14 @@ def _stored_once(name: str, chunks: list, offsets: list) -> list[Problem]:
     return problems
 
 
-def _files(folder: Path, entries: layout.Entries, expected: list | None) -> tuple[list[Problem], int, int, int, list]:
+def _files(
+    folder: Path, entries: layout.Entries, expected: list | None, share: frozenset | None = None
+) -> tuple[list[Problem], int, int, int, list]:
     """Each entry's file: inside the folder, a plain file, long enough; no shared bytes; no stray data file;
     each entry's zip frame there (:mod:`ascendfix.checkpoint.frames`), and with ``expected`` (each entry's
-    chunk) its bytes proven; the files read in parallel. Returns the problems, the file count, their bytes,
-    the bytes proven and the warnings of records saved without CRC-32s."""
+    chunk) its bytes proven (of the files in ``share`` only, when given); the files read in parallel.
+    Returns the problems, the file count, their bytes, the bytes proven and the warnings of records saved
+    without CRC-32s."""
     by_file: dict[str, list[tuple[int, int]]] = {}  # file -> its entries, as runs (first index, count)
     at = 0
     for path, run in groupby(entries.paths):  # a rank's entries come together: one run per file, mostly
@@ -178,7 +188,14 @@ def _files(folder: Path, entries: layout.Entries, expected: list | None) -> tupl
         at += count
     paths = sorted(by_file)
     with ThreadPoolExecutor(min(_READERS, max(1, len(paths)))) as pool:  # reads release the GIL
-        found = list(pool.map(lambda path: _file(folder, path, by_file[path], entries, expected), paths))
+        found = list(
+            pool.map(
+                lambda path: _file(
+                    folder, path, by_file[path], entries, expected if share is None or path in share else None
+                ),
+                paths,
+            )
+        )
     problems = [p for f in found for p in f.problems]
     total = sum(f.size for f in found)
     proven = sum(f.proven for f in found)

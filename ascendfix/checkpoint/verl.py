@@ -129,8 +129,11 @@ def _names(folder: Path) -> list[str]:
         return []
 
 
-def check_save(given: Path, model=None, config_given: bool = False, quick: bool = False, prove: bool = False):
-    """``ckpt check``: the checkpoint ``given`` stands for (:func:`locate`), checked (``prove``: its bytes too);
+def check_save(
+    given: Path, model=None, config_given: bool = False, quick: bool = False, prove: bool = False, share=None
+):
+    """``ckpt check``: the checkpoint ``given`` stands for (:func:`locate`), checked (``prove``: its bytes too,
+    those of the data files in ``share`` only when it is given);
     the HF config beside the save is read for ``model`` when none was given. Returns the Report (its
     ``checkpoint``: the folder checked)."""
     from ascendfix.checkpoint import check, megatron, safetensors
@@ -144,7 +147,7 @@ def check_save(given: Path, model=None, config_given: bool = False, quick: bool 
     if found.kind == "mbridge":
         report = safetensors.check(found.folder)
     else:
-        report = check.check(found.folder, model, quick, prove)
+        report = check.check(found.folder, model, quick, prove, share)
     problems = found.problems + report.problems
     if found.via and report.problems:
         detail = f"{found.via}, a save that is not complete: verl would resume from it and fail"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def check_command(
         raise UsageError(f"{folder}: not a folder (give the checkpoint's folder, or verl's save folder)")
     model = megatron.read_config(config) if config is not None else None
     if ray_address is not None:
-        _on_cluster(folder, config, None if ray_address == "auto" else ray_address, ray_timeout, as_json)
+        _on_cluster(folder, config, None if ray_address == "auto" else ray_address, ray_timeout, as_json, prove)
         return
     report = verl.check_save(folder, model, config_given=config is not None, prove=prove)
     render(report, as_json, _render_report)
@@ -81,21 +82,31 @@ def _size(count: int) -> str:
     return f"{count} bytes"
 
 
-def _on_cluster(folder: Path, config: Path | None, address: str | None, timeout: float, as_json: bool) -> None:
-    """Every node checks the folder at the same path and lists its files; one table, and the files that differ."""
+def _on_cluster(
+    folder: Path, config: Path | None, address: str | None, timeout: float, as_json: bool, prove: bool
+) -> None:
+    """Every node checks the folder at the same path and lists its files; one table, and the files that differ.
+    With ``prove``, a second round: each node proves its share of the data files, where they lie."""
     from ascendfix.checkpoint import views
     from ascendfix.cluster import fanout
 
-    argv = [str(folder)] + ([str(config)] if config is not None else [])
+    argv = [str(folder), "" if config is None else str(config), ""]
     answers = fanout.run(argv, address, timeout, local=views.node_view)
     seen = {a.label: a.data.get("view", {}) for a in answers if isinstance(a.data, dict)}
+    proven = None
+    if prove:
+        held = {a.node_id: a.data.get("identities", {}) for a in answers if isinstance(a.data, dict)}
+        answers = fanout.run(argv[:2] + [json.dumps(views.shares(held))], address, timeout, local=views.node_view)
+        proven = sum(a.data.get("proven_bytes") or 0 for a in answers if isinstance(a.data, dict))
     differing = views.differences(seen)
-    ok = not differing and not any(a.failed for a in answers)
+    folders = {a.data.get("checkpoint") for a in answers if isinstance(a.data, dict)}
+    ok = not differing and len(folders) <= 1 and not any(a.failed for a in answers)
     if as_json:
         emit_json(
             {
-                "checkpoint": str(folder),
+                "checkpoint": folders.pop() if len(folders) == 1 else str(folder),
                 "ok": ok,
+                "proven_bytes": proven,
                 "nodes": [
                     {
                         "node": a.label,
@@ -112,6 +123,12 @@ def _on_cluster(folder: Path, config: Path | None, address: str | None, timeout:
         )
     else:
         _render_cluster(answers, seen, differing, ok)
+        if len(folders) > 1:
+            click.echo(
+                click.style(f"nodes checked different saves: {', '.join(sorted(map(clean, folders)))}", fg="red")
+            )
+        if proven is not None:
+            click.echo(f"{_size(proven)} proven against torch's CRC-32s, each file by one node that holds it")
     if not ok:
         sys.exit(1)
 
