@@ -449,7 +449,7 @@ def test_run_preflight_refuses_a_broken_checkpoint_unless_no_preflight(tmp_path)
     folder.mkdir()
     (folder / "common.pt").write_bytes(b"")
     seams = preflight.Seams(
-        lambda p, d: [],
+        lambda p, d, o: [],
         lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches},
         checkpoint_problems=preflight.default_seams().checkpoint_problems,
     )

@@ -15,7 +15,7 @@ from ascendfix.profile import manifest
 from click.testing import CliRunner
 
 PROFILE = manifest.load_profile("verl-796871d")
-ALL_APPLIED = Seams(lambda p, d: [], lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches})
+ALL_APPLIED = Seams(lambda p, d, o: [], lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches})
 
 
 def write_script(tmp_path, body: str):
@@ -124,7 +124,7 @@ def test_dapo_patch_with_filter_groups_is_refused_naming_both(value):
 def test_filter_groups_without_the_dapo_patch_is_fine():
     states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
     states["verl-dapo-no-interleave"] = ("not-applicable", "recipe/ ships only in a checkout")
-    seams = Seams(lambda p, d: [], lambda p, d: states)
+    seams = Seams(lambda p, d, o: [], lambda p, d: states)
     argv = ["python3", "-m", "recipe.dapo.main_dapo", "trainer.device=npu", "algorithm.filter_groups.enable=True"]
     assert run_preflight(PROFILE, "npu", argv, {}, seams).problems == []
 
@@ -132,7 +132,7 @@ def test_filter_groups_without_the_dapo_patch_is_fine():
 def test_doctor_failures_and_bad_patch_states_are_problems():
     states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
     states.update({"verl-cuda-probe-off": ("not-applied", ""), "torch-shard-overlap-check": ("drifted", "x.py gone")})
-    seams = Seams(lambda p, d: ["CANN 8.1.RC1 found, profile pins 8.3.RC1"], lambda p, d: states)
+    seams = Seams(lambda p, d, o: ["CANN 8.1.RC1 found, profile pins 8.3.RC1"], lambda p, d: states)
     problems = run_preflight(PROFILE, "npu", ["true"], {}, seams).problems
     assert [p.source for p in problems] == ["doctor", "patches", "patches"]
     assert "verl-cuda-probe-off is not applied" in problems[1].message
@@ -140,7 +140,7 @@ def test_doctor_failures_and_bad_patch_states_are_problems():
 
 
 def test_unknown_seams_are_hints_not_problems():
-    result = run_preflight(PROFILE, "npu", ["true"], {}, Seams(lambda p, d: None, lambda p, d: None))
+    result = run_preflight(PROFILE, "npu", ["true"], {}, Seams(lambda p, d, o: None, lambda p, d: None))
     assert result.problems == []
     assert {h.source for h in result.hints} >= {"doctor", "patches"}
 
@@ -203,7 +203,7 @@ def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypat
     assert refused.exit_code == 1 and "verl-dapo-no-interleave is applied" in refused.output
     engine.revert(select(DEMO_PROFILE, "npu", ("verl-dapo-no-interleave",), roots=stack.roots()))
     engine_only = dataclasses.replace(
-        preflight.default_seams(), doctor_failures=lambda profile, device: [], cluster_problems=None
+        preflight.default_seams(), doctor_failures=lambda profile, device, overrides: [], cluster_problems=None
     )  # not whatever Ray cluster another test may have running on this machine
     result = run_preflight(DEMO_PROFILE, "npu", ["bash", str(script)], {"FILTER": "True"}, engine_only)
     assert result.problems == []  # the DAPO patch reverted, as filter_groups needs: nothing to refuse
@@ -250,7 +250,7 @@ def test_an_unapplied_patch_is_blamed_only_on_a_rule_that_refuses_because_of_it(
     choice that rule made; the DAPO rule refuses only once its patch is applied: that one is the reason."""
     states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
     states["torch-shard-overlap-check"] = ("not-applied", "")
-    seams = Seams(lambda p, d: [], lambda p, d: states, importable=lambda names: dict.fromkeys(names, False))
+    seams = Seams(lambda p, d, o: [], lambda p, d: states, importable=lambda names: dict.fromkeys(names, False))
     script = write_script(
         tmp_path,
         "python3 -m verl.trainer.main_ppo trainer.device=npu +actor_rollout_ref.rollout.dp_model_parallel_size=2\n",
@@ -273,7 +273,7 @@ def test_an_unapplied_patch_is_blamed_only_on_a_rule_that_refuses_because_of_it(
 def test_a_hand_edited_patch_is_in_effect_for_the_rules_and_a_hint_to_adopt(tmp_path):
     states = {pid: ("applied", "") for pid in PROFILE.devices["npu"].patches}
     states["verl-dapo-no-interleave"] = ("hand-edited", "hand-edited (the guide's 7.2): recipe/dapo/...")
-    seams = Seams(lambda p, d: [], lambda p, d: states)
+    seams = Seams(lambda p, d, o: [], lambda p, d: states)
     dapo = write_script(
         tmp_path, "python3 -m recipe.dapo.main_dapo trainer.device=npu algorithm.filter_groups.enable=True\n"
     )

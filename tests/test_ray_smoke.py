@@ -338,7 +338,7 @@ def test_run_smoke_findings_are_problems_with_no_preflight_too():
         asked.append((device, dict(overrides)))
         return ["127.0.0.1 abcdef12 (vm) GLOO_SOCKET_IFNAME: GLOO_SOCKET_IFNAME=eth1: eth1 is down"]
 
-    seams = Seams(lambda p, d: [], lambda p, d: {}, smoke=smoke)
+    seams = Seams(lambda p, d, o: [], lambda p, d: {}, smoke=smoke)
     profile = manifest.load_profile("verl-796871d")
     result = run_preflight(profile, "npu", ["true", "trainer.nnodes=2"], {}, seams, full=False)
     assert [(f.source, f.message.split(": ")[-1]) for f in result.problems] == [("smoke", "eth1 is down")]

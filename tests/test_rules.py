@@ -35,7 +35,7 @@ def seams(verl_npu: bool = True, dapo: str = "applied", block: bool | None = Tru
     states["verl-dapo-no-interleave"] = (dapo, "")
     states["verl-cuda-probe-off"] = (probe, "")
     return Seams(
-        lambda p, d: [],
+        lambda p, d, o: [],
         lambda p, d: states,
         lambda names: {n: verl_npu for n in names},
         markers=lambda pairs: {pair: block for pair in pairs},

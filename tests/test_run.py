@@ -233,7 +233,7 @@ def test_preflight_refuses_dapo_patch_with_filter_groups(job, monkeypatch):
 
     profile = manifest.load_profile("verl-796871d")
     seams = preflight.Seams(
-        doctor_failures=lambda p, d: [],
+        doctor_failures=lambda p, d, o: [],
         patch_states=lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches},
     )
     argv = ["bash", str(job / "train.sh")]
@@ -418,7 +418,7 @@ def test_no_preflight_still_refuses_settings_that_break_the_run(job, tmp_path, m
     from ascendfix.job import preflight
 
     applied = preflight.Seams(
-        doctor_failures=lambda p, d: ["CANN toolkit: no Ascend stack found"],
+        doctor_failures=lambda p, d, o: ["CANN toolkit: no Ascend stack found"],
         patch_states=lambda p, d: {pid: ("applied", "") for pid in p.devices[d].patches},
     )
     profile = manifest.load_profile("verl-796871d")

@@ -44,7 +44,7 @@ def test_the_readmes_same_code_profile_adds_the_four_patches_on_cuda(tmp_path):
 
 
 def write_run(folder: Path, device: str, states, variants=None) -> Path:
-    seams = preflight.Seams(lambda p, d: [], states)
+    seams = preflight.Seams(lambda p, d, o: [], states)
     argv = ["python3", "-m", "verl.trainer.main_ppo", f"trainer.device={device}"]
     prepared = launch.prepare(PROFILE, device, argv, {}, seams, variants=variants)
     launch.begin(prepared, folder, {})

@@ -40,7 +40,8 @@ def choose_device(profile: Profile, ascend_home: Path) -> tuple[str, str]:
 
 
 class Context:
-    """The inputs of every check. ``environ`` stands for the environment the job will run in.
+    """The inputs of every check. ``environ`` stands for the environment the job will run in; ``overrides``
+    are the job's Hydra overrides (``run``'s preflight reads them from the script; doctor alone has none).
 
     The target interpreter is probed once, by the first check that asks, and shared by all.
     """
@@ -57,6 +58,7 @@ class Context:
         environ: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         timeout: float = 20.0,
+        overrides: Mapping[str, str] | None = None,
     ):
         self.profile, self.device, self.device_reason, self.python = profile, device, device_reason, python
         self.roots = dict(roots or {})
@@ -64,6 +66,7 @@ class Context:
         self.environ = dict(os.environ) if environ is None else environ
         self.cwd = Path.cwd() if cwd is None else cwd
         self.timeout = timeout
+        self.overrides = dict(overrides or {})  # the job's Hydra overrides, when run's preflight knows them
         self._probe: locate.Probe | None = None
         self._probe_error: Exception | None = None
         self._from_roots: dict[str, tuple[locate.Distribution, str]] | None = None

@@ -58,8 +58,9 @@ class Preflight:
 class Seams:
     """Where preflight asks doctor and the patch engine.
 
-    ``doctor_failures(profile, device)`` returns the messages of doctor's fail-level checks
-    (None when doctor cannot run);
+    ``doctor_failures(profile, device, overrides)`` returns the messages of doctor's fail-level checks
+    for the job's overrides (its disk check measures ``trainer.default_local_dir``; None when doctor
+    cannot run);
     ``patch_states(profile, device)`` returns ``{patch id: (state, reason)}`` with the engine's
     states (applied, not-applied, not-applicable, drifted, partial), or None when it cannot tell;
     ``importable(names)`` returns ``{module: whether the interpreter finds it}``, or None;
@@ -72,7 +73,7 @@ class Seams:
     (``ckpt check``'s quick part: files, sizes, metadata present).
     """
 
-    doctor_failures: Callable[[Profile, str], list[str] | None]
+    doctor_failures: Callable[[Profile, str, Mapping[str, str]], list[str] | None]
     patch_states: Callable[[Profile, str], dict[str, tuple[str, str]] | None]
     importable: Callable[[list[str]], dict[str, bool] | None] = lambda names: None
     cluster_problems: Callable[[Profile, str, Mapping[str, str], Mapping[str, str]], list[str] | None] | None = None
@@ -202,7 +203,7 @@ def run_preflight(
     runs = commands_run(words, [*profile.trainer, *rules.commands(profile.rules)])
     trainer = bool(runs & set(profile.trainer)) if profile.trainer else None
     result = Preflight(overrides, full, trainer=trainer)
-    failures = seams.doctor_failures(profile, device) if full else []
+    failures = seams.doctor_failures(profile, device, overrides) if full else []
     if failures is None:
         result.hints.append(Finding("doctor", "doctor not run: run `ascendfix doctor` before a long job"))
     for message in failures or ():
@@ -360,13 +361,14 @@ def default_seams(
         selection = engine.select(profile, device, python=python, roots=dict(roots or {}), variants=chosen)
         return {s.id: (s.state, s.reason) for s in engine.status(selection)}
 
-    def doctor_failures(profile: Profile, device: str) -> list[str]:
+    def doctor_failures(profile: Profile, device: str, overrides: Mapping[str, str] | None = None) -> list[str]:
         from ascendfix.doctor import registry, runner
         from ascendfix.doctor.context import Context
         from ascendfix.doctor.model import Status
 
         checks = [cid for cid in registry.CHECKS if cid not in PREFLIGHT_SKIPS]
-        report = runner.run(Context(profile, device, python=python, roots=dict(roots or {})), checks)
+        ctx = Context(profile, device, python=python, roots=dict(roots or {}), overrides=overrides)
+        report = runner.run(ctx, checks)
         failed = [r for r in report.checks if r.status == Status.FAIL]
         return [f"{r.title}: {r.messages[0] if r.messages else 'failed'}" for r in failed]
 

@@ -105,6 +105,14 @@ class AcceptedConflict(NamedTuple):
     why: str
 
 
+class Model(NamedTuple):
+    """The model the profile trains: its name and parameter count (what sizes a checkpoint), with its source."""
+
+    name: str
+    parameters: int
+    source: str
+
+
 class Hint(NamedTuple):
     """A Hydra override the profile recommends (``key=value``, or a bare ``key`` that should be set)."""
 
@@ -197,6 +205,7 @@ class Profile(NamedTuple):
     hints: tuple[Hint, ...] = ()
     rules: tuple[Rule, ...] = ()
     trainer: tuple[str, ...] = ()  # the modules that run verl's trainer: its overrides' rules and hints apply there
+    model: Model | None = None
 
     def variant(self, pid: str, override: dict[str, str] | None = None) -> Variant:
         """The variant of patch ``pid`` to apply: ``override``, else the profile's choice, else the first."""
@@ -690,6 +699,13 @@ def load_profile(ref: str) -> Profile:
             trainer_table.fail(trainer_table.field("commands"), "name at least one module or script")
         trainer_table.text("source")
         trainer_table.done()
+    model_table = top.table("model", required=False)
+    model = None
+    if model_table is not None:
+        model = Model(model_table.text("name"), model_table.get("parameters", int), model_table.text("source"))
+        if model.parameters <= 0:
+            model_table.fail(model_table.field("parameters"), "a positive count of parameters")
+        model_table.done()
     rules = tuple(_rule(rt) for rt in top.tables("rules", required=False))
     if len({r.id for r in rules}) != len(rules):
         top.fail("rules", "two rules have the same id")
@@ -737,7 +753,7 @@ def load_profile(ref: str) -> Profile:
     # an inherited rule about a patch this profile dropped can never hold
     rules = tuple(r for r in rules if all(c.patch is None or c.patch in patches for c in r.when))
     return Profile(
-        name, description, path, components, devices, tuple(conflicts), patches, variants, hints, rules, trainer
+        name, description, path, components, devices, tuple(conflicts), patches, variants, hints, rules, trainer, model
     )
 
 
