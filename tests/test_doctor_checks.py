@@ -25,7 +25,7 @@ from tests import machine
 from tests.machine import doctor
 
 IDS = ["python", "packages", "commits", "integrity", "patches", "conflicts"]
-IDS += ["cann", "driver", "npu", "cuda", "os", "env", "hazards"]
+IDS += ["cann", "driver", "npu", "cuda", "os", "env", "disk", "hazards"]
 
 
 @pytest.fixture(scope="module")
@@ -515,35 +515,33 @@ def test_the_disk_check_sizes_a_save_where_the_job_writes_it(tmp_path, monkeypat
 
         monkeypatch.setattr(host.shutil, "disk_usage", usage)
 
-    env = {var.name: var.value for var in profile.devices["npu"].env if var.value is not None}
     job = {"trainer.default_local_dir": "ckpts/qwen3"}  # not there yet: the first save makes it
     disk(2.0)  # less than one save (235B x 14 B = 3.3 TB) on the disk the job writes to: a problem
-    short = host.check_env(Context(profile, "npu", "test", environ=env, cwd=tmp_path, overrides=job))
+    short = host.check_disk(Context(profile, "npu", "test", cwd=tmp_path, overrides=job))
     assert short.status == "fail" and measured[-1] == tmp_path
-    problems, warnings, _, _ = host._checkpoint_space(Context(profile, "npu", "test", cwd=tmp_path, overrides=job))
-    assert warnings == [] and problems == [m for m in short.messages if "trainer.default_local_dir" in m]
-    [line] = problems
+    [line] = short.messages
     assert line == (
         f"only 2,000 GB free in {tmp_path / 'ckpts/qwen3'} (trainer.default_local_dir); one save of Qwen3-235B-A22B"
         " (model, optimizer, extra: 14 B/param) is ~3.3 TB: the first save would fail"
     )
     disk(5.0)  # one save, not two: verl's max_actor_ckpt_to_keep=1 deletes the older one first
-    one = host.check_env(Context(profile, "npu", "test", environ=env, cwd=tmp_path, overrides=job))
-    assert "trainer.max_actor_ckpt_to_keep=1" in one.fix
+    one = host.check_disk(Context(profile, "npu", "test", cwd=tmp_path, overrides=job))
+    assert one.status == "warn" and "trainer.max_actor_ckpt_to_keep=1" in one.fix
     assert any("room for one save, not two" in m for m in one.messages)
     disk(7.0)
-    two = host.check_env(Context(profile, "npu", "test", environ=env, cwd=tmp_path, overrides=job))
+    two = host.check_disk(Context(profile, "npu", "test", cwd=tmp_path, overrides=job))
+    assert two.status == "ok"
     assert any(
         m.endswith("2 saves (one save of Qwen3-235B-A22B (model, optimizer, extra: 14 B/param) is ~3.3 TB)")
         for m in two.messages
     )
     weights = {**job, "actor_rollout_ref.actor.checkpoint.save_contents": "['model']"}
     disk(2.0)
-    small = host.check_env(Context(profile, "npu", "test", environ=env, cwd=tmp_path, overrides=weights))
+    small = host.check_disk(Context(profile, "npu", "test", cwd=tmp_path, overrides=weights))
     assert any("2 B/param) is ~0.5 TB" in m and "4 saves" in m for m in small.messages)
     disk(2.0)  # no override: the working directory, a guess, so a warning only
-    problems, warnings, _, _ = host._checkpoint_space(Context(profile, "npu", "test", cwd=tmp_path))
-    assert problems == [] and warnings[0].startswith(f"only 2,000 GB free in {tmp_path} (verl writes checkpoints/")
+    guess = host.check_disk(Context(profile, "npu", "test", cwd=tmp_path))
+    assert guess.status == "warn" and guess.messages[0].startswith(f"only 2,000 GB free in {tmp_path} (verl writes")
 
 
 def test_run_preflight_hands_the_jobs_overrides_to_doctor(monkeypatch):

@@ -125,7 +125,7 @@ def _names_interface(value: str, interfaces: set[str]) -> bool:
 
 
 def check_env(ctx: Context) -> Finding:
-    """The profile's environment variables, ``ulimit -n``, and free space for checkpoints."""
+    """The profile's environment variables and ``ulimit -n``."""
     device = ctx.profile.devices[ctx.device]
     interfaces = _interfaces()
     nic = _suggested_interface(interfaces)
@@ -162,17 +162,21 @@ def check_env(ctx: Context) -> Finding:
         limits.append(f"ulimit -n {device.ulimit_nofile}")
     else:
         good.append(f"ulimit -n {'unlimited' if soft == resource.RLIM_INFINITY else soft}")
-    short, warned, disk, space = _checkpoint_space(ctx)
-    bad += short
-    if not (short or warned):
-        good.append(space)
-    fix = "\n".join(exports + limits + disk)
+    fix = "\n".join(exports + limits)
     if bad:
         head = f"{len(bad)} problem(s) with the environment the job inherits"
-        return fail(head, *bad, *warned, *good, fix=fix, details=whys)
-    if warned:
-        return warn(*warned, *good, fix=fix)
+        return fail(head, *bad, *good, fix=fix, details=whys)
     return ok(f"{len(device.env)} variables set as the profile needs", *good)
+
+
+def check_disk(ctx: Context) -> Finding:
+    """Free space where verl saves (``trainer.default_local_dir``, else the working directory) against one save."""
+    problems, warnings, fixes, space = _checkpoint_space(ctx)
+    if problems:
+        return fail(*problems, fix="\n".join(fixes))
+    if warnings:
+        return warn(*warnings, fix="\n".join(fixes))
+    return ok(space)
 
 
 # Bytes per parameter of one verl save, by save_contents entry (UPSTREAM.md "verl's checkpoints at 796871d":
