@@ -198,6 +198,7 @@ def _checkpoint_space(ctx: Context) -> tuple[list[str], list[str], list[str], st
     ``trainer.max_actor_ckpt_to_keep=1`` (verl deletes the older save before writing the next one).
     """
     given = ctx.overrides.get(SAVE_DIR, "").strip("'\"")
+    given = "" if "$" in given else given  # a variable the script leaves to the shell: not known here
     folder = ctx.cwd / given if given else ctx.cwd
     measured = folder
     while not measured.exists() and measured != measured.parent:
