@@ -209,7 +209,7 @@ def _files(
     return problems, len(by_file), total, proven, unproven
 
 
-_READERS = 8
+_READERS = min(8, os.cpu_count() or 1)  # short reads: more threads than cores only trade the GIL
 
 
 class _File(NamedTuple):
