@@ -423,10 +423,10 @@ def test_not_a_folder_is_bad_input(tmp_path):
 
 def test_a_storage_entry_outside_the_folder_is_refused(tmp_path):
     entries = layout.Entries(["w"], [(0,)], ["../../etc/passwd"], [0], [4])
-    problems, files, size = check._files(tmp_path, entries)
+    problems, files, size, _, _ = check._files(tmp_path, entries)
     assert [(p.kind, p.subject) for p in problems] == [("unsafe-path", "../../etc/passwd")]
     (tmp_path / "x.distcp").symlink_to("/etc/hostname")
-    problems, _, _ = check._files(tmp_path, layout.Entries(["w"], [(0,)], ["x.distcp"], [0], [4]))
+    problems, *_ = check._files(tmp_path, layout.Entries(["w"], [(0,)], ["x.distcp"], [0], [4]))
     assert [(p.kind, p.detail) for p in problems] == [("unsafe-path", "a symbolic link: not followed")]
 
 
@@ -964,7 +964,7 @@ def test_a_symlinked_folder_inside_an_entry_path_is_not_followed(tmp_path):
     folder = tmp_path / "ckpt"
     folder.mkdir()
     (folder / "sub").symlink_to(tmp_path / "elsewhere")
-    problems, _, _ = check._files(folder, layout.Entries(["w"], [(0,)], ["sub/x.distcp"], [0], [64]))
+    problems, *_ = check._files(folder, layout.Entries(["w"], [(0,)], ["sub/x.distcp"], [0], [64]))
     assert [(p.kind, p.detail) for p in problems] == [("unsafe-path", "a symbolic link in its folders: not followed")]
 
 

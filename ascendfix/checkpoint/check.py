@@ -173,7 +173,7 @@ def _stored_once(name: str, chunks: list, offsets: list) -> list[Problem]:
 
 
 def _files(
-    folder: Path, entries: layout.Entries, expected: list | None, share: frozenset | None = None
+    folder: Path, entries: layout.Entries, expected: list | None = None, share: frozenset | None = None
 ) -> tuple[list[Problem], int, int, int, list]:
     """Each entry's file: inside the folder, a plain file, long enough; no shared bytes; no stray data file;
     each entry's zip frame there (:mod:`ascendfix.checkpoint.frames`), and with ``expected`` (each entry's
