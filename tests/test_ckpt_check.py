@@ -312,6 +312,8 @@ def test_megatron_core_torch_dist_save_is_complete_and_matches_its_config(mcore,
     code, report = ckpt_check(mcore)
     assert (code, report["problems"], report["tensors"]) == (0, [], 2)
     assert report["chunks"] == 4 + 4 * 8 * 2  # qkv per layer; fc1 per layer, expert and SwiGLU half
+    code, proven = ckpt_check(mcore, "--bytes")  # megatron's writer: the same torch.save records, each proven
+    assert (code, proven["problems"], proven["proven_bytes"]) == (0, [], _record_sizes(mcore))
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"num_hidden_layers": 4, "num_experts": 8, "mlp_only_layers": []}))
     assert ckpt_check(mcore, "--config", str(config))[0] == 0

@@ -150,6 +150,6 @@ def check_save(
         report = check.check(found.folder, model, quick, prove, share)
     problems = found.problems + report.problems
     if found.via and report.problems:
-        detail = f"{found.via}, a save that is not complete: verl would resume from it and fail"
+        detail = f"{found.via}, a save with the problems below: verl would resume from it (and fail, or train on them)"
         problems.insert(0, Problem("incomplete-save", "file", ITERATION_FILE, detail))
     return report._replace(problems=problems)
