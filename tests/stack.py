@@ -67,7 +67,7 @@ def fake_preflight(mp, doctor=(), states=UNSET, importable=UNSET, markers=UNSET,
         return {pid: ("applied", "") for pid in site.profile.devices[site.device].patches}
 
     failures = None if doctor is None else [preflight.Finding("doctor", message) for message in doctor]
-    mp.setattr(preflight, "doctor_failures", lambda site: failures)
+    mp.setattr(preflight, "doctor_failures", lambda site, overrides=None: failures)
     mp.setattr(preflight, "patch_states", lambda site: all_applied(site) if states is UNSET else states)
     if importable is not UNSET:
         mp.setattr(Site, "importable", lambda self, names: {name: importable for name in names})

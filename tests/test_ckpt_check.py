@@ -4,13 +4,16 @@ save), then damaged each way; the pickle is never run; the geometry is the fast-
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import pickle
 import shutil
 import socket
+import struct
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -199,8 +202,9 @@ def test_a_truncated_shard_is_named(dcp):
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     code, report = ckpt_check(dcp)
     assert code == 1
-    assert kinds(report) == {("truncated", "__1_0.distcp")}
-    assert "truncated" in report["problems"][0]["detail"]
+    (problem,) = report["problems"]
+    assert (problem["kind"], problem["file"], problem["tensor"]) == ("truncated", "__1_0.distcp", "w")
+    assert "truncated (2 entries cut; the first: w [2, 0]" in problem["detail"]
 
 
 @pytest.mark.slow
@@ -308,6 +312,8 @@ def test_megatron_core_torch_dist_save_is_complete_and_matches_its_config(mcore,
     code, report = ckpt_check(mcore)
     assert (code, report["problems"], report["tensors"]) == (0, [], 2)
     assert report["chunks"] == 4 + 4 * 8 * 2  # qkv per layer; fc1 per layer, expert and SwiGLU half
+    code, proven = ckpt_check(mcore, "--bytes")  # megatron's writer: the same torch.save records, each proven
+    assert (code, proven["problems"], proven["proven_bytes"]) == (0, [], _record_sizes(mcore))
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"num_hidden_layers": 4, "num_experts": 8, "mlp_only_layers": []}))
     assert ckpt_check(mcore, "--config", str(config))[0] == 0
@@ -419,10 +425,10 @@ def test_not_a_folder_is_bad_input(tmp_path):
 
 def test_a_storage_entry_outside_the_folder_is_refused(tmp_path):
     entries = layout.Entries(["w"], [(0,)], ["../../etc/passwd"], [0], [4])
-    problems, files, size = check._files(tmp_path, entries)
+    problems, files, size, _, _ = check._files(tmp_path, entries)
     assert [(p.kind, p.subject) for p in problems] == [("unsafe-path", "../../etc/passwd")]
     (tmp_path / "x.distcp").symlink_to("/etc/hostname")
-    problems, _, _ = check._files(tmp_path, layout.Entries(["w"], [(0,)], ["x.distcp"], [0], [4]))
+    problems, *_ = check._files(tmp_path, layout.Entries(["w"], [(0,)], ["x.distcp"], [0], [4]))
     assert [(p.kind, p.detail) for p in problems] == [("unsafe-path", "a symbolic link: not followed")]
 
 
@@ -586,7 +592,9 @@ def test_a_symlinked_metadata_or_common_pt_is_not_followed(tmp_path):
 def two_ray_nodes():
     """A head and a worker on this machine, bound to loopback, each with this checkout on PYTHONPATH."""
     cluster_utils = pytest.importorskip("ray.cluster_utils")
+    temp = tempfile.mkdtemp(prefix="ckray")  # the cluster's own session folder (short: it holds sockets)
     small = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "env_vars": {"PYTHONPATH": str(REPO)}}
+    small["temp_dir"] = temp
     c = cluster_utils.Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
     try:
         worker = c.add_node(**small)
@@ -595,6 +603,7 @@ def two_ray_nodes():
         yield c
     finally:
         c.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.mark.slow
@@ -610,11 +619,56 @@ def test_every_node_of_a_real_ray_cluster_checks_the_checkpoint(two_ray_nodes, d
     assert len({n["view"] for n in report["nodes"]}) == 1
 
 
-def _entry(folder: Path, fqn: str):
-    """(file, start, length) of the first storage entry of ``fqn`` (read with torch: our own save, trusted)."""
+@pytest.mark.slow
+def test_every_node_of_a_real_ray_cluster_proves_its_share_of_a_verl_save(two_ray_nodes, dcp, tmp_path):
+    top = tmp_path / "checkpoints"  # verl's default_local_dir around the save; both nodes see it (shared)
+    actor = top / "global_step_5" / "actor"
+    actor.mkdir(parents=True)
+    shutil.move(str(dcp), actor / "dist_ckpt")
+    (top / "latest_checkpointed_iteration.txt").write_text("5")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "ascendfix", "ckpt", "check", str(top), "--bytes", "--ray", two_ray_nodes.address]
+    done = subprocess.run([*argv, "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["checkpoint"] == str(actor / "dist_ckpt")
+    assert report["proven_bytes"] == _record_sizes(actor / "dist_ckpt")  # every record once, by one node
+    assert sum(n["result"]["proven_bytes"] for n in report["nodes"]) == report["proven_bytes"]
+
+    path, start, length, _ = _entry(actor / "dist_ckpt", "w", "__1_0.distcp")
+    at, _ = _record_bytes(path, start, length)
+    blob = bytearray(path.read_bytes())
+    blob[at] ^= 0x01  # whichever node proves this file must name it
+    path.write_bytes(bytes(blob))
+    done = subprocess.run([*argv, "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]
+    found = [p for n in json.loads(done.stdout)["nodes"] for p in n["result"]["problems"]]
+    assert [(p["kind"], p["file"]) for p in found] == [
+        ("incomplete-save", "latest_checkpointed_iteration.txt"),
+        ("crc-mismatch", "__1_0.distcp"),
+    ]
+
+
+def test_each_copy_is_proven_once_and_a_shared_file_by_one_node():
+    seen = {
+        "n1": {"a.distcp": "10:1:5:5", "b.distcp": "10:2:5:5", "c.distcp": "10:3:5:5"},
+        "n2": {"a.distcp": "10:1:5:5", "b.distcp": "10:2:5:5", "c.distcp": "10:9:5:7"},  # c: its own copy
+    }
+    chosen = views.shares(seen)
+    assert sorted(chosen) == ["n1", "n2"]
+    assert sorted(chosen["n1"] + chosen["n2"]) == ["a.distcp", "b.distcp", "c.distcp", "c.distcp"]
+    assert "c.distcp" in chosen["n1"] and "c.distcp" in chosen["n2"]
+    assert views.shares(seen) == chosen  # stable
+
+
+def _entry(folder: Path, fqn: str, file: str = ""):
+    """(file, start, length) of the first storage entry of ``fqn`` (in ``file`` when given; read with torch:
+    our own save, trusted)."""
     pytest.importorskip("torch", reason=NO_TORCH)
     metadata = pickle.loads((folder / ".metadata").read_bytes())
-    index, info = next((i, v) for i, v in metadata.storage_data.items() if i.fqn == fqn)
+    index, info = next(
+        (i, v) for i, v in metadata.storage_data.items() if i.fqn == fqn and v.relative_path.endswith(file)
+    )
     return folder / info.relative_path, info.offset, info.length, list(index.offset)
 
 
@@ -657,7 +711,89 @@ def test_a_zero_fill_and_a_lost_tail_are_named_with_file_and_tensor(dcp):
 def test_a_complete_save_says_its_bytes_were_not_proven(dcp):
     done = _cli("ckpt", "check", str(dcp))
     assert done.returncode == 0, done.stderr
-    assert "complete (each record's zip frame read; its bytes not proven)" in done.stdout
+    assert "complete (each record's zip frame read; its bytes not proven: --bytes proves them)" in done.stdout
+
+
+def _record_bytes(path: Path, start: int, length: int, member: str = "/data/0") -> tuple[int, int]:
+    """Where the bytes of a record (``member``) of the entry at ``start`` lie in ``path``: (position, size);
+    read with the standard library's zipfile (our own save, trusted)."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        blob = f.read(length)
+    info = next(i for i in zipfile.ZipFile(io.BytesIO(blob)).infolist() if i.filename.endswith(member))
+    name_length, extra_length = struct.unpack_from("<2H", blob, info.header_offset + 26)
+    return start + info.header_offset + 30 + name_length + extra_length, info.file_size
+
+
+def _record_sizes(folder: Path) -> int:
+    pytest.importorskip("torch", reason=NO_TORCH)
+    return sum(info.length for info in pickle.loads((folder / ".metadata").read_bytes()).storage_data.values())
+
+
+@pytest.mark.slow
+def test_bytes_proves_every_record_of_a_clean_save_without_torch(dcp):
+    done = _cli("ckpt", "check", str(dcp), "--bytes", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["warnings"] == []
+    assert report["proven_bytes"] == _record_sizes(dcp)
+    shown = _cli("ckpt", "check", str(dcp), "--bytes")
+    assert "proven against torch's CRC-32s" in shown.stdout
+
+
+@pytest.mark.slow
+def test_bytes_names_a_flipped_bit_with_its_file_tensor_and_chunk(dcp):
+    path, start, length, offsets = _entry(dcp, "w")
+    at, size = _record_bytes(path, start, length)
+    with open(path, "r+b") as f:  # one bit of one float flipped: torch's own load returns it silently
+        f.seek(at + size // 2)
+        byte = f.read(1)[0]
+        f.seek(at + size // 2)
+        f.write(bytes([byte ^ 0x10]))
+    assert _cli("ckpt", "check", str(dcp)).returncode == 0  # its frame is whole: only --bytes sees it
+    done = _cli("ckpt", "check", str(dcp), "--bytes", "--json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    (problem,) = report["problems"]
+    assert (problem["kind"], problem["file"], problem["tensor"], problem["offsets"]) == (
+        "crc-mismatch",
+        path.name,
+        "w",
+        offsets,
+    )
+    assert "archive/data/0: CRC-32" in problem["detail"]
+    assert report["proven_bytes"] == _record_sizes(dcp) - length
+
+
+@pytest.mark.slow
+def test_bytes_names_a_zero_fill_and_a_record_cut_short(dcp):
+    path, start, length, offsets = _entry(dcp, "b", "__0_0.distcp")
+    with open(path, "r+b") as f:
+        f.seek(start)
+        f.write(bytes(length))
+    cut_path, cut_start, cut_length, cut_offsets = _entry(dcp, "w", "__3_0.distcp")
+    with open(cut_path, "r+b") as f:  # the copy stopped inside w's record
+        f.truncate(cut_start + cut_length // 2)
+    code, report = ckpt_check(dcp, "--bytes")
+    assert code == 1
+    found = {(p["kind"], p["file"], p.get("tensor"), tuple(p.get("offsets") or ())) for p in report["problems"]}
+    assert ("corrupt", path.name, "b", tuple(offsets)) in found
+    assert ("truncated", cut_path.name, "w", tuple(cut_offsets)) in found
+
+
+@pytest.mark.slow
+def test_bytes_names_a_record_whose_dtype_is_not_the_metadatas(dcp):
+    import torch
+
+    def as_bf16(metadata):
+        metadata.state_dict_metadata["w"].properties.dtype = torch.bfloat16
+
+    _rewrite_metadata(dcp, as_bf16)
+    code, report = ckpt_check(dcp, "--bytes")
+    assert code == 1
+    wrong = [p for p in report["problems"] if p["kind"] == "wrong-dtype"]
+    assert {p["tensor"] for p in wrong} == {"w"} and len(wrong) == 4
+    assert "FloatStorage (float32), the metadata says bfloat16" in wrong[0]["detail"]
 
 
 @pytest.mark.slow
@@ -827,7 +963,7 @@ def test_a_symlinked_folder_inside_an_entry_path_is_not_followed(tmp_path):
     folder = tmp_path / "ckpt"
     folder.mkdir()
     (folder / "sub").symlink_to(tmp_path / "elsewhere")
-    problems, _, _ = check._files(folder, layout.Entries(["w"], [(0,)], ["sub/x.distcp"], [0], [64]))
+    problems, *_ = check._files(folder, layout.Entries(["w"], [(0,)], ["sub/x.distcp"], [0], [64]))
     assert [(p.kind, p.detail) for p in problems] == [("unsafe-path", "a symbolic link in its folders: not followed")]
 
 

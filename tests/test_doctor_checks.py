@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from tests import machine
 from tests.machine import doctor
 
 IDS = ["python", "packages", "commits", "integrity", "patches", "conflicts"]
-IDS += ["cann", "driver", "npu", "cuda", "os", "env", "hazards"]
+IDS += ["cann", "driver", "npu", "cuda", "os", "env", "disk", "hazards"]
 
 
 @pytest.fixture(scope="module")
@@ -493,3 +494,57 @@ def test_os_release_against_the_pin(profile, tmp_path, text, status):
     )
     assert host.check_os(Context(Site(profile, "npu"), "test", os_release=tmp_path / "none")).status == "skip"
     assert host.check_os(Context(Site(profile, "cuda"), "test", os_release=tmp_path / "os-release")).status == "skip"
+
+
+def test_the_disk_check_sizes_a_save_where_the_job_writes_it(tmp_path, monkeypatch):
+    profile = manifest.load_profile("verl-796871d")
+    assert profile.model is not None and profile.model.parameters == 235_000_000_000
+    measured = []
+
+    def disk(free_tb: float):
+        def usage(path):
+            measured.append(Path(path))
+            return shutil._ntuple_diskusage(10**15, 0, int(free_tb * 1e12))
+
+        monkeypatch.setattr(host.shutil, "disk_usage", usage)
+
+    job = {"trainer.default_local_dir": "ckpts/qwen3"}  # not there yet: the first save makes it
+    disk(2.0)  # less than one save (235B x 14 B = 3.3 TB) on the disk the job writes to: a problem
+    short = host.check_disk(Context(Site(profile, "npu"), "test", cwd=tmp_path, overrides=job))
+    assert short.status == "fail" and measured[-1] == tmp_path
+    [line] = short.messages
+    assert line == (
+        f"only 2,000 GB free in {tmp_path / 'ckpts/qwen3'} (trainer.default_local_dir); one save of Qwen3-235B-A22B"
+        " (model, optimizer, extra: 14 B/param) is ~3.3 TB: the first save would fail"
+    )
+    disk(5.0)  # one save, not two: verl's max_actor_ckpt_to_keep=1 deletes the older one first
+    one = host.check_disk(Context(Site(profile, "npu"), "test", cwd=tmp_path, overrides=job))
+    assert one.status == "warn" and "trainer.max_actor_ckpt_to_keep=1" in one.fix
+    assert any("room for one save, not two" in m for m in one.messages)
+    disk(7.0)
+    two = host.check_disk(Context(Site(profile, "npu"), "test", cwd=tmp_path, overrides=job))
+    assert two.status == "ok"
+    assert any(
+        m.endswith("2 saves (one save of Qwen3-235B-A22B (model, optimizer, extra: 14 B/param) is ~3.3 TB)")
+        for m in two.messages
+    )
+    weights = {**job, "actor_rollout_ref.actor.checkpoint.save_contents": "['model']"}
+    disk(2.0)
+    small = host.check_disk(Context(Site(profile, "npu"), "test", cwd=tmp_path, overrides=weights))
+    assert any("2 B/param) is ~0.5 TB" in m and "4 saves" in m for m in small.messages)
+    disk(2.0)  # no override: the working directory, a guess, so a warning only
+    guess = host.check_disk(Context(Site(profile, "npu"), "test", cwd=tmp_path))
+    assert guess.status == "warn" and guess.messages[0].startswith(f"only 2,000 GB free in {tmp_path} (verl writes")
+
+
+def test_run_preflight_hands_the_jobs_overrides_to_doctor(monkeypatch):
+    from types import SimpleNamespace
+
+    from ascendfix.job import preflight
+
+    seen = []
+    monkeypatch.setattr(runner, "run", lambda ctx, checks: seen.append(ctx.overrides) or SimpleNamespace(checks=[]))
+    profile = manifest.load_profile("verl-796871d")
+    job = {"trainer.default_local_dir": "/data/ckpts"}
+    assert preflight.doctor_failures(Site(profile, "npu"), job) == []
+    assert seen == [job]

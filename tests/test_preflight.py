@@ -210,7 +210,8 @@ def test_cli_run_reads_the_real_patch_status_from_the_engine(tmp_path, monkeypat
     refused = CliRunner().invoke(cli.main, args, env={"FILTER": "True"})
     assert refused.exit_code == 1 and "verl-dapo-no-interleave is applied" in refused.output
     engine.revert(select(Site(DEMO_PROFILE, "npu", roots=stack.roots()), ("verl-dapo-no-interleave",)))
-    monkeypatch.setattr(preflight, "doctor_failures", lambda site: [])  # the real engine; doctor passing
+    # the real engine; doctor passing
+    monkeypatch.setattr(preflight, "doctor_failures", lambda site, overrides=None: [])
     result = run_preflight(Site(DEMO_PROFILE, "npu", environ={"FILTER": "True"}), ["bash", str(script)])
     assert result.problems == []  # the DAPO patch reverted, as filter_groups needs: nothing to refuse
     assert "verl-dapo-no-interleave is not applied, as rule dapo-no-interleave-filter-groups requires" in str(

@@ -17,8 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
 from operator import add, lt
 from pathlib import Path
+from typing import NamedTuple
 
-from ascendfix.checkpoint import bounded, frames, geometry, layout, leftovers, megatron, pickles
+from ascendfix.checkpoint import bounded, frames, geometry, layout, leftovers, megatron, pickles, proof
 from ascendfix.checkpoint.megatron import ModelShape
 from ascendfix.checkpoint.report import CheckReport, Problem
 from ascendfix.errors import AscendfixError, UsageError
@@ -27,8 +28,16 @@ DATA_SUFFIX = ".distcp"
 _SHOWN = 3
 
 
-def check(folder: Path, model: ModelShape | None = None, quick: bool = False) -> CheckReport:
-    """Check the checkpoint in ``folder``; ``model``: the HF config's layer and expert counts, to check too.
+def check(
+    folder: Path,
+    model: ModelShape | None = None,
+    quick: bool = False,
+    prove: bool = False,
+    share: frozenset[str] | None = None,
+) -> CheckReport:
+    """Check the checkpoint in ``folder``; ``model``: the HF config's layer and expert counts, to check too;
+    ``prove``: every record's bytes too (``--bytes``, :mod:`ascendfix.checkpoint.proof`), or only those of
+    the data files in ``share`` when it is given (``--ray``: this node's share).
 
     The check runs in a bounded child (:mod:`ascendfix.checkpoint.bounded`): a pickle that kills its
     reader is that file's ``unreadable`` problem. Raises UsageError when ``folder`` is not a folder;
@@ -43,7 +52,7 @@ def check(folder: Path, model: ModelShape | None = None, quick: bool = False) ->
     memory = _MEMORY_BASE + _MEMORY_PER_BYTE * min(size, pickles.MAX_PICKLE_BYTES)
     try:
         return CheckReport.from_json(
-            bounded.run(lambda: _check(folder, model, quick).to_json(), memory, layout.METADATA)
+            bounded.run(lambda: _check(folder, model, quick, prove, share).to_json(), memory, layout.METADATA)
         )
     except bounded.Died as e:
         return CheckReport(str(folder), 0, 0, 0, 0, [Problem("unreadable", "file", e.subject, e.detail)])
@@ -55,7 +64,7 @@ _MEMORY_BASE = 2 << 30  # the check's own memory, beyond what the metadata's rec
 _MEMORY_PER_BYTE = 64  # a .metadata's records in memory, per byte of its pickle (about 20 measured)
 
 
-def _check(folder: Path, model: ModelShape | None, quick: bool) -> CheckReport:
+def _check(folder: Path, model: ModelShape | None, quick: bool, prove: bool, share: frozenset | None) -> CheckReport:
     with pickles.no_collection():
         names = _names(folder)
         problems = leftovers.partial_copies(names)
@@ -76,12 +85,26 @@ def _check(folder: Path, model: ModelShape | None, quick: bool) -> CheckReport:
         problems += megatron.layout_problems(folder, megatron_expected=expected, quick=quick)
         bounded.note(None)
         tensor_problems, readable = _tensors(metadata, with_geometry=not quick)
-        file_problems, files, size = _files(folder, metadata.entries)
+        records = _expected(metadata) if prove else None
+        file_problems, files, size, proven, unproven = _files(folder, metadata.entries, records, share)
         problems += tensor_problems + file_problems
         if model is not None:
             problems += megatron.config_problems(readable, model)
         chunks = sum(len(t.offsets) for t in metadata.tensors)
-        return CheckReport(str(folder), len(metadata.tensors), chunks, files, size, problems, warnings)
+        report = CheckReport(
+            str(folder), len(metadata.tensors), chunks, files, size, problems, warnings + tuple(unproven)
+        )
+        return report._replace(proven_bytes=proven) if prove else report
+
+
+def _expected(metadata: layout.Layout) -> list[proof.Chunk | None]:
+    """What each storage entry's record must hold: its chunk's dtype and sizes, None for a bytes item
+    (or an entry of no chunk: an orphan, reported as such)."""
+    chunks = {}
+    for tensor in metadata.tensors:
+        for offsets, sizes in zip(tensor.offsets, tensor.sizes, strict=True):
+            chunks[tensor.name, offsets] = proof.Chunk(tensor.dtype, sizes)
+    return [chunks.get(key) for key in zip(metadata.entries.fqns, metadata.entries.offsets, strict=True)]
 
 
 _NO_METADATA = "no .metadata: the save did not finish (rank 0 writes it last), or this is not a DCP checkpoint"
@@ -151,9 +174,14 @@ def _stored_once(name: str, chunks: list, offsets: list) -> list[Problem]:
     return problems
 
 
-def _files(folder: Path, entries: layout.Entries) -> tuple[list[Problem], int, int]:
+def _files(
+    folder: Path, entries: layout.Entries, expected: list | None = None, share: frozenset | None = None
+) -> tuple[list[Problem], int, int, int, list]:
     """Each entry's file: inside the folder, a plain file, long enough; no shared bytes; no stray data file;
-    each entry's zip frame there (:mod:`ascendfix.checkpoint.frames`), the files read in parallel."""
+    each entry's zip frame there (:mod:`ascendfix.checkpoint.frames`), and with ``expected`` (each entry's
+    chunk) its bytes proven (of the files in ``share`` only, when given); the files read in parallel.
+    Returns the problems, the file count, their bytes, the bytes proven and the warnings of records saved
+    without CRC-32s."""
     by_file: dict[str, list[tuple[int, int]]] = {}  # file -> its entries, as runs (first index, count)
     at = 0
     for path, run in groupby(entries.paths):  # a rank's entries come together: one run per file, mostly
@@ -162,47 +190,71 @@ def _files(folder: Path, entries: layout.Entries) -> tuple[list[Problem], int, i
         at += count
     paths = sorted(by_file)
     with ThreadPoolExecutor(min(_READERS, max(1, len(paths)))) as pool:  # reads release the GIL
-        found = list(pool.map(lambda path: _file(folder, path, by_file[path], entries), paths))
-    problems = [p for file_problems, _ in found for p in file_problems]
-    total = sum(size for _, size in found)
+        found = list(
+            pool.map(
+                lambda path: _file(
+                    folder, path, by_file[path], entries, expected if share is None or path in share else None
+                ),
+                paths,
+            )
+        )
+    problems = [p for f in found for p in f.problems]
+    total = sum(f.size for f in found)
+    proven = sum(f.proven for f in found)
+    unproven = [w for f in found if f.unproven for w in [_no_crc(f.path, f.unproven)]]
     try:
         names = os.listdir(folder)
     except OSError:
         names = []
     for name in sorted(n for n in names if n.endswith(DATA_SUFFIX) and n not in by_file):
         problems.append(Problem("orphan", "file", name, "no storage entry names this data file (an older save?)"))
-    return problems, len(by_file), total
+    return problems, len(by_file), total, proven, unproven
 
 
-_READERS = 8
+_READERS = min(8, os.cpu_count() or 1)  # short reads: more threads than cores only trade the GIL
 
 
-def _file(folder: Path, path: str, runs: list[tuple[int, int]], entries: layout.Entries) -> tuple[list, int]:
-    """One data file's problems (its entries: the index ``runs``), and its size."""
+class _File(NamedTuple):
+    """One data file's answer: its problems, size, the bytes proven, the records saved without CRC-32s."""
+
+    path: str
+    problems: list[Problem]
+    size: int = 0
+    proven: int = 0
+    unproven: int = 0
+
+
+def _no_crc(path: str, count: int) -> Problem:
+    detail = f"{count} record(s) saved without CRC-32s (torch.serialization.set_crc32_options(False)): not proven"
+    return Problem("no-crc", "file", path, detail)
+
+
+def _file(folder: Path, path: str, runs: list[tuple[int, int]], entries: layout.Entries, expected) -> _File:
+    """One data file's problems (its entries: the index ``runs``), its size and, with ``expected``, its proof."""
     count = sum(b - a for a, b in runs)
     if not _contained(path):
-        return [Problem("unsafe-path", "file", path, "a storage entry names a file outside the folder")], 0
+        return _File(path, [Problem("unsafe-path", "file", path, "a storage entry names a file outside the folder")])
     if "/" in path and _through_link(folder, path):
-        return [Problem("unsafe-path", "file", path, "a symbolic link in its folders: not followed")], 0
+        return _File(path, [Problem("unsafe-path", "file", path, "a symbolic link in its folders: not followed")])
     try:
         fd = os.open(folder / path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        return [Problem("missing-file", "file", path, f"missing; it holds {_entries_word(count)}")], 0
+        return _File(path, [Problem("missing-file", "file", path, f"missing; it holds {_entries_word(count)}")])
     except OSError as e:
         if os.path.islink(folder / path):
-            return [Problem("unsafe-path", "file", path, "a symbolic link: not followed")], 0
-        return [Problem("unreadable", "file", path, f"cannot open it ({e.strerror})")], 0
+            return _File(path, [Problem("unsafe-path", "file", path, "a symbolic link: not followed")])
+        return _File(path, [Problem("unreadable", "file", path, f"cannot open it ({e.strerror})")])
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return [Problem("unsafe-path", "file", path, "not a plain file: not followed")], 0
-        return _frames(fd, path, info.st_size, runs, entries), info.st_size
+            return _File(path, [Problem("unsafe-path", "file", path, "not a plain file: not followed")])
+        return _frames(fd, path, info.st_size, runs, entries, expected)
     finally:
         os.close(fd)
 
 
-def _frames(fd: int, path: str, size: int, runs: list[tuple[int, int]], entries: layout.Entries) -> list[Problem]:
-    """The file's sizes, shared bytes and records' frames."""
+def _frames(fd: int, path: str, size: int, runs: list[tuple[int, int]], entries: layout.Entries, expected) -> _File:
+    """The file's sizes, shared bytes and records' frames; with ``expected``, the bytes of those framed well."""
     starts = [s for a, b in runs for s in entries.starts[a:b]] if len(runs) > 1 else entries.starts[slice(*runs[0])]
     lengths = [n for a, b in runs for n in entries.lengths[a:b]] if len(runs) > 1 else entries.lengths[slice(*runs[0])]
     indices: list[int] | range = [i for a, b in runs for i in range(a, b)] if len(runs) > 1 else range(*runs[0])
@@ -213,20 +265,33 @@ def _frames(fd: int, path: str, size: int, runs: list[tuple[int, int]], entries:
     problems = []
     end = max(stops)
     if size < end:
-        short = sum(1 for e in stops if e > size)
-        detail = f"{size:,} bytes, but its entries reach byte {end:,}: truncated ({short} entries cut)"
-        problems.append(Problem("truncated", "file", path, detail))
+        cut = [k for k, e in enumerate(stops) if e > size]
+        first = indices[cut[0]]
+        chunk = "(bytes item)" if entries.offsets[first] is None else str(list(entries.offsets[first]))
+        named = f"the first: {entries.fqns[first]} {chunk}, bytes {starts[cut[0]]:,}-{stops[cut[0]]:,}"
+        detail = f"{size:,} bytes, but its entries reach byte {end:,}: truncated ({len(cut)} entries cut; {named})"
+        problems.append(Problem("truncated", "file", path, detail, entries.fqns[first], entries.offsets[first]))
         inside = [k for k, e in enumerate(stops) if e <= size]
-        indices, starts, lengths = ([column[k] for k in inside] for column in (indices, starts, lengths))
+        indices, starts, lengths, stops = ([column[k] for k in inside] for column in (indices, starts, lengths, stops))
     shared = sum(map(lt, starts[1:], stops))
     if shared:
         detail = f"{shared} storage entr{'y shares' if shared == 1 else 'ies share'} bytes with the one before"
         problems.append(Problem("duplicate", "file", path, detail))
     try:
         bad = frames.frame_problems(fd, starts, lengths)
+        problems += record_problems(path, [(indices[b.index], b.what) for b in bad], entries)
+        if expected is None:
+            return _File(path, problems, size)
+        framed = sorted(set(range(len(starts))) - {b.index for b in bad})
+        indices, starts, lengths = ([column[k] for k in framed] for column in (indices, starts, lengths))
+        found = proof.prove_file(fd, starts, lengths, [expected[i] for i in indices])
     except OSError as e:
-        return [*problems, Problem("unreadable", "file", path, f"cannot read it ({e.strerror})")]
-    return problems + record_problems(path, [(indices[b.index], b.what) for b in bad], entries)
+        return _File(path, [*problems, Problem("unreadable", "file", path, f"cannot read it ({e.strerror})")], size)
+    for kind in sorted({f.kind for f in found.bad}):
+        problems += record_problems(
+            path, [(indices[f.index], f.what) for f in found.bad if f.kind == kind], entries, kind
+        )
+    return _File(path, problems, size, found.proven, found.without_crc)
 
 
 def record_problems(path: str, bad: list[tuple[int, str]], entries: layout.Entries, kind: str = "corrupt") -> list:

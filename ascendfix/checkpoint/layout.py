@@ -32,12 +32,14 @@ class Malformed(AscendfixError):
 
 
 class Tensor(NamedTuple):
-    """One tensor of the checkpoint: its global shape, and each chunk's offsets and sizes."""
+    """One tensor of the checkpoint: its global shape, each chunk's offsets and sizes, and its dtype's name
+    (``TensorProperties``; "" when the metadata gives none)."""
 
     name: str
     shape: tuple[int, ...]
     offsets: list[tuple]
     sizes: list[tuple]
+    dtype: str = ""
 
 
 class Entries(NamedTuple):
@@ -131,7 +133,14 @@ def _tensor(name: str, fields: dict, kind: type, states: list, used: int) -> tup
     if type(chunks) is not list or _count(chunks, kind) != len(chunks):
         raise Malformed(f"{name}: its chunks are not a list of chunk metadata")
     offsets, sizes = _fields(states[used : used + len(chunks)], "offsets sizes", name)
-    return Tensor(name, shape, offsets, sizes), used + len(chunks)
+    return Tensor(name, shape, offsets, sizes, _dtype(fields.get("properties"))), used + len(chunks)
+
+
+def _dtype(properties) -> str:
+    """The dtype's name in a TensorProperties' state: torch pickles ``(dtype, layout, ...)``, a dataclass a dict."""
+    state = getattr(properties, "state", None)
+    dtype = state[0] if type(state) is tuple and state else state.get("dtype") if type(state) is dict else None
+    return str(dtype) if isinstance(dtype, pickles.Dtype) else ""
 
 
 def _entries(storage: dict, found: pickles.Collected) -> Entries:

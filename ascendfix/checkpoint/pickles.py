@@ -65,6 +65,15 @@ def _ignored(name: str) -> type:
     return type(name, (), {"__module__": __name__, "__slots__": (), "__setstate__": id})
 
 
+def _kept(name: str) -> type:
+    """A stand-in that keeps its pickled state whole, unread, in ``state`` (a tensor's properties: its dtype)."""
+    return type(name, (), {"__module__": __name__, "__slots__": ("state",), "__setstate__": _keep})
+
+
+def _keep(self, state) -> None:
+    self.state = state
+
+
 class Dtype(str):
     """A torch dtype, by name (``bfloat16``)."""
 
@@ -76,11 +85,13 @@ def _dtype(name: str) -> Dtype:
 
 
 class StorageRef(NamedTuple):
-    """A tensor storage in a torch zip file: the member ``data/<key>`` holding ``numel`` elements of ``itemsize``."""
+    """A tensor storage in a torch zip file: the member ``data/<key>`` holding ``numel`` elements of ``itemsize``;
+    ``kind``: the storage class the pickle names (``BFloat16Storage``)."""
 
     key: str
     itemsize: int
     numel: int
+    kind: str = ""
 
 
 class TensorRef(NamedTuple):
@@ -144,7 +155,7 @@ def metadata_names() -> dict[tuple[str, str], object]:
         (_DCP, "TensorStorageMetadata"): _record("TensorStorageMetadata"),
         (_DCP, "ChunkStorageMetadata"): _record("ChunkStorageMetadata"),
         (_DCP, "BytesStorageMetadata"): _record("BytesStorageMetadata"),
-        (_DCP, "TensorProperties"): _ignored("TensorProperties"),
+        (_DCP, "TensorProperties"): _kept("TensorProperties"),
         (_DCP, "MetadataIndex"): _record("MetadataIndex"),
         (_DCP, "StorageMeta"): _record("StorageMeta"),
         (_DCP, "_MEM_FORMAT_ENCODING"): _enum_member,
@@ -202,7 +213,7 @@ class _Unpickler(pickle.Unpickler):
         _, kind, key, _location, numel = pid
         if not isinstance(kind, _StorageType) or not isinstance(key, str) or not isinstance(numel, int) or numel < 0:
             raise Unreadable(f"a storage reference that is not (storage type, key, location, size): {str(pid)[:80]}")
-        ref = StorageRef(key, kind.itemsize, numel)
+        ref = StorageRef(key, kind.itemsize, numel, kind.name)
         self._storages.append(ref)
         return ref
 

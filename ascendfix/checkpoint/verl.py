@@ -129,10 +129,13 @@ def _names(folder: Path) -> list[str]:
         return []
 
 
-def check_save(given: Path, model=None, config_given: bool = False, quick: bool = False):
-    """``ckpt check``: the checkpoint ``given`` stands for (:func:`locate`), checked; the HF config beside
-    the save is read for ``model`` when none was given. Returns the CheckReport (its ``checkpoint``: the folder
-    checked)."""
+def check_save(
+    given: Path, model=None, config_given: bool = False, quick: bool = False, prove: bool = False, share=None
+):
+    """``ckpt check``: the checkpoint ``given`` stands for (:func:`locate`), checked (``prove``: its bytes too,
+    those of the data files in ``share`` only when it is given);
+    the HF config beside the save is read for ``model`` when none was given. Returns the CheckReport (its
+    ``checkpoint``: the folder checked)."""
     from ascendfix.checkpoint import check, megatron, safetensors
     from ascendfix.checkpoint.report import CheckReport
 
@@ -141,9 +144,12 @@ def check_save(given: Path, model=None, config_given: bool = False, quick: bool 
         return CheckReport(str(found.folder), 0, 0, 0, 0, found.problems)
     if model is None and not config_given and found.config is not None and found.kind == "dcp":
         model = megatron.read_config(found.config)
-    report = safetensors.check(found.folder) if found.kind == "mbridge" else check.check(found.folder, model, quick)
+    if found.kind == "mbridge":
+        report = safetensors.check(found.folder)
+    else:
+        report = check.check(found.folder, model, quick, prove, share)
     problems = found.problems + report.problems
     if found.via and report.problems:
-        detail = f"{found.via}, a save that is not complete: verl would resume from it and fail"
+        detail = f"{found.via}, a save with the problems below: verl would resume from it (and fail, or train on them)"
         problems.insert(0, Problem("incomplete-save", "file", ITERATION_FILE, detail))
     return report._replace(problems=problems)

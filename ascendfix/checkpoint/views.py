@@ -2,8 +2,10 @@
 
 Without shared storage every node loads its own copy: a node missing a shard, or holding a shorter
 one, fails at load while the others wait. :func:`node_view` runs on each node (a Ray task, pinned to
-it): the check there, and every file under the folder with its size. :func:`differences` names each
-file whose size is not the same on all nodes (absent counts).
+it): the check there, every file under the folder with its size, and each data file's identity.
+:func:`differences` names each file whose size is not the same on all nodes (absent counts). With
+``--bytes`` a second round proves the bytes where they lie: :func:`shares` gives each node the files
+it proves (each copy once; a file on shared storage by one of the nodes that see it).
 """
 
 from __future__ import annotations
@@ -35,19 +37,57 @@ def digest(view: dict[str, int]) -> str:
 
 
 def node_view(argv: list[str], _timeout: float) -> dict:
-    """Inside a node's Ray task: ``argv`` is ``[folder]`` or ``[folder, config.json]``; answers as
-    ``cluster.run_local`` does, its stdout the check's JSON plus ``view`` (:func:`file_view`)."""
-    from ascendfix.checkpoint import check, megatron
+    """Inside a node's Ray task: ``argv`` is ``[folder, config.json or "", shares or ""]``; answers as
+    ``cluster.run_local`` does, its stdout the check's JSON (through verl's layout,
+    :func:`ascendfix.checkpoint.verl.check_save`) plus ``view`` (:func:`file_view` of the folder checked)
+    and ``identities`` (:func:`identities`). ``shares`` (JSON, from :func:`shares`): node id -> the data
+    files whose bytes that node proves; this node proves its own share."""
+    from ascendfix.checkpoint import megatron, verl
 
     answer = {"hostname": socket.gethostname(), "stderr": ""}
+    folder, config, shared = (argv + ["", ""])[:3]
     try:
-        folder = Path(argv[0])
-        model = megatron.read_config(Path(argv[1])) if len(argv) > 1 else None
-        report = check.check(folder, model)
-        data = {**report.to_json(), "view": file_view(folder)}
+        model = megatron.read_config(Path(config)) if config else None
+        share = frozenset(json.loads(shared).get(_node_id(), [])) if shared else None
+        report = verl.check_save(Path(folder), model, config_given=bool(config), prove=share is not None, share=share)
+        checked = Path(report.checkpoint)
+        data = {**report.to_json(), "view": file_view(checked), "identities": identities(checked)}
     except AscendfixError as e:
         return {**answer, "returncode": e.exit_code, "stdout": json.dumps({"error": str(e), "exit_code": e.exit_code})}
     return {**answer, "returncode": 0 if report.ok else 1, "stdout": json.dumps(data)}
+
+
+def _node_id() -> str:
+    import ray  # inside a Ray task: ray is there
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def identities(folder: Path) -> dict[str, str]:
+    """Each plain ``.distcp`` file of ``folder`` -> its size, inode, mtime and ctime: one file on shared storage
+    shows the same identity on every node that mounts it, while two copies differ (the inode, the ctime)."""
+    found = {}
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.endswith(".distcp"):
+            info = os.lstat(folder / name)
+            if stat.S_ISREG(info.st_mode):
+                found[name] = f"{info.st_size}:{info.st_ino}:{info.st_mtime_ns}:{info.st_ctime_ns}"
+    return found
+
+
+def shares(seen: dict[str, dict[str, str]]) -> dict[str, list[str]]:
+    """Node id -> the files it proves, from each node's :func:`identities`: every copy of a file proven once,
+    a file that several nodes see (one identity: shared storage) by one of them, chosen by a stable hash of
+    its path, so the nodes share the work and the bytes never travel."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for node, files in seen.items():
+        for name, identity in files.items():
+            groups.setdefault((name, identity), []).append(node)
+    chosen: dict[str, list[str]] = {node: [] for node in seen}
+    for (name, _), nodes in sorted(groups.items()):
+        nodes.sort()
+        chosen[nodes[int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % len(nodes)]].append(name)
+    return chosen
 
 
 def differences(views: dict[str, dict[str, int]]) -> list[tuple[str, dict[str, int | None]]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -23,9 +24,17 @@ def ckpt_group() -> None:
     metavar="HF_CONFIG_JSON",
     help="The HF model's config.json: check its layer and expert counts against the tensors.",
 )
+@click.option(
+    "--bytes",
+    "prove",
+    is_flag=True,
+    help="Prove every byte too: each record's zip, its data.pkl's dtype and size, and torch's CRC-32s.",
+)
 @ray_options("Check")
 @json_option
-def check_command(folder: Path, config: Path | None, ray_address: str | None, ray_timeout: float, as_json: bool):
+def check_command(
+    folder: Path, config: Path | None, prove: bool, ray_address: str | None, ray_timeout: float, as_json: bool
+) -> int:
     """Check the DCP checkpoint in FOLDER: .metadata (never run), every tensor's chunks, every file, size and
     record frame.
 
@@ -40,8 +49,8 @@ def check_command(folder: Path, config: Path | None, ray_address: str | None, ra
         raise UsageError(f"{folder}: not a folder (give the checkpoint's folder, or verl's save folder)")
     model = megatron.read_config(config) if config is not None else None
     if ray_address is not None:
-        return _on_cluster(folder, config, None if ray_address == "auto" else ray_address, ray_timeout, as_json)
-    report = verl.check_save(folder, model, config_given=config is not None)
+        return _on_cluster(folder, config, None if ray_address == "auto" else ray_address, ray_timeout, as_json, prove)
+    report = verl.check_save(folder, model, config_given=config is not None, prove=prove)
     return render(report, as_json, _render_report, 0 if report.ok else 1)
 
 
@@ -53,7 +62,10 @@ def _render_report(report) -> None:
     counts = f"{report.tensors:,} tensors, {report.chunks:,} chunks, {report.files:,} files, {_size(report.bytes)}"
     name = clean(report.checkpoint)
     if report.ok:
-        proof = "" if report.proven_bytes is not None else " (each record's zip frame read; its bytes not proven)"
+        if report.proven_bytes is None:
+            proof = " (each record's zip frame read; its bytes not proven: --bytes proves them)"
+        else:
+            proof = f", {_size(report.proven_bytes)} proven against torch's CRC-32s"
         click.echo(f"{click.style('✓', fg='green')} {name}: {counts}, complete{proof}")
     else:
         click.echo(f"{click.style('✗', fg='red', bold=True)} {name}: {counts}: {len(report.problems)} problem(s)")
@@ -66,21 +78,31 @@ def _size(count: int) -> str:
     return f"{count} bytes"
 
 
-def _on_cluster(folder: Path, config: Path | None, address: str | None, timeout: float, as_json: bool) -> None:
-    """Every node checks the folder at the same path and lists its files; one table, and the files that differ."""
+def _on_cluster(
+    folder: Path, config: Path | None, address: str | None, timeout: float, as_json: bool, prove: bool
+) -> int:
+    """Every node checks the folder at the same path and lists its files; one table, and the files that differ.
+    With ``prove``, a second round: each node proves its share of the data files, where they lie."""
     from ascendfix.checkpoint import views
     from ascendfix.cluster import fanout
 
-    argv = [str(folder)] + ([str(config)] if config is not None else [])
+    argv = [str(folder), "" if config is None else str(config), ""]
     answers = fanout.run(argv, address, timeout, local=views.node_view)
     seen = {a.label: a.data.get("view", {}) for a in answers if isinstance(a.data, dict)}
+    proven = None
+    if prove:
+        held = {a.node_id: a.data.get("identities", {}) for a in answers if isinstance(a.data, dict)}
+        answers = fanout.run(argv[:2] + [json.dumps(views.shares(held))], address, timeout, local=views.node_view)
+        proven = sum(a.data.get("proven_bytes") or 0 for a in answers if isinstance(a.data, dict))
     differing = views.differences(seen)
-    ok = not differing and not any(a.failed for a in answers)
+    folders = {a.data.get("checkpoint") for a in answers if isinstance(a.data, dict)}
+    ok = not differing and len(folders) <= 1 and not any(a.failed for a in answers)
     if as_json:
         emit_json(
             {
-                "checkpoint": str(folder),
+                "checkpoint": folders.pop() if len(folders) == 1 else str(folder),
                 "ok": ok,
+                "proven_bytes": proven,
                 "nodes": [
                     {
                         "node": a.label,
@@ -97,6 +119,12 @@ def _on_cluster(folder: Path, config: Path | None, address: str | None, timeout:
         )
     else:
         _render_cluster(answers, seen, differing, ok)
+        if len(folders) > 1:
+            click.echo(
+                click.style(f"nodes checked different saves: {', '.join(sorted(map(clean, folders)))}", fg="red")
+            )
+        if proven is not None:
+            click.echo(f"{_size(proven)} proven against torch's CRC-32s, each file by one node that holds it")
     return 0 if ok else 1
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -37,7 +38,8 @@ def choose_device(profile: Profile, ascend_home: Path) -> tuple[str, str]:
 
 class Context:
     """The inputs of every check: the ``site`` (profile, device, interpreter, roots, and the
-    environment the job will run in) and the host's own paths.
+    environment the job will run in), the host's own paths, and ``overrides``: the job's Hydra overrides
+    (``run``'s preflight reads them from the script; doctor alone has none).
 
     The target interpreter is probed once, by the first check that asks, and shared by all.
     """
@@ -50,6 +52,7 @@ class Context:
         os_release: Path = Path("/etc/os-release"),
         cwd: Path | None = None,
         timeout: float = 20.0,
+        overrides: Mapping[str, str] | None = None,
     ):
         if site.device is None:
             raise UsageError("doctor checks one device: pass --device npu or --device cuda")
@@ -58,6 +61,7 @@ class Context:
         self.ascend_home, self.os_release = ascend_home, os_release
         self.cwd = Path.cwd() if cwd is None else cwd
         self.timeout = timeout
+        self.overrides = dict(overrides or {})  # the job's Hydra overrides, when run's preflight knows them
         self._from_roots: dict[str, tuple[Distribution, str]] | None = None
         self._lock = threading.Lock()
 

@@ -93,7 +93,7 @@ def _nic_fix(var: str, nics: list[nic.Interface]) -> str:
 
 
 def check_env(ctx: Context) -> Finding:
-    """The profile's environment variables, ``ulimit -n``, and free space for checkpoints."""
+    """The profile's environment variables, HCCL's listen ports and ``ulimit -n``."""
     device = ctx.profile.devices[ctx.device]
     nics = nic.interfaces()
     bad, good, exports, whys = [], [], [], []
@@ -139,13 +139,6 @@ def check_env(ctx: Context) -> Finding:
         limits.append(f"ulimit -n {device.ulimit_nofile}")
     else:
         good.append(f"ulimit -n {'unlimited' if soft == resource.RLIM_INFINITY else soft}")
-    free_gb = shutil.disk_usage(ctx.cwd).free / 1e9
-    space = f"{free_gb:.0f} GB free in {ctx.cwd} (verl writes checkpoints/ under the working directory)"
-    if free_gb < CHECKPOINT_FREE_GB:
-        warned.append(f"only {space}; one bf16 copy of the weights needs ~470 GB")
-        advice.append(f"run the job with trainer.default_local_dir=DIR on a disk with {CHECKPOINT_FREE_GB} GB free")
-    else:
-        good.append(space)
     fix = "\n".join(exports + limits + advice)
     if bad:
         head = f"{len(bad)} problem(s) with the environment the job inherits"
@@ -153,6 +146,71 @@ def check_env(ctx: Context) -> Finding:
     if warned:
         return warn(*warned, *good, fix=fix)
     return ok(f"{len(device.env)} variables set as the profile needs", *good)
+
+
+def check_disk(ctx: Context) -> Finding:
+    """Free space where verl saves (``trainer.default_local_dir``, else the working directory) against one save."""
+    problems, warnings, fixes, space = _checkpoint_space(ctx)
+    if problems:
+        return fail(*problems, fix="\n".join(fixes))
+    if warnings:
+        return warn(*warnings, fix="\n".join(fixes))
+    return ok(space)
+
+
+# Bytes per parameter of one verl save, by save_contents entry (UPSTREAM.md "verl's checkpoints at 796871d":
+# the bf16 weights, 2 B/param; the distributed optimizer's fp32 master weights and Adam moments, about 12 B/param;
+# hf_model another bf16 copy; extra (RNG, scheduler) next to nothing). Default [model, optimizer, extra]:
+# 14 B/param, about 3.3 TB for Qwen3-235B-A22B.
+SAVE_BYTES_PER_PARAM = {"model": 2, "optimizer": 12, "hf_model": 2, "extra": 0}
+DEFAULT_SAVE_CONTENTS = ("model", "optimizer", "extra")  # verl 796871d trainer/config/actor/actor.yaml
+SAVE_DIR, SAVE_CONTENTS = "trainer.default_local_dir", "actor_rollout_ref.actor.checkpoint.save_contents"
+KEEP = "trainer.max_actor_ckpt_to_keep"
+
+
+def _checkpoint_space(ctx: Context) -> tuple[list[str], list[str], list[str], str]:
+    """Free space where verl saves against one save's size: (problems, warnings, fixes, the measurement).
+
+    The folder is the job's ``trainer.default_local_dir`` when its overrides set it (too small for one save:
+    a problem), else the working directory (verl's default ``checkpoints/``: a warning). One save is the
+    profile's parameter count times the bytes of its ``save_contents``; with room for one but not two,
+    ``trainer.max_actor_ckpt_to_keep=1`` (verl deletes the older save before writing the next one).
+    """
+    given = ctx.overrides.get(SAVE_DIR, "").strip("'\"")
+    given = "" if "$" in given else given  # a variable the script leaves to the shell: not known here
+    folder = ctx.cwd / given if given else ctx.cwd
+    measured = folder
+    while not measured.exists() and measured != measured.parent:
+        measured = measured.parent  # the first save creates it: measure the disk it will be on
+    free = shutil.disk_usage(measured).free
+    where = f"{folder} ({SAVE_DIR})" if given else f"{ctx.cwd} (verl writes checkpoints/ under the working directory)"
+    space = f"{free / 1e9:,.0f} GB free in {where}"
+    model = ctx.profile.model
+    if model is None:
+        if free >= CHECKPOINT_FREE_GB * 1e9:
+            return [], [], [], space
+        fix = f"run the job with {SAVE_DIR}=DIR on a disk with {CHECKPOINT_FREE_GB} GB free"
+        return [], [f"only {space}; one bf16 copy of the weights needs ~470 GB"], [fix], space
+    contents = _save_contents(ctx.overrides.get(SAVE_CONTENTS))
+    per_param = sum(SAVE_BYTES_PER_PARAM.get(c, 0) for c in contents)
+    save = model.parameters * per_param
+    sized = f"one save of {model.name} ({', '.join(contents)}: {per_param} B/param) is ~{save / 1e12:.1f} TB"
+    if free >= 2 * save:
+        return [], [], [], f"{space}: {free // save:,.0f} saves ({sized})"
+    if free >= save:
+        fix = f"{KEEP}=1 (verl deletes the older save before writing the next)"
+        return [], [f"{space}: room for one save, not two ({sized}); set {fix}"], [fix], space
+    message = f"only {space}; {sized}: the first save would fail"
+    two = f"{2 * save / 1e12:.1f} TB"
+    fix = f"run the job with {SAVE_DIR}=DIR on a disk with {save / 1e12:.1f} TB free (two saves: {two})"
+    return ([message], [], [fix], space) if given else ([], [message], [fix], space)
+
+
+def _save_contents(value: str | None) -> tuple[str, ...]:
+    """The override's list (``['model','optimizer']``), else verl's default."""
+    if value is None:
+        return DEFAULT_SAVE_CONTENTS
+    return tuple(w for w in (part.strip(" '\"") for part in value.strip(" '\"[]").split(",")) if w)
 
 
 def _rule_outcome(ctx: Context) -> rules.Outcome:

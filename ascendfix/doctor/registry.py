@@ -36,6 +36,7 @@ CHECKS: dict[str, Check] = {
         Check("cuda", "CUDA stack", "CUDA stack", host.check_cuda),
         Check("os", "Operating system", HOST, host.check_os),
         Check("env", "Runtime environment", HOST, host.check_env),
+        Check("disk", "Checkpoint disk", HOST, host.check_disk),
         Check("hazards", "Known hazards", HOST, host.check_hazards),
     )
 }

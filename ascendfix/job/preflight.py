@@ -192,7 +192,7 @@ def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full:
     runs = commands_run(words, [*profile.trainer, *rules.commands(profile.rules)])
     trainer = bool(runs & set(profile.trainer)) if profile.trainer else None
     result = Preflight(overrides, full, trainer=trainer)
-    failures = doctor_failures(site) if full else []
+    failures = doctor_failures(site, overrides) if full else []
     if failures is None:
         result.hints.append(Finding("doctor", "doctor not run before a long job", fix=site.command("doctor")))
     result.problems.extend(failures or ())
@@ -377,14 +377,15 @@ _MEGATRON_PARALLEL = ("tensor_model_parallel_size", "pipeline_model_parallel_siz
 PREFLIGHT_SKIPS = ("patches", "env")
 
 
-def doctor_failures(site: Site) -> list[Finding] | None:
+def doctor_failures(site: Site, overrides: Mapping[str, str] | None = None) -> list[Finding] | None:
     """Doctor's fail-level checks on the site (those ``run`` does not handle itself), each with its fix and
-    details; None when doctor cannot run."""
+    details, for the job's ``overrides`` (the disk check measures ``trainer.default_local_dir``); None when
+    doctor cannot run."""
     from ascendfix.doctor import registry, runner
     from ascendfix.doctor.context import Context
 
     checks = [cid for cid in registry.CHECKS if cid not in PREFLIGHT_SKIPS]
-    report = runner.run(Context(site), checks)
+    report = runner.run(Context(site, overrides=overrides), checks)
     return [
         Finding("doctor", f"{r.title}: {r.messages[0] if r.messages else 'failed'}", "\n".join(r.details), r.fix)
         for r in report.checks

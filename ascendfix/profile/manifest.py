@@ -23,6 +23,7 @@ from ascendfix.profile.records import (
     EnvVar,
     HandEdit,
     Hint,
+    Model,
     Patch,
     PatchFile,
     Profile,
@@ -378,6 +379,13 @@ def load_profile(ref: str) -> Profile:
             trainer_table.fail(trainer_table.field("commands"), "name at least one module or script")
         trainer_table.text("source")
         trainer_table.done()
+    model_table = top.table("model", required=False)
+    model = None
+    if model_table is not None:
+        model = Model(model_table.text("name"), model_table.get("parameters", int), model_table.text("source"))
+        if model.parameters <= 0:
+            model_table.fail(model_table.field("parameters"), "a positive count of parameters")
+        model_table.done()
     rules = tuple(parse_rule(rt) for rt in top.tables("rules", required=False))
     if len({r.id for r in rules}) != len(rules):
         top.fail("rules", "two rules have the same id")
@@ -416,7 +424,7 @@ def load_profile(ref: str) -> Profile:
     # an inherited rule about a patch this profile dropped can never hold
     rules = tuple(r for r in rules if all(c.patch is None or c.patch in patches for c in r.when))
     return Profile(
-        name, description, path, components, devices, tuple(conflicts), patches, variants, hints, rules, trainer
+        name, description, path, components, devices, tuple(conflicts), patches, variants, hints, rules, trainer, model
     )
 
 

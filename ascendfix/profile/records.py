@@ -80,6 +80,14 @@ class AcceptedConflict(NamedTuple):
     why: str
 
 
+class Model(NamedTuple):
+    """The model the profile trains: its name and parameter count (what sizes a checkpoint), with its source."""
+
+    name: str
+    parameters: int
+    source: str
+
+
 class Hint(NamedTuple):
     """A Hydra override the profile recommends (``key=value``, or a bare ``key`` that should be set)."""
 
@@ -172,6 +180,7 @@ class Profile(NamedTuple):
     hints: tuple[Hint, ...] = ()
     rules: tuple[Rule, ...] = ()
     trainer: tuple[str, ...] = ()  # the modules that run verl's trainer: its overrides' rules and hints apply there
+    model: Model | None = None
 
     def variant(self, pid: str, override: dict[str, str] | None = None) -> Variant:
         """The variant of patch ``pid`` to apply: ``override``, else the profile's choice, else the first."""
