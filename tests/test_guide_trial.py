@@ -12,6 +12,7 @@ import sys
 import pytest
 from ascendfix import cli
 from ascendfix import site as sites
+from ascendfix.cli import base
 from ascendfix.doctor import host, nic, patches, pyenv
 from ascendfix.doctor.context import Context
 from ascendfix.patching import engine
@@ -127,5 +128,13 @@ def test_help_summaries_are_whole_clauses():
     )
     assert "..." not in listed.replace("[ARGS...]", "")
     for name in cli.COMMANDS:
-        said = cli.summary(cli.main.get_command(None, name))
+        said = base.summary(cli.main.get_command(None, name))
         assert said in listed and said.count("(") == said.count(")"), said
+    for family in ("ray", "ckpt", "export"):  # the command families list their commands' whole clauses too
+        group = cli.main.get_command(None, family)
+        shown = CliRunner().invoke(cli.main, [family, "--help"], env={"COLUMNS": "100"}).output
+        listed = " ".join(shown.split("Commands:")[1].split())
+        assert "..." not in listed, family
+        for name in group.list_commands(None):
+            said = base.summary(group.get_command(None, name))
+            assert said in listed and said.count("(") == said.count(")"), said

@@ -83,7 +83,37 @@ def render(result: Any, as_json: bool, human: Callable[[Any], None], exit_code: 
     return exit_code
 
 
-class Group(click.Group):
+def summary(command: click.Command) -> str:
+    """A command's one-line help in ``--help``: its ``short_help``, else its docstring's first clause, whole.
+
+    The clause ends at the first ``; `` or sentence end outside parentheses (``e.g.`` and ``i.e.`` end
+    none), so a summary is never cut mid-parenthesis; the list wraps it rather than cutting it.
+    """
+    if command.short_help:
+        return command.short_help
+    text = " ".join((command.help or "").strip().split("\n\n")[0].split())
+    depth = 0
+    for at, char in enumerate(text):
+        depth += (char == "(") - (char == ")")
+        if depth or text[at + 1 : at + 2] not in (" ", ""):
+            continue
+        if char == ";" or char in ".?" and not text[: at + 1].endswith(("e.g.", "i.e.")):
+            return text[: at + 1 if char in ".?" else at]
+    return text
+
+
+class Listing(click.Group):
+    """A group whose ``--help`` lists each command with its whole one-clause :func:`summary` (click's own
+    cut them at a width): the top-level group and the ``ray``, ``ckpt`` and ``export`` families."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands with their whole one-clause summaries."""
+        commands = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, summary(cmd)) for name, cmd in commands if cmd is not None and not cmd.hidden])
+
+
+class Group(Listing):
     """The one place a command's exit status is decided: the exit code a command returns (0 when it
     returns None), and every AscendfixError as its one line and exit status; with ``--json``, also a
     JSON object ``{"error", "exit_code"}`` on stdout, so a pipe into ``jq`` reads an answer.

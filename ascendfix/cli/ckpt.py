@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
-from ascendfix.cli.base import clean, emit_json, json_option, path_type, ray_options, render
+from ascendfix.cli.base import Listing, clean, emit_json, json_option, path_type, ray_options, render
 from ascendfix.errors import UsageError
 
 
-@click.group("ckpt")
+@click.group("ckpt", cls=Listing)
 def ckpt_group() -> None:
     """Distributed checkpoints: check one offline, on this node or on every node."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ascendfix import export as exporting
-from ascendfix.cli.base import device_option, json_option, profile_option, render
+from ascendfix.cli.base import Listing, device_option, json_option, profile_option, render
 from ascendfix.profile import manifest
 
 
@@ -13,7 +13,7 @@ def _echo(text: str) -> None:
     click.echo(text, nl=False)
 
 
-@click.group()
+@click.group(cls=Listing)
 def export() -> None:
     """Generate build inputs from a profile: the image's Dockerfile, a pip constraints file."""
 

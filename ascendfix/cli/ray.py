@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ascendfix.cli.base import (
+    Listing,
     device_option,
     err,
     escape,
@@ -25,7 +26,7 @@ from ascendfix.profile.device import require_device
 from ascendfix.states import Status
 
 
-@click.group("ray")
+@click.group("ray", cls=Listing)
 def ray_group() -> None:
     """Start this node's Ray with the profile's environment; wait until every node agrees; smoke-test the links."""
 
