@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ascendfix.errors import AscendfixError, UsageError
 from ascendfix.patching.drop_probes import NO_SITE, PROBES
-from ascendfix.patching.engine import sites_state
+from ascendfix.patching.evaluate import sites_state
 from ascendfix.patching.index import PLATFORMS, Tell, WheelTarget, fetch, pinned_requires
 from ascendfix.profile.records import Patch, Profile, Variant
 from ascendfix.profile.schema import read_toml
