@@ -28,15 +28,15 @@ def select(site: Site, only: tuple[str, ...] = ()) -> Selection:
     if unknown:
         known = ", ".join(profile.patches)
         raise UsageError(f"--only {unknown[0]}: not a patch of profile {profile.name} (its patches: {known})")
-    known = sorted({p.package for p in profile.patches.values()})
-    stray = sorted(set(site.roots) - set(known))
+    packages = sorted({p.package for p in profile.patches.values()})
+    stray = sorted(set(site.roots) - set(packages))
     if stray:
         raise UsageError(
-            f"--root {stray[0]}=...: not a package of profile {profile.name} (its packages: {', '.join(known)})"
+            f"--root {stray[0]}=...: not a package of profile {profile.name} (its packages: {', '.join(packages)})"
         )
     patches = tuple(p for pid, p in profile.patches.items() if not only or pid in only)
-    packages = {p.package for p in patches} | set(site.roots)  # a --root's journal counts even when --only skips it
-    return Selection(profile, site.device, patches, site.locate(packages), dict(site.variants))
+    wanted = {p.package for p in patches} | set(site.roots)  # a --root's journal counts even when --only skips it
+    return Selection(profile, site.device, patches, site.locate(wanted), dict(site.variants))
 
 
 def status(selection: Selection, on_wait: journal.OnWait | None = None) -> list[PatchStatus]:
@@ -126,10 +126,10 @@ def _session(selection: Selection, on_wait: journal.OnWait | None):
 def _applied(s: PatchStatus) -> PatchStatus:
     if not s.writes:
         return s._replace(action=Action.UNCHANGED if s.state == State.APPLIED else Action.SKIPPED)
-    written = {w.rel: w for w in s.writes if w.record is not None}  # apply's writes always carry a record
-    variant = s.writes[0].record.variant if s.writes[0].record else None
+    written = {w.rel: w.record for w in s.writes if w.record is not None}  # apply's writes always carry a record
+    variant = next(iter(written.values())).variant if written else None
     files = tuple(
-        f._replace(state=State.APPLIED, variant=variant, sha256=written[f.path].record.patched_sha256, reason="")
+        f._replace(state=State.APPLIED, variant=variant, sha256=written[f.path].patched_sha256, reason="")
         if f.path in written
         else f
         for f in s.files
@@ -156,7 +156,7 @@ def diff(planned: Plan) -> str:
     """A unified diff of what the plan writes."""
     from difflib import unified_diff
 
-    chunks = []
+    chunks: list[str] = []
     for s in planned.statuses:
         on_disk = {f.path: f.code or b"" for f in s.files}
         for w in s.writes:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ascendfix.errors import RefusedError
 from ascendfix.patching import hand_edits
@@ -57,7 +57,7 @@ class PatchStatus(NamedTuple):
     def to_json(self) -> dict:
         """The JSON contract: id, state, reason, files[path, sha256, state]; plus variant, action, reason_code
         and hint when there is one."""
-        data = {
+        data: dict[str, Any] = {
             "id": self.id,
             "state": self.state,
             "reason": self.reason,
@@ -290,9 +290,9 @@ class Evaluation:
         if not present:
             return PatchStatus(patch.id, State.NOT_APPLICABLE, reason, tuple(files))
         reason = f"applied in {', '.join(present)} but {reason}: ascendfix revert --only {patch.id}"
-        code = ReasonCode.APPLIED_OFF_DEVICE
-        hint = _hint(code, patch, target, present[0])
-        return PatchStatus(patch.id, State.DRIFTED, reason, tuple(files), reason_code=code, hint=hint)
+        off = ReasonCode.APPLIED_OFF_DEVICE
+        hint = _hint(off, patch, target, present[0])
+        return PatchStatus(patch.id, State.DRIFTED, reason, tuple(files), reason_code=off, hint=hint)
 
 
 def statuses(selection: Selection) -> list[PatchStatus]:

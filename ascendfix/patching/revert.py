@@ -41,15 +41,13 @@ def plan(ev: Evaluation) -> Plan:
     if len(selection.patches) == len(selection.profile.patches):  # not --only: everything recorded goes
         by_root = {store.root: name for name, store in ev.stores.items()}  # one site-packages: its records once
         for root, name in by_root.items():
-            found = _foreign(selection.profile, selection.targets[name], ev.stores[name], ev.records[name], ev.prove)
+            found = _foreign(selection.profile, ev.stores[name], ev.records[name], ev.prove)
             for status in found:
                 add(status, root)
     return Plan(statuses, writes)
 
 
-def _foreign(
-    profile: Profile, target: Target, store: Store, records: dict[str, Record], prove: Prove
-) -> list[PatchStatus]:
+def _foreign(profile: Profile, store: Store, records: dict[str, Record], prove: Prove) -> list[PatchStatus]:
     """Records of patches the named profile does not have (another profile applied them): back from the backup."""
     by_patch: dict[str, list[tuple[str, Record]]] = {}
     for rel, record in records.items():
@@ -60,7 +58,7 @@ def _foreign(
         whose = f"applied by profile {files[0][1].profile}" if files[0][1].profile else "recorded by ascendfix"
         statuses, writes, problems = [], [], []
         for rel, record in files:
-            path = target.root / rel
+            path = store.root / rel
             try:
                 code = store.read(rel)
             except (OSError, RefusedError) as e:
@@ -100,7 +98,7 @@ def _revert_patch(patch: Patch, target: Target, store: Store, records: dict[str,
     """What reverting ``patch`` writes: each file's original (backup, else through the markers)."""
     files, notes, writes = [], [], []
     for pfile in patch.files:
-        path = target.root / pfile.path
+        path = store.root / pfile.path
         try:
             code = store.read(pfile.path)
         except (OSError, RefusedError) as e:
@@ -134,7 +132,7 @@ def _revert_patch(patch: Patch, target: Target, store: Store, records: dict[str,
                 continue
             # what ascendfix wrote, but the backup is gone: undo it through the markers below
         outcome, problem = undo_patch(patch, code)
-        if problem:
+        if outcome is None:
             files.append(FileStatus(pfile.path, sha, State.DRIFTED, f"{pfile.path}: {problem}"))
             notes.append(f"{pfile.path}: {problem}")
             continue
