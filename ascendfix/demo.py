@@ -199,7 +199,7 @@ class DemoStep:
     title: str
     command: str = ""
     notes: tuple[str, ...] = ()
-    statuses: list = field(default_factory=list)  # engine.PatchStatus, for status/apply/revert steps
+    statuses: list = field(default_factory=list)  # evaluate.PatchStatus, for status/apply/revert steps
     diff: str = ""
     figures: dict | None = None  # the guide's throughput of step 1, for the report step
     output: str = ""  # what `ascendfix run` said (its stderr: hints, summary), shown after the job's own output
@@ -241,7 +241,7 @@ def steps(workspace: Workspace) -> Iterator[DemoStep]:
         ),
         statuses=engine.status(selection),
     )
-    yield DemoStep("diff", "what apply will change", diff=engine.diff(engine.apply(selection, dry_run=True)))
+    yield DemoStep("diff", "what apply will change", diff=engine.diff(engine.plan(selection)))
     yield DemoStep(
         "apply", "atomic, journaled; the demo files are not known upstream originals", statuses=engine.apply(selection)
     )

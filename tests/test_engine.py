@@ -211,9 +211,10 @@ def test_unknown_only_and_device_are_usage_errors(stack):
 
 def test_dry_run_plans_without_writing(stack):
     before = stack.snapshot()
-    result = engine.apply(select(stack), dry_run=True)
-    assert {s.action for s in result} == {"would-apply"}
-    assert "+is_cuda_available = False  # ascendfix: verl-cuda-probe-off" in engine.diff(result)
+    planned = engine.plan(select(stack))
+    assert {s.action for s in engine.dry_run(planned)} == {"would-apply"}
+    assert "+is_cuda_available = False  # ascendfix: verl-cuda-probe-off" in engine.diff(planned)
+    assert set(planned.writes) == {stack.root("verl"), stack.root("torch")}  # by package root
     assert stack.snapshot() == before
 
 

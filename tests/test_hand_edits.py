@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from ascendfix.errors import RefusedError
-from ascendfix.patching import engine, proof
+from ascendfix.patching import engine, evaluate, proof
 from ascendfix.profile import manifest
 from ascendfix.resources import data_dir
 from ascendfix.site import Site
@@ -113,7 +113,7 @@ def trees(tmp_path):
     return profile, verl, site, pristine
 
 
-def select(profile: Path, verl: Path, site: Path, device: str | None = "npu") -> engine.Selection:
+def select(profile: Path, verl: Path, site: Path, device: str | None = "npu") -> evaluate.Selection:
     return engine.select(Site(manifest.load_profile(str(profile)), device, roots={"verl": verl, "torch": site}))
 
 

@@ -76,5 +76,5 @@ def test_no_import_cycle_between_wings_and_loose_modules():
 
 
 def test_the_engine_hands_every_write_to_the_journal():
-    engine = (PACKAGE / "patching" / "engine.py").read_text()
-    assert "fsutil" not in engine
+    for planner in ("engine", "evaluate", "revert"):
+        assert "fsutil" not in (PACKAGE / "patching" / f"{planner}.py").read_text(), planner

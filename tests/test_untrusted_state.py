@@ -146,18 +146,18 @@ def test_a_target_file_that_is_a_symlink_is_refused_naming_where_it_points(stack
 
 def test_an_edit_between_plan_and_write_rolls_everything_back_and_names_the_file(stack, monkeypatch):
     before = stack.snapshot()
-    real = engine.evaluate
+    real = engine.plan
 
-    def evaluate_then_edit(selection):
-        statuses = real(selection)
+    def plan_then_edit(selection, strict=False):
+        planned = real(selection, strict)
         torch_file = stack.file("torch", "torch/distributed/checkpoint/default_planner.py")
         torch_file.write_bytes(torch_file.read_bytes() + b"# someone's edit\n")
-        return statuses
+        return planned
 
-    monkeypatch.setattr(engine, "evaluate", evaluate_then_edit)
+    monkeypatch.setattr(engine, "plan", plan_then_edit)
     with pytest.raises(WriteError, match="default_planner.py changed while ascendfix was planning"):
         engine.apply(select(stack))
-    monkeypatch.setattr(engine, "evaluate", real)
+    monkeypatch.setattr(engine, "plan", real)
     now = stack.snapshot()
     edited = ("torch", "torch/distributed/checkpoint/default_planner.py")
     assert now[edited] == before[edited] + b"# someone's edit\n"  # the edit is kept

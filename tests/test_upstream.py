@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from ascendfix.errors import RefusedError
-from ascendfix.patching import engine
+from ascendfix.patching import engine, evaluate
 from ascendfix.profile import manifest
 from ascendfix.site import Site
 
@@ -65,7 +65,7 @@ def test_verl_0_4_refuses_grpo_cleanly(version, copy_tree):
 def test_verl_0_5_device_py_is_a_known_original():
     root = upstream.verl_tree("0.5.0")
     selection = engine.select(Site(PROFILE, "npu", roots={"verl": root}), ("verl-cuda-probe-off",))
-    (status,) = engine.evaluate(selection)
+    (status,) = evaluate.statuses(selection)
     assert status.files[0].preimage == "verl 796871d (identical to the 0.5.0 wheel)"
 
 
@@ -100,7 +100,7 @@ def test_torch_2_7_1_keeps_validating_by_default_and_skip_is_one_switch_away(cop
 def test_every_torch_release_is_a_known_original(version):
     """Each release's two files are a preimage labelled with that release (apply --strict takes them)."""
     selection = engine.select(Site(PROFILE, "npu", roots={"torch": upstream.torch_tree(version)}), tuple(TORCH_IDS))
-    labels = [s.files[0].preimage for s in engine.evaluate(selection)]
+    labels = [s.files[0].preimage for s in evaluate.statuses(selection)]
     assert all(label and version in label.removeprefix("torch ").split(", ") for label in labels), labels
 
 

@@ -21,6 +21,7 @@ from ascendfix.cli.base import (
 )
 from ascendfix.cli.fanout import on_ray_cluster
 from ascendfix.patching import engine
+from ascendfix.patching.evaluate import PatchStatus, Selection
 from ascendfix.profile import manifest, records
 from ascendfix.profile.device import require_device
 from ascendfix.site import Site, parse_roots
@@ -45,8 +46,8 @@ def tell_lock_wait(root, pid: int | None) -> None:
 class PatchReport(NamedTuple):
     """What an engine command found or did, for one profile and device."""
 
-    selection: engine.Selection
-    statuses: list[engine.PatchStatus]
+    selection: Selection
+    statuses: list[PatchStatus]
     dry_run: bool | None = None
     recovered: list[str] | None = None  # status: what finishing an interrupted command wrote
 
@@ -63,7 +64,7 @@ class PatchReport(NamedTuple):
         }
 
 
-def selection(profile, device, roots, python, only=(), variants=(), need_device=True) -> engine.Selection:
+def selection(profile, device, roots, python, only=(), variants=(), need_device=True) -> Selection:
     """The engine's selection from the shared options."""
     prof = manifest.load_profile(profile)
     chosen = require_device(device) if need_device else device
@@ -71,7 +72,7 @@ def selection(profile, device, roots, python, only=(), variants=(), need_device=
     return engine.select(site, tuple(only))
 
 
-def render_statuses(statuses: list[engine.PatchStatus]) -> None:
+def render_statuses(statuses: list[PatchStatus]) -> None:
     """One line per patch (state, id, variant, action), its reason and fix under it, warnings on stderr.
 
     Plain click styling, not rich: the engine's commands are the ones run on every node and in
@@ -104,7 +105,11 @@ def render_statuses(statuses: list[engine.PatchStatus]) -> None:
 def apply(profile, device, python, roots, only, variants, dry_run, strict, as_json) -> None:
     """Apply the profile's patches for this device: all or nothing, idempotent."""
     sel = selection(profile, device, roots, python, only, variants)
-    report = PatchReport(sel, engine.apply(sel, strict=strict, dry_run=dry_run, on_wait=tell_lock_wait), dry_run)
+    if dry_run:
+        statuses = engine.dry_run(engine.plan(sel, strict))
+    else:
+        statuses = engine.apply(sel, strict=strict, on_wait=tell_lock_wait)
+    report = PatchReport(sel, statuses, dry_run)
 
     def human(report: PatchReport) -> None:
         render_statuses(report.statuses)
@@ -162,8 +167,9 @@ def status(profile, device, python, roots, as_json) -> None:
 def diff(profile, device, python, roots, only, variants, as_json) -> None:
     """Show the unified diff of what apply would change (coloured on a terminal)."""
     sel = selection(profile, device, roots, python, only, variants)
-    statuses = engine.apply(sel, dry_run=True)
-    text = engine.diff(statuses)
+    planned = engine.plan(sel)
+    statuses = engine.dry_run(planned)
+    text = engine.diff(planned)
     if as_json:
         emit_json({**PatchReport(sel, statuses, True).to_json(), "diff": text})
         return

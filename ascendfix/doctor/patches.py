@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
-from ascendfix.patching import engine, journal
+from ascendfix.patching import evaluate, journal
 from ascendfix.states import ReasonCode, State
 
 
@@ -22,7 +22,7 @@ def check_patches(ctx: Context) -> Finding:
             f"an ascendfix run was interrupted in {where}",
             fix=ctx.site.command("status") + "  # rolls it back",
         )
-    statuses = engine.evaluate(engine.Selection(ctx.profile, ctx.device, chosen, targets, {}))
+    statuses = evaluate.statuses(evaluate.Selection(ctx.profile, ctx.device, chosen, targets, {}))
     lines = [f"{s.id}: {_state_word(s)}" + (f" ({s.reason})" if s.reason else "") for s in statuses]
     states = {s.state for s in statuses}
     apply = ctx.site.command("apply")
@@ -36,7 +36,7 @@ def check_patches(ctx: Context) -> Finding:
     return warn("some patches cannot be applied here", *lines, fix=fix)
 
 
-def _fix(status: engine.PatchStatus, apply: str) -> str:
+def _fix(status: evaluate.PatchStatus, apply: str) -> str:
     """The one fix for a patch, the engine's (as ``status`` gives it): apply where apply takes the file
     (not applied, or hand-edited: apply adopts it), else the fix of what stands in its way."""
     if status.state in (State.NOT_APPLIED, State.HAND_EDITED, State.NOT_APPLICABLE) or not status.hint:
@@ -44,7 +44,7 @@ def _fix(status: engine.PatchStatus, apply: str) -> str:
     return f"{status.id}: {status.hint}"
 
 
-def _state_word(status: engine.PatchStatus) -> str:
+def _state_word(status: evaluate.PatchStatus) -> str:
     """The state as doctor words it: a package that is not there is "not found", not "drifted"."""
     if status.reason_code == ReasonCode.PACKAGE_NOT_FOUND:
         return "not found"

@@ -1,7 +1,8 @@
 """patching: plan → verify → one write transaction → journal; revert; recover; upgrade-check.
 
-``engine`` evaluates each file of each patch (its package located by the command's
-:class:`~ascendfix.site.Site`) and plans the writes; ``proof`` says which bytes from a state
+``engine`` selects the patches (their packages located by the command's
+:class:`~ascendfix.site.Site`) and makes the plan, a value: ``evaluate`` gives each file's state and
+the writes apply would make, by package root, ``revert`` revert's plan; ``proof`` says which bytes from a state
 folder may be written back (a known original, or the forward transform of one); ``journal`` owns
 the one write transaction (locks, temp-file sweep, journal, backups, atomic writes, records,
 rollback, recovery) and ``records`` what its state files hold and the checks they must pass;

@@ -123,7 +123,7 @@ def _and_more(
     known = "; ".join(label for _, label in pfile.preimages) or "none listed"
     upstream = _from_git(checkout, pfile) if checkout is not None else None
     expected = _forward(patch, edit, upstream) if upstream is not None else None
-    if expected is not None:
+    if expected is not None and upstream is not None:
         label = pfile.preimage_label(digest(upstream))
         what = f"against the guide's edit of git HEAD ({label}) it differs at {differences(expected, code)}"
     else:
@@ -159,7 +159,7 @@ def changed_lines(before: bytes, after: bytes) -> list[int]:
     """The numbers (1-based) of the lines of ``after`` that are not in ``before``, or where a removal was."""
     old = before.splitlines(keepends=True)
     new = after.splitlines(keepends=True)
-    lines = []
+    lines: list[int] = []
     for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
         if tag != "equal":
             lines.extend(range(j1 + 1, j2 + 1) if j2 > j1 else [j1 + 1])

@@ -297,8 +297,9 @@ class Store:
         records = self.records()
         for entry in journal.files:
             rel = entry.rel
-            if journal.previous.get(rel) is not None:
-                records[rel] = journal.previous[rel]
+            previous = journal.previous.get(rel)
+            if previous is not None:
+                records[rel] = previous
             else:
                 records.pop(rel, None)
                 if entry.before is not None and rel not in records:

@@ -77,7 +77,7 @@ def prover(profile: Profile) -> Prove:
         for patch, pfile in known:
             found = reproduced(patch, candidate)
             label = pfile.preimage_label(digest(found[0])) if found else None
-            if label:
+            if found and label:
                 return f"{label} with {patch.id} [{found[1]}]"
         for patch, pfile in known:  # what an adoption replaced: exactly the guide's hand edit of a known original
             edit = hand_edits.find(patch, pfile, candidate) if patch.hand_edits else None
@@ -95,9 +95,11 @@ def restorer(profile: Profile) -> journal.Restore:
 
     def restore(rel: str, sha: str, candidate: bytes | None, current: bytes | None) -> tuple[bytes, str] | None:
         what = prove(rel, candidate) if candidate is not None and digest(candidate) == sha else None
-        if what:
+        if candidate is not None and what:
             return candidate, f"the undo copy, {what}"
-        for patch, _ in by_rel.get(rel, []) if current is not None else []:
+        if current is None:
+            return None
+        for patch, _ in by_rel.get(rel, []):
             for code, how in _recomputed(patch, current):
                 if digest(code) == sha:
                     return code, f"the file on disk {how}"

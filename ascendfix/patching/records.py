@@ -118,6 +118,8 @@ def plain_rel(path: Path, rel: object) -> str:
 def parse_record(path: Path, rec: object) -> Record:
     """A record read from the state file ``path``, every field checked, else the folder is refused."""
     try:
+        if not isinstance(rec, dict):
+            raise TypeError(f"expected a table, got {type(rec).__name__}")
         record = Record(**rec)
     except TypeError as e:
         raise RefusedError(f"{path}: unreadable ({e}); move it aside to start over") from None

@@ -118,7 +118,7 @@ class Measurement:
         return self.growth < QUADRATIC
 
 
-def _strip_annotations(node: ast.AST) -> ast.AST:
+def _strip_annotations(node: ast.FunctionDef) -> ast.FunctionDef:
     for n in ast.walk(node):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
             n.returns = None
@@ -140,9 +140,11 @@ def _functions(source: bytes, entry: str) -> dict:
             continue
         needed.add(name)
         todo += [
-            n.func.id for n in ast.walk(defs[name]) if isinstance(n, ast.Call) and getattr(n.func, "id", None) in defs
+            n.func.id
+            for n in ast.walk(defs[name])
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in defs
         ]
-    imports = [
+    imports: list[ast.stmt] = [
         n
         for n in tree.body
         if isinstance(n, ast.Import)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ascendfix.errors import AscendfixError, UsageError
 from ascendfix.patching.drop_probes import NO_SITE, PROBES
-from ascendfix.patching.engine import sites_state
+from ascendfix.patching.evaluate import sites_state
 from ascendfix.patching.index import PLATFORMS, Tell, WheelTarget, fetch, pinned_requires
 from ascendfix.profile.records import Patch, Profile, Variant
 from ascendfix.profile.schema import read_toml
@@ -272,7 +272,9 @@ def _setup_py_requires(text: str) -> tuple[str, ...] | None:
 
 def _sites(patch: Patch, variant: Variant, candidate: Candidate) -> tuple[str, str, int]:
     """(state, reason, sites found) of ``patch`` on ``candidate``, as the engine would plan it."""
-    states, reasons, total = [], [], 0
+    states: list[str] = []  # a Judgement, or NO_SITE
+    reasons: list[str] = []
+    total = 0
     for pfile in patch.files:
         code = candidate.read(pfile.path)
         if code is None and pfile.only_in_checkout and not candidate.is_checkout:
@@ -294,16 +296,17 @@ def _sites(patch: Patch, variant: Variant, candidate: Candidate) -> tuple[str, s
             continue
         found = outcome.pending + outcome.done
         total += found
-        state, why = sites_state(outcome, pfile.sites, pfile.path, patch.id)  # the engine's own verdict
+        planned, why = sites_state(outcome, pfile.sites, pfile.path, patch.id)  # the engine's own verdict
         if found == 0:
             states.append(NO_SITE)
             reasons.append(why)
-        elif state in (State.APPLIED, State.NOT_APPLIED):
+        elif planned in (State.APPLIED, State.NOT_APPLIED):
             states.append(APPLIES)
         else:
             states.append(REFUSED)
             reasons.append(why)
     judged = set(states) - {NOT_APPLICABLE}
+    state: str
     if not judged:
         state = NOT_APPLICABLE
     elif REFUSED in judged:

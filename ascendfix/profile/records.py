@@ -10,11 +10,14 @@ is ever evaluated as code.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ascendfix.errors import UsageError
 from ascendfix.profile.device import DEVICES
 from ascendfix.profile.rules import Rule
+
+if TYPE_CHECKING:
+    from ascendfix.transforms.base import Transform
 
 
 class Component(NamedTuple):
@@ -118,11 +121,19 @@ class Variant(NamedTuple):
     params: tuple[tuple[str, Any], ...]
     why: str = ""
 
-    def build(self):
-        """The transform instance."""
-        from ascendfix.transforms import registry
+    def build(self) -> Transform:
+        """The transform instance, built once per variant (a transform holds only its parameters)."""
+        key = (self.transform, repr(self.params))
+        built = _BUILT.get(key)
+        if built is None:
+            from ascendfix.transforms import registry
 
-        return registry.build(self.transform, {k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
+            params = {k: list(v) if isinstance(v, tuple) else v for k, v in self.params}
+            built = _BUILT[key] = registry.build(self.transform, params)
+        return built
+
+
+_BUILT: dict[tuple[str, str], Transform] = {}  # (transform, its parameters) -> the instance
 
 
 DEFAULT_VARIANT = "default"
