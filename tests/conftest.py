@@ -104,6 +104,24 @@ def stack(tmp_path):
     return make_stack(tmp_path)
 
 
+@pytest.fixture
+def job(tmp_path) -> Path:
+    """The fake verl job and its train.sh (tests/fake_job.py) in this test's own folder."""
+    from tests.fake_job import write_job
+
+    return write_job(tmp_path)
+
+
+@pytest.fixture
+def run_cli(ascendfix_cli):
+    """``ascendfix ARGS`` in the job's folder, in :func:`tests.fake_job.cli_env` with ``extra`` variables."""
+    from tests.fake_job import cli_env
+
+    return lambda tmp_path, *args, **extra: ascendfix_cli(
+        *args, cwd=tmp_path, clean_env=True, env=cli_env(tmp_path, **extra), timeout=120
+    )
+
+
 def find_python310() -> Path | None:
     """A Python 3.10 that runs: ``$ASCENDFIX_TEST_PYTHON310``, else ``python3.10`` on PATH, else pyenv's."""
     candidates = [os.environ.get("ASCENDFIX_TEST_PYTHON310"), shutil.which("python3.10")]

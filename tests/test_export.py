@@ -14,41 +14,17 @@ from ascendfix import export, resources
 from ascendfix.cli import main
 from ascendfix.profile import manifest
 from click.testing import CliRunner
-from dockerfile_parse import DockerfileParser
 from packaging.requirements import Requirement
 
+from tests.dockerfile import COMMITTED, PROFILE, stages
+
 REPO = Path(__file__).resolve().parent.parent
-COMMITTED = REPO / "docker" / "Dockerfile"
-PROFILE = "verl-796871d"
 # The build step, word for word as the issue states it.
 APPLY = "ascendfix apply --profile verl-796871d --device npu --strict"
 DOCTOR = (
     "ascendfix doctor --profile verl-796871d --device npu "
     "--only python,packages,commits,integrity,patches,conflicts --strict"
 )
-
-
-def stages(path: Path) -> dict[str, dict]:
-    """Each stage of a Dockerfile: its FROM, its ARG defaults (global ones too), its RUN lines with ARGs expanded."""
-    parser = DockerfileParser(path=str(path))
-    global_args: dict[str, str] = {}
-    result: dict[str, dict] = {}
-    current = None
-    for item in parser.structure:
-        instruction, value = item["instruction"], item["value"]
-        if instruction == "FROM":
-            image, _, name = value.partition(" AS ")
-            current = result[name.strip()] = {"from": _expand(image.strip(), global_args), "args": {}, "run": []}
-        elif instruction == "ARG":
-            key, _, default = value.partition("=")
-            (current["args"] if current else global_args)[key] = default
-        elif instruction == "RUN" and current is not None:
-            current["run"].append(_expand(value, current["args"]))
-    return result
-
-
-def _expand(text: str, args: dict[str, str]) -> str:
-    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args.get(m.group(1) or m.group(2), m.group(0)), text)
 
 
 def test_committed_dockerfile_is_what_the_manifest_generates():

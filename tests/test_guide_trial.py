@@ -21,7 +21,7 @@ from ascendfix.site import Distribution, Site
 from click.testing import CliRunner
 
 from tests import upstream
-from tests.test_hand_edits import PLANNER_DEF, SHARDS_DOC_END
+from tests.upstream import PLANNER_DEF, SHARDS_DOC_END
 
 PROFILE = manifest.load_profile("verl-796871d")
 TORCH_IDS = ("torch-shard-overlap-check", "torch-global-plan-check")

@@ -26,6 +26,7 @@ from ascendfix.resources import data_dir
 from ascendfix.site import Site
 
 from tests import upstream
+from tests.upstream import PLANNER_DEF, SHARDS_DOC_END
 
 pytestmark = pytest.mark.upstream
 
@@ -58,8 +59,6 @@ GUIDE_7_2 = [
     (DAPO, "gen_batch = gen_batch.repeat(repeat_times=self.config.actor_rollout_ref.rollout.n, interleave=True)\n"),
     (DAPO, "new_batch = new_batch.repeat(repeat_times=self.config.actor_rollout_ref.rollout.n, interleave=True)\n"),
 ]
-SHARDS_DOC_END = '        ``ValueError`` if there\'s overlap in any two shards.\n    """\n'
-PLANNER_DEF = "def _validate_global_plan(global_plan: list[SavePlan], metadata: Metadata) -> bool:\n"
 
 
 def sha(path: Path) -> str:

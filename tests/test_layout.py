@@ -78,3 +78,24 @@ def test_no_import_cycle_between_wings_and_loose_modules():
 def test_the_engine_hands_every_write_to_the_journal():
     for planner in ("engine", "evaluate", "revert"):
         assert "fsutil" not in (PACKAGE / "patching" / f"{planner}.py").read_text(), planner
+
+
+def _test_module_imports(path: Path) -> set[str]:
+    """The ``tests.*`` modules ``path`` imports (``from tests import x`` names ``tests.x``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("tests.")}
+        elif isinstance(node, ast.ImportFrom) and node.module == "tests":
+            found |= {f"tests.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tests."):
+            found.add(node.module)
+    return found
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in support modules (conftest, tests/stack.py, tests/cluster.py, …), not in a test."""
+    tests = PACKAGE.parent / "tests"
+    for path in sorted(tests.glob("*.py")):
+        borrowed = sorted(m for m in _test_module_imports(path) if m.split(".")[1].startswith("test_"))
+        assert not borrowed, f"tests/{path.name} imports {borrowed}: move what it shares into a support module"

@@ -8,8 +8,6 @@ import json
 import pytest
 from ascendfix.job import redact
 
-from tests.test_run import job, run_cli  # noqa: F401  (the fake job and its runner)
-
 LEAKS = {
     "RAY_JOB_HEADERS": '{"Authorization": "Bearer ray-bearer"}',
     "RAY_ADDRESS": "http://head:8265/?access_token=ray-query&x=1",
@@ -19,7 +17,7 @@ LEAKS = {
 }
 
 
-def test_run_json_holds_no_bearer_query_or_header_secret(job, run_cli):  # noqa: F811
+def test_run_json_holds_no_bearer_query_or_header_secret(job, run_cli):
     proc = run_cli(
         job, "run", "--device", "npu", "--no-preflight", "train.sh", "-H", "Authorization: Bearer arg-bearer",
         "--header=X-Api-Key: arg-key", "+data.url=https://h/d?sig=arg-sig&page=2", **LEAKS,

@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -19,91 +18,12 @@ from ascendfix.job.metrics import StepParser
 from ascendfix.profile import jobenv, manifest
 from ascendfix.site import Site
 
+from tests.fake_job import cli_env
 from tests.stack import fake_preflight
-from tests.verl_lines import RAY_PREFIX, run_steps, step_line
+from tests.verl_lines import RAY_PREFIX
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP_LINE = re.compile(r"\x1b\[0m step:\d+ - ")
-
-FAKE_JOB = textwrap.dedent(
-    """
-    import json, os, signal, sys, time
-    mode, status, steps = sys.argv[1], int(sys.argv[2]), json.loads(open(sys.argv[3]).read())
-    state = os.environ["FAKE_STATE"]
-    names = ["HCCL_CONNECT_TIMEOUT", "TASK_QUEUE_ENABLE", "PYTHONUNBUFFERED", "HCCL_SOCKET_IFNAME", "API_TOKEN"]
-    record = {"env": {n: os.environ.get(n) for n in names}, "argv": sys.argv[4:], "pgid": os.getpgid(0),
-              "nofile": __import__("resource").getrlimit(__import__("resource").RLIMIT_NOFILE)[0]}
-    with open(state + ".json", "w") as f:
-        json.dump(record, f)
-
-    def on_term(signum, frame):
-        open(state + ".signal", "w").write(signal.Signals(signum).name)
-        if mode == "obey":
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
-    prefix = "\\x1b[36m(TaskRunner pid=%d)\\x1b[0m " % os.getpid()
-    print(prefix + "Total training steps: %d" % len(steps))
-    print("(WorkerDict pid=12) warming up", file=sys.stderr)
-    for n, line in enumerate(steps, 1):
-        print(prefix + line)
-        if n % 2 == 0:
-            print(prefix + line + " [repeated 2x across cluster]")
-    sys.stdout.flush()
-    if mode in ("obey", "ignore"):
-        open(state + ".ready", "w").write("1")
-        for _ in range(600):
-            time.sleep(0.05)
-    sys.exit(status)
-    """
-)
-
-
-@pytest.fixture
-def job(tmp_path):
-    """Write the fake job and its train.sh; return a function building the run command.
-
-    train.sh runs the fake job as the DAPO recipe's main (recipe/dapo/main_dapo.py), so run holds it to
-    the rules about verl's overrides."""
-    (tmp_path / "fake_job.py").write_text(FAKE_JOB)
-    (tmp_path / "recipe" / "dapo").mkdir(parents=True)
-    (tmp_path / "recipe" / "dapo" / "main_dapo.py").write_text(FAKE_JOB)
-    steps = [step_line(n, v) for n, v in enumerate(run_steps(6, validate_every=5), 1)]
-    (tmp_path / "steps.json").write_text(json.dumps(steps))
-    script = tmp_path / "train.sh"
-    script.write_text(
-        textwrap.dedent(
-            f"""\
-            #!/bin/bash
-            set -e
-            MODE=${{MODE:-exit}}
-            BATCH=128
-            {sys.executable} {tmp_path}/recipe/dapo/main_dapo.py $MODE ${{STATUS:-0}} {tmp_path}/steps.json \\
-                trainer.device=${{DEVICE:-npu}} \\
-                data.train_batch_size=$BATCH \\
-                actor_rollout_ref.rollout.n=16 \\
-                algorithm.filter_groups.enable=${{FILTER:-False}} \\
-                "$@"
-            """
-        )
-    )
-    return tmp_path
-
-
-def cli_env(tmp_path, **extra):
-    env = {k: v for k, v in os.environ.items() if k not in ("HCCL_CONNECT_TIMEOUT", "TASK_QUEUE_ENABLE")}
-    env.update(PYTHONPATH=str(ROOT), FAKE_STATE=str(tmp_path / "state"), COLUMNS="200", **extra)
-    return env
-
-
-@pytest.fixture
-def run_cli(ascendfix_cli):
-    """``ascendfix ARGS`` in the job's folder, in :func:`cli_env` with ``extra`` variables."""
-    return lambda tmp_path, *args, **extra: ascendfix_cli(
-        *args, cwd=tmp_path, clean_env=True, env=cli_env(tmp_path, **extra), timeout=120
-    )
 
 
 def test_run_streams_output_writes_logs_and_returns_the_exit_status(job, run_cli):

@@ -32,7 +32,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from tests import upstream
-from tests.test_export import COMMITTED, PROFILE, stages
+from tests.dockerfile import COMMITTED, PROFILE, stages
 
 if sys.version_info >= (3, 11):
     import tomllib

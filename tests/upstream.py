@@ -32,6 +32,9 @@ TORCH_WHEELS = {
 EQUIVALENCE_VERSIONS = ["2.5.1", "2.7.1", "2.9.1", "2.10.0", "2.13.0"]
 SHARD_INTERNALS = "torch/distributed/_shard/sharding_spec/_internals.py"
 DEFAULT_PLANNER = "torch/distributed/checkpoint/default_planner.py"
+# Where a hand edit goes in those two files: the end of the overlap check's docstring, the plan check's def line.
+SHARDS_DOC_END = '        ``ValueError`` if there\'s overlap in any two shards.\n    """\n'
+PLANNER_DEF = "def _validate_global_plan(global_plan: list[SavePlan], metadata: Metadata) -> bool:\n"
 
 
 def cache_dir() -> Path:
