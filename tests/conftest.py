@@ -76,7 +76,8 @@ def ascendfix_cli():
 
     ``python``: the interpreter to run it with; ``env``: variables added to the test's environment
     (or, with ``clean_env``, the whole environment but PYTHONPATH and the test's cache folder);
-    ``prefix``: words before the command (``unshare -n``). Returns the CompletedProcess (text).
+    ``prefix``: words before the command (``unshare -n``); ``preexec_fn``: run in the child before it
+    starts (a resource limit). Returns the CompletedProcess (text).
     """
 
     def run(
@@ -87,11 +88,14 @@ def ascendfix_cli():
         clean_env: bool = False,
         prefix: tuple[str, ...] = (),
         timeout: float = 300,
+        preexec_fn=None,
     ) -> subprocess.CompletedProcess:
         base = {} if clean_env else dict(os.environ)
         full = {**base, **(env or {}), "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]}
         argv = [*prefix, str(python), "-m", "ascendfix", *map(str, args)]
-        return subprocess.run(argv, capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout)
+        return subprocess.run(
+            argv, capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout, preexec_fn=preexec_fn
+        )
 
     return run
 

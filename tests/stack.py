@@ -52,6 +52,14 @@ DEMO_PROFILE = manifest.load_profile("verl-796871d")._replace(
 )
 
 
+def select(stack: Stack, device: str | None = "npu", only=(), profile=DEMO_PROFILE):
+    """The engine's selection of ``profile``'s patches (all, or ``only``) for ``device`` over the stack's roots."""
+    from ascendfix.patching import engine
+    from ascendfix.site import Site
+
+    return engine.select(Site(profile, device, roots=stack.roots()), tuple(only))
+
+
 UNSET = object()
 
 

@@ -15,7 +15,7 @@ from ascendfix.patching import engine
 from ascendfix.profile import manifest
 from ascendfix.site import Site
 
-from tests.stack import DEMO_PROFILE, PATCHED, make_stack
+from tests.stack import DEMO_PROFILE, PATCHED, make_stack, select
 
 PROFILE = DEMO_PROFILE
 IDS = list(PROFILE.patches)
@@ -30,17 +30,8 @@ SAME_CODE = PROFILE._replace(
 )
 
 
-def select(stack, device="npu", only=(), profile=PROFILE):
-    return engine.select(Site(profile, device, roots=stack.roots()), tuple(only))
-
-
 def states(statuses):
     return {s.id: s.state for s in statuses}
-
-
-@pytest.fixture
-def stack(tmp_path):
-    return make_stack(tmp_path)
 
 
 def test_apply_status_reapply_revert_roundtrip(stack):

@@ -32,13 +32,8 @@ def test_committed_dockerfile_is_what_the_manifest_generates():
     assert COMMITTED.read_text() == generated, "docker/Dockerfile is stale: run ascendfix export dockerfile > it"
 
 
-def test_cli_prints_the_same_dockerfile(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "export", "dockerfile", "--profile", PROFILE],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-    )
+def test_cli_prints_the_same_dockerfile(tmp_path, ascendfix_cli):
+    result = ascendfix_cli("export", "dockerfile", "--profile", PROFILE, clean_env=True, env={"PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr
     assert result.stdout == COMMITTED.read_text()
 

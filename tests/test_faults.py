@@ -17,16 +17,11 @@ from pathlib import Path
 import pytest
 from ascendfix.errors import AscendfixError
 from ascendfix.patching import engine
-from ascendfix.site import Site
 
-from tests.stack import DEMO_PROFILE, Stack, make_stack
+from tests.stack import Stack, make_stack, select
 
 KILL_AT = ("replace", "unlink", "fsync")
 FULL_AT = ("replace", "fsync", "open", "mkdir")
-
-
-def select(stack, device="npu"):
-    return engine.select(Site(DEMO_PROFILE, device, roots=stack.roots()))
 
 
 def everything(stack) -> dict[str, bytes]:

@@ -20,11 +20,7 @@ from ascendfix.patching import engine
 from ascendfix.patching.journal import SCHEMA, WriteError
 from ascendfix.site import Site
 
-from tests.stack import DEMO_PROFILE, make_stack
-
-
-def select(stack, device="npu"):
-    return engine.select(Site(DEMO_PROFILE, device, roots=stack.roots()))
+from tests.stack import DEMO_PROFILE, make_stack, select
 
 
 def listing(stack) -> dict[str, list[str]]:
@@ -35,11 +31,6 @@ def listing(stack) -> dict[str, list[str]]:
             str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".ascendfix" not in p.parts
         )
     return found
-
-
-@pytest.fixture
-def stack(tmp_path):
-    return make_stack(tmp_path / "stack")
 
 
 def _apply_killed_in_the_write_window(stack, op: str = "apply") -> int:
@@ -144,16 +135,10 @@ def test_a_disk_full_write_under_the_second_root_rolls_back_both_roots(stack, mo
     assert not (stack.verl / ".ascendfix").exists() and not (stack.torch / ".ascendfix").exists()
 
 
-def failed_apply(stack, preexec_fn=None) -> str:
+def failed_apply(ascendfix_cli, stack, preexec_fn=None) -> str:
     """Run `ascendfix apply` expecting a failed write: exit 1, one error line, nothing changed; return the line."""
     before = stack.snapshot()
-    result = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "apply", "--device", "npu", *stack.root_args()],
-        capture_output=True,
-        text=True,
-        preexec_fn=preexec_fn,
-        timeout=120,
-    )
+    result = ascendfix_cli("apply", "--device", "npu", *stack.root_args(), preexec_fn=preexec_fn, timeout=120)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     line = result.stderr.strip()
     assert "\n" not in line and line.startswith("error: apply failed writing")
@@ -163,7 +148,7 @@ def failed_apply(stack, preexec_fn=None) -> str:
     return line
 
 
-def test_a_file_size_limit_fails_the_cli_with_one_line_and_rolls_back(stack):
+def test_a_file_size_limit_fails_the_cli_with_one_line_and_rolls_back(stack, ascendfix_cli):
     big = stack.torch / "torch/distributed/checkpoint/default_planner.py"
     big.write_bytes(big.read_bytes() + b"#" * 4000 + b"\n")  # larger than the limit once patched
 
@@ -171,7 +156,7 @@ def test_a_file_size_limit_fails_the_cli_with_one_line_and_rolls_back(stack):
         resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write over the limit fails with EFBIG instead
 
-    line = failed_apply(stack, limit)
+    line = failed_apply(ascendfix_cli, stack, limit)
     assert "default_planner.py" in line and "File too large" in line
 
 
@@ -201,16 +186,14 @@ def test_state_files_carry_their_schema_and_an_older_folder_is_read(stack):
     assert not (stack.verl / ".ascendfix").exists()
 
 
-def test_a_newer_state_folder_is_refused_with_what_to_do(stack):
+def test_a_newer_state_folder_is_refused_with_what_to_do(stack, ascendfix_cli):
     engine.apply(select(stack))
     state = stack.verl / ".ascendfix" / "state.json"
     data = json.loads(state.read_text())
     data["schema"] = SCHEMA + 1
     state.write_text(json.dumps(data))
     before = stack.snapshot()
-    result = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "revert", *stack.root_args()], capture_output=True, text=True, timeout=120
-    )
+    result = ascendfix_cli("revert", *stack.root_args(), timeout=120)
     assert result.returncode == 1
     assert f"schema {SCHEMA + 1}" in result.stderr and "upgrade ascendfix" in result.stderr
     assert stack.snapshot() == before
@@ -247,7 +230,7 @@ def tiny_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def test_a_real_full_disk_under_one_root_leaves_both_roots_as_they_were(tmp_path, tiny_disk):
+def test_a_real_full_disk_under_one_root_leaves_both_roots_as_they_were(tmp_path, tiny_disk, ascendfix_cli):
     stack = make_stack(tmp_path / "stack")
     torch = tiny_disk / "site-packages"
     shutil.copytree(stack.torch, torch)
@@ -261,15 +244,15 @@ def test_a_real_full_disk_under_one_root_leaves_both_roots_as_they_were(tmp_path
         pass
     finally:
         os.close(fd)
-    assert "No space left on device" in failed_apply(stack)
+    assert "No space left on device" in failed_apply(ascendfix_cli, stack)
 
 
-def test_an_immutable_upstream_file_fails_the_apply_in_one_line_and_changes_nothing(stack):
+def test_an_immutable_upstream_file_fails_the_apply_in_one_line_and_changes_nothing(stack, ascendfix_cli):
     planner = stack.file("torch", "torch/distributed/checkpoint/default_planner.py")
     if subprocess.run(["chattr", "+i", str(planner)], capture_output=True).returncode != 0:
         pytest.skip("chattr +i is not available here")
     try:
-        line = failed_apply(stack)
+        line = failed_apply(ascendfix_cli, stack)
         assert line.startswith(f"error: apply failed writing {planner}") and "Operation not permitted" in line
         assert "rolled back, nothing was changed" in line
     finally:

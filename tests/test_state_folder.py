@@ -13,24 +13,16 @@ import time
 
 import pytest
 from ascendfix.patching import engine, journal
-from ascendfix.site import Site
 
-from tests.stack import DEMO_PROFILE, make_stack
+from tests.stack import select
 
 DEVICE = "verl/utils/device.py"
 
 
-def cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "ascendfix", *args], capture_output=True, text=True, timeout=120, **kw)
-
-
 @pytest.fixture
-def stack(tmp_path):
-    return make_stack(tmp_path / "stack")
-
-
-def select(stack, device="npu"):
-    return engine.select(Site(DEMO_PROFILE, device, roots=stack.roots()))
+def cli(ascendfix_cli):
+    """``ascendfix ARGS``."""
+    return lambda *args: ascendfix_cli(*args, timeout=120)
 
 
 def one_line(result, code, *words):
@@ -91,7 +83,7 @@ def test_a_state_folder_on_a_mount_point_is_emptied_once_not_failed_on_every_com
     assert not journal.needs_recovery(stack.verl)
 
 
-def test_state_json_that_is_a_folder_is_one_line_naming_it(stack):
+def test_state_json_that_is_a_folder_is_one_line_naming_it(stack, cli):
     engine.apply(select(stack))
     state = stack.verl / ".ascendfix" / "state.json"
     state.unlink()
@@ -100,7 +92,7 @@ def test_state_json_that_is_a_folder_is_one_line_naming_it(stack):
     assert "Is a directory" not in line
 
 
-def test_a_patch_id_that_is_a_path_is_refused_before_anything_is_read(tmp_path):
+def test_a_patch_id_that_is_a_path_is_refused_before_anything_is_read(tmp_path, cli):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "evil.toml").write_text('id = "evil"\n')
@@ -110,7 +102,7 @@ def test_a_patch_id_that_is_a_path_is_refused_before_anything_is_read(tmp_path):
     one_line(cli("show", str(team)), 2, str(team), "devices.npu.patches", "is not a patch id")
 
 
-def test_a_version_with_a_line_break_never_reaches_the_constraints(tmp_path):
+def test_a_version_with_a_line_break_never_reaches_the_constraints(tmp_path, cli):
     from ascendfix.resources import data_dir
 
     text = (data_dir("manifests") / "verl-796871d.toml").read_text()

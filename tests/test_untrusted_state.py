@@ -14,25 +14,16 @@ import pytest
 from ascendfix.errors import RefusedError
 from ascendfix.patching import engine, journal
 from ascendfix.patching.journal import WriteError
-from ascendfix.site import Site
 
-from tests.stack import DEMO_PROFILE, make_stack
+from tests.stack import select
 
 DEVICE = "verl/utils/device.py"
 
 
-def select(stack, device="npu"):
-    return engine.select(Site(DEMO_PROFILE, device, roots=stack.roots()))
-
-
-def cli(stack, *args, **kw):
-    argv = [sys.executable, "-m", "ascendfix", *args, *stack.root_args()]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, **kw)
-
-
 @pytest.fixture
-def stack(tmp_path):
-    return make_stack(tmp_path / "stack")
+def cli(ascendfix_cli):
+    """``ascendfix ARGS`` over the stack's roots."""
+    return lambda stack, *args: ascendfix_cli(*args, *stack.root_args(), timeout=120)
 
 
 @pytest.fixture
@@ -70,7 +61,7 @@ def _entry(rel, before=b"x", after=b"y"):
 
 
 @pytest.mark.parametrize("rel", ["../outside/x", "/ABS/x", "link/x"])
-def test_a_journal_entry_that_leaves_the_root_is_refused_and_nothing_outside_moves(stack, outside, rel):
+def test_a_journal_entry_that_leaves_the_root_is_refused_and_nothing_outside_moves(stack, outside, rel, cli):
     (stack.verl / "link").symlink_to(outside)  # a symlinked folder inside the root
     rel = rel.replace("/ABS", str(outside))
     _plant_journal(stack.verl, [_entry(rel, b"evil\n", b"precious\n")], undo={"evil": b"evil\n"})
@@ -82,13 +73,13 @@ def test_a_journal_entry_that_leaves_the_root_is_refused_and_nothing_outside_mov
     assert (stack.verl / ".ascendfix" / "journal.json").exists()  # nothing deleted either
 
 
-def test_a_journal_whose_previous_is_a_list_is_one_line(stack):
+def test_a_journal_whose_previous_is_a_list_is_one_line(stack, cli):
     _plant_journal(stack.verl, [], previous=[1, 2])
     refused_in_one_line(cli(stack, "status", "--device", "npu"), "journal.json", "previous")
 
 
 @pytest.mark.parametrize("key", ["../outside/x", "/ABS/x"])
-def test_a_tampered_state_record_is_refused_by_revert(stack, outside, key):
+def test_a_tampered_state_record_is_refused_by_revert(stack, outside, key, cli):
     engine.apply(select(stack))
     state = stack.verl / ".ascendfix" / "state.json"
     data = json.loads(state.read_text())
@@ -115,7 +106,7 @@ def test_a_tampered_backup_is_never_written_back(stack):
     assert stack.file("verl", DEVICE).read_bytes() == original  # undone through the markers instead
 
 
-def test_a_planted_undo_copy_is_not_written_back_by_recovery(stack):
+def test_a_planted_undo_copy_is_not_written_back_by_recovery(stack, cli):
     engine.apply(select(stack))
     patched = stack.file("verl", DEVICE).read_bytes()
     evil = b"import os; os.system('echo pwned')\n"
@@ -125,7 +116,7 @@ def test_a_planted_undo_copy_is_not_written_back_by_recovery(stack):
     assert stack.file("verl", DEVICE).read_bytes() == patched
 
 
-def test_a_symlinked_state_folder_is_refused_and_its_target_untouched(stack, outside):
+def test_a_symlinked_state_folder_is_refused_and_its_target_untouched(stack, outside, cli):
     engine.apply(select(stack))
     (stack.verl / ".ascendfix").rename(outside / "state")
     (stack.verl / ".ascendfix").symlink_to(outside / "state")
@@ -134,7 +125,7 @@ def test_a_symlinked_state_folder_is_refused_and_its_target_untouched(stack, out
     assert sorted(p.name for p in (outside / "state").rglob("*")) == listed
 
 
-def test_a_target_file_that_is_a_symlink_is_refused_naming_where_it_points(stack, outside):
+def test_a_target_file_that_is_a_symlink_is_refused_naming_where_it_points(stack, outside, cli):
     target = stack.file("verl", DEVICE)
     (outside / "device.py").write_bytes(target.read_bytes())
     target.unlink()
