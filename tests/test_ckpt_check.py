@@ -14,7 +14,9 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -920,6 +922,96 @@ def test_random_mutations_of_a_real_metadata_never_crash_the_check(dcp, tmp_path
         code, report = ckpt_check(dcp)
         assert code in (0, 1), n
         assert all("\n" not in p["detail"] for p in report["problems"])
+
+
+# The bounded child run both ways, in a process of its own: one thread (it forks) and with a second
+# thread alive (it never forks: a fresh interpreter). Each way must answer, and report a death, the same.
+BOUNDED_BOTH_WAYS = """
+import json, os, sys, threading, time
+from pathlib import Path
+from ascendfix.checkpoint import bounded, check, megatron
+
+forks = []
+fork = os.fork
+os.fork = lambda: forks.append(1) or fork()
+if sys.argv[2] == "threads":
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+bounded.PICKLE_SECONDS = 2.0
+
+def run(work, *args):
+    try:
+        return ["answer", bounded.run(work, list(args), 1 << 30, "first.pkl")]
+    except bounded.Died as e:
+        return ["died", e.subject, e.detail]
+    except bounded.Failed as e:
+        return ["failed", str(e), e.exit_code]
+
+found = {
+    "answer": run(json.loads, '{"a": [1, 2]}'),
+    "signal": run(os.abort),
+    "error": run(megatron.read_config, "/nonexistent/config.json"),
+    "memory": run(bytearray, 1 << 40),
+    "stuck": run(time.sleep, 60),
+    "check": check.check(Path(sys.argv[1]), prove=True).to_json(),
+}
+print(json.dumps({"forks": len(forks), "found": found}))
+"""
+
+
+def test_the_check_forks_only_a_single_threaded_process_and_answers_the_same_either_way(dcp, tmp_path):
+    (dcp / "__2_0.distcp").write_bytes((dcp / "__2_0.distcp").read_bytes()[:-100])  # one problem to report
+    script = tmp_path / "both.py"
+    script.write_text(BOUNDED_BOTH_WAYS)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ways = {}
+    for way in ("one", "threads"):
+        done = subprocess.run([sys.executable, str(script), str(dcp), way], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        ways[way] = json.loads(done.stdout)
+    assert ways["one"]["forks"] == 6 and ways["threads"]["forks"] == 0
+    found = ways["threads"]["found"]
+    assert found == ways["one"]["found"]
+    assert found["answer"] == ["answer", {"a": [1, 2]}]
+    assert found["signal"][:2] == ["died", "first.pkl"] and "killed its reader (SIGABRT)" in found["signal"][2]
+    assert found["error"][0] == "failed" and found["error"][2] == 2 and "/nonexistent/config.json" in found["error"][1]
+    assert found["memory"][:2] == ["died", "first.pkl"] and "more memory" in found["memory"][2]
+    assert found["stuck"] == ["died", "first.pkl", "its pickle took more than 2 s to read: stopped (a hostile file?)"]
+    assert [(p["kind"], p["file"]) for p in found["check"]["problems"]] == [("truncated", "__2_0.distcp")]
+    assert found["check"]["chunks"] == 8
+
+
+@pytest.mark.slow
+def test_a_process_with_ray_and_busy_threads_checks_a_good_save_as_good_every_time(dcp, monkeypatch):
+    """The pytest process as the whole module leaves it, or a Ray worker: a driver connected in-process
+    (gRPC's and Ray's threads), torch loaded and threads that allocate and lock while the checks run."""
+    torch = pytest.importorskip("torch", reason=NO_TORCH)
+    ray = pytest.importorskip("ray")
+    temp = tempfile.mkdtemp(prefix="ckdrv")  # short: the session holds sockets
+    monkeypatch.setenv("RAY_TMPDIR", temp)
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=temp, logging_level="ERROR", log_to_driver=False)
+    stop, lock = threading.Event(), threading.Lock()
+
+    def churn():
+        while not stop.is_set():
+            with lock:
+                blocks = [bytearray(4096) for _ in range(64)]
+            zlib.compress(bytes(blocks[0]) * 16, 1)
+            torch.ones(64, 64).sum()
+            ray.get(ray.put(len(blocks)))
+
+    threads = [threading.Thread(target=churn, daemon=True) for _ in range(3)]
+    try:
+        for thread in threads:
+            thread.start()
+        answers = [ckpt_check(dcp) for _ in range(40)]
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+    assert [(code, report["problems"]) for code, report in answers] == [(0, [])] * 40
+    assert {report["chunks"] for _, report in answers} == {8}
 
 
 def test_stand_ins_cannot_be_rebound_by_one_pickle_for_the_next():

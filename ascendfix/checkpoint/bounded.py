@@ -1,29 +1,42 @@
-"""Run the check in a forked child with a memory limit and, while it reads a pickle, a time limit.
+"""Run the check in a bounded child: a memory limit and, while it reads a pickle, a time limit.
 
 A checkpoint's ``.metadata`` runs to megabytes, too large to pre-scan in Python within the check's
 time (:mod:`ascendfix.checkpoint.prescan` takes the small pickles), and the C unpickler trusts its
 sizes: a corrupt or hostile file can take all memory or overflow the C stack. So the whole check
-runs in a child (``fork``: no new interpreter, nothing re-imported) with ``RLIMIT_AS`` lowered; it
-tells the parent which file it reads (:func:`note`) and sends its answer as JSON. A child killed by
-a signal, out of memory, or over the time a pickle may take, is reported as that file being
-unreadable, with one line; the parent never loads the hostile bytes itself.
+runs in a child with ``RLIMIT_AS`` lowered; it tells the parent which file it reads (:func:`note`)
+and sends its answer as JSON. A child killed by a signal, out of memory, or over the time a pickle
+may take, is reported as that file being unreadable, with one line; the parent never loads the
+hostile bytes itself.
+
+A process of one OS thread (the CLI) forks the child: no new interpreter, nothing re-imported. A
+process of more threads (a Ray worker, a process with gRPC's or torch's threads) is never forked (a
+lock another thread held stays held in the child, and their libraries' fork handlers run): it starts
+a fresh interpreter instead, which reads the function and its JSON arguments from its stdin and
+speaks the same notes and answer over the same kind of pipe.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import resource
 import select
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
 
 from ascendfix.errors import AscendfixError
 
 PICKLE_SECONDS = 120.0  # the most one pickle may take to load (a 235B save's 6 MB: 0.1 s)
 _channel: int | None = None  # the pipe to the parent, inside the child
+_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the ascendfix package
+_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from ascendfix.checkpoint import bounded; bounded._serve_spec()"
 
 
 class Died(AscendfixError):
@@ -49,35 +62,100 @@ def note(subject: str | None) -> None:
         os.write(_channel, line + b"\n")
 
 
-def run(work: Callable[[], dict], memory_bytes: int, first: str) -> dict:
-    """``work()`` in a child allowed ``memory_bytes`` more address space; its answer. Raises :class:`Died`
-    (naming the file it read, ``first`` before it said) or :class:`Failed` (an error it raised)."""
-    global _channel
+class _Child(NamedTuple):
+    """A started child: stop it, and wait for its exit code (a signal's as its negative, as subprocess's)."""
+
+    kill: Callable[[], None]
+    wait: Callable[[], int]
+
+
+def run(work: Callable[..., dict], args: list, memory_bytes: int, first: str) -> dict:
+    """``work(*args)`` in a child allowed ``memory_bytes`` more address space; its answer. ``work`` is a
+    module-level function and ``args`` JSON values, so that a fresh interpreter can run it too (this
+    process has more than one thread). Raises :class:`Died` (naming the file it read, ``first`` before
+    it said) or :class:`Failed` (an error it raised)."""
     read_end, write_end = os.pipe()
+    try:
+        try:
+            if _threads() == 1:
+                child = _fork(lambda: work(*args), memory_bytes, read_end, write_end)
+            else:
+                child = _spawn(work, args, memory_bytes, write_end)
+        finally:
+            os.close(write_end)
+        return _answer(child, read_end, first)
+    finally:
+        os.close(read_end)
+
+
+def _threads() -> int:
+    """This process's OS threads (``/proc/self/status``); 0 when that cannot be read (then it never forks)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Threads:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _fork(work: Callable[[], dict], memory: int, read_end: int, write_end: int) -> _Child:
     pid = os.fork()
     if pid == 0:  # the child: never returns
         os.close(read_end)
-        _channel = write_end
-        gc.disable()  # the child frees nothing (it exits at once): a collection's pass over its records is waste
-        code = 0
-        try:
-            _limit_memory(memory_bytes)
-            answer = b"=" + json.dumps(work()).encode()
-        except AscendfixError as e:
-            answer, code = b"!" + json.dumps([str(e), e.exit_code]).encode(), 0
-        except MemoryError:
-            answer, code = b"", 3
-        except BaseException as e:  # noqa: BLE001 - any other failure is the file's, reported by the parent
-            answer, code = b"X" + f"{type(e).__name__}: {str(e)[:200]}".encode("utf-8", "replace"), 4
-        try:
-            os.write(write_end, b"\n" + answer + b"\n")
-        finally:
-            os._exit(code)  # no clean-up: the parent owns everything, and the child's objects need no freeing
-    os.close(write_end)
+        _serve(work, memory, write_end)
+    return _Child(lambda: os.kill(pid, signal.SIGKILL), lambda: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+
+
+def _spawn(work: Callable[..., dict], args: list, memory: int, write_end: int) -> _Child:
+    spec = {"module": work.__module__, "function": work.__qualname__, "args": args, "memory": memory}
+    process = subprocess.Popen(
+        [sys.executable, "-c", _BOOT, _ROOT, str(write_end)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        pass_fds=(write_end,),
+    )
+    stdin = process.stdin
+    assert stdin is not None
     try:
-        return _answer(pid, read_end, first)
+        with stdin:
+            stdin.write(json.dumps(spec).encode())
+    except BrokenPipeError:
+        pass  # it died before it read its work: its exit says how
+    return _Child(process.kill, process.wait)
+
+
+def _serve_spec() -> None:
+    """Inside a fresh interpreter (``_BOOT``): the work named on stdin, its answer on the pipe of ``argv[2]``."""
+    spec = json.load(sys.stdin)
+
+    def work() -> dict:
+        function = getattr(importlib.import_module(spec["module"]), spec["function"])
+        return function(*spec["args"])
+
+    _serve(work, spec["memory"], int(sys.argv[2]))
+
+
+def _serve(work: Callable[[], dict], memory: int, channel: int) -> None:
+    """Inside the child: ``work()`` under the memory limit, its answer (or error) on ``channel``; never returns."""
+    global _channel
+    _channel = channel
+    gc.disable()  # the child frees nothing (it exits at once): a collection's pass over its records is waste
+    code = 0
+    try:
+        _limit_memory(memory)
+        answer = b"=" + json.dumps(work()).encode()
+    except AscendfixError as e:
+        answer, code = b"!" + json.dumps([str(e), e.exit_code]).encode(), 0
+    except MemoryError:
+        answer, code = b"", 3
+    except BaseException as e:  # noqa: BLE001 - any other failure is the file's, reported by the parent
+        answer, code = b"X" + f"{type(e).__name__}: {str(e)[:200]}".encode("utf-8", "replace"), 4
+    try:
+        os.write(channel, b"\n" + answer + b"\n")
     finally:
-        os.close(read_end)
+        os._exit(code)  # no clean-up: the parent owns everything, and the child's objects need no freeing
 
 
 def _limit_memory(extra: int) -> None:
@@ -91,14 +169,14 @@ def _limit_memory(extra: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (wanted, hard))
 
 
-def _answer(pid: int, fd: int, subject: str) -> dict:
+def _answer(child: _Child, fd: int, subject: str) -> dict:
     """Read the child's notes and answer; the subject of the last note names a death."""
     buffer, timed, deadline = b"", True, time.monotonic() + PICKLE_SECONDS
     while True:
         wait = max(0.0, deadline - time.monotonic()) if timed else None
         if not select.select([fd], [], [], wait)[0]:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            child.kill()
+            child.wait()
             raise Died(subject, f"its pickle took more than {PICKLE_SECONDS:.0f} s to read: stopped (a hostile file?)")
         chunk = os.read(fd, 1 << 16)
         if not chunk:
@@ -112,25 +190,25 @@ def _answer(pid: int, fd: int, subject: str) -> dict:
                 timed = False
             elif line[:1] in (b"=", b"!", b"X"):
                 buffer = line + b"\n" + buffer
-                return _final(pid, fd, buffer, subject)
-    return _final(pid, fd, buffer, subject)
+                return _final(child, fd, buffer, subject)
+    return _final(child, fd, buffer, subject)
 
 
-def _final(pid: int, fd: int, buffer: bytes, subject: str) -> dict:
+def _final(child: _Child, fd: int, buffer: bytes, subject: str) -> dict:
     while True:
         chunk = os.read(fd, 1 << 20)
         if not chunk:
             break
         buffer += chunk
-    _, status = os.waitpid(pid, 0)
+    code = child.wait()
     line = buffer.strip()
     if line.startswith(b"="):
         return json.loads(line[1:])
     if line.startswith(b"!"):
-        message, code = json.loads(line[1:])
-        raise Failed(message, code)
-    if os.WIFSIGNALED(status):
-        name = signal.Signals(os.WTERMSIG(status)).name
+        message, exit_code = json.loads(line[1:])
+        raise Failed(message, exit_code)
+    if code < 0:
+        name = signal.Signals(-code).name
         raise Died(subject, f"reading it killed its reader ({name}): a corrupt or hostile pickle")
     if line.startswith(b"X"):
         raise Died(subject, f"reading it failed ({line[1:].decode('utf-8', 'replace')})")

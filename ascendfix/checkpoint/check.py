@@ -50,10 +50,10 @@ def check(
     except OSError:
         size = 0
     memory = _MEMORY_BASE + _MEMORY_PER_BYTE * min(size, pickles.MAX_PICKLE_BYTES)
+    shape = None if model is None else [model.layers, model.experts, sorted(model.moe_layers)]
+    args = [str(folder), shape, quick, prove, None if share is None else sorted(share)]
     try:
-        return CheckReport.from_json(
-            bounded.run(lambda: _check(folder, model, quick, prove, share).to_json(), memory, layout.METADATA)
-        )
+        return CheckReport.from_json(bounded.run(_check_json, args, memory, layout.METADATA))
     except bounded.Died as e:
         return CheckReport(str(folder), 0, 0, 0, 0, [Problem("unreadable", "file", e.subject, e.detail)])
     except bounded.Failed as e:
@@ -62,6 +62,12 @@ def check(
 
 _MEMORY_BASE = 2 << 30  # the check's own memory, beyond what the metadata's records take
 _MEMORY_PER_BYTE = 64  # a .metadata's records in memory, per byte of its pickle (about 20 measured)
+
+
+def _check_json(folder: str, shape: list | None, quick: bool, prove: bool, share: list | None) -> dict:
+    """Inside the bounded child: :func:`_check` of :func:`check`'s arguments as JSON values, its report's JSON."""
+    model = None if shape is None else ModelShape(shape[0], shape[1], frozenset(shape[2]))
+    return _check(Path(folder), model, quick, prove, None if share is None else frozenset(share)).to_json()
 
 
 def _check(folder: Path, model: ModelShape | None, quick: bool, prove: bool, share: frozenset | None) -> CheckReport:
