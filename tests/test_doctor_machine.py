@@ -165,11 +165,16 @@ def test_a2_that_matches_the_profile_is_ready(a2):
         "npu": "ok",
         "cuda": "skip",
         "os": statuses["os"],  # warn unless this host is AlmaLinux 8, as the image
-        "env": statuses["env"],
+        "env": statuses["env"],  # ok, or warn where HCCL's ports are not reserved on this host
         "disk": statuses["disk"],  # ok, or warn when this disk holds fewer than two saves
         "hazards": "ok",
     }
-    assert statuses["env"] == "ok" and statuses["disk"] in ("ok", "warn")
+    assert statuses["disk"] in ("ok", "warn")
+    if statuses["env"] != "ok":  # this host leaves HCCL's ports in its ephemeral range: a warning, nothing else
+        assert (
+            statuses["env"] == "warn"
+            and checks["env"]["fix"] == "sysctl -w net.ipv4.ip_local_reserved_ports=60000-60015"
+        )
     assert checks["python"]["messages"][0].startswith("Python 3.10.")
     commits = "\n".join(checks["commits"]["messages"])
     assert "verl: checkout" in commits and "changed only by ascendfix's patches" in commits

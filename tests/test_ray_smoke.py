@@ -484,8 +484,18 @@ def test_the_node_in_every_failing_pair_is_the_one_named():
     by_id = _nodes("a", "b", "c", "d")
     smoke_links.blame(_pairs(by_id, failing="c"), by_id, "gloo")
     assert [n.hostname for n in by_id.values() if not n.ok] == ["c"]
+
     (link,) = [c for c in by_id["c"].checks if c.status == "fail"]
     assert link.message.startswith("its gloo link fails with 10.0.0.1 aaaaaaaa, 10.0.0.2 bbbbbbbb, 10.0.0.4 dddddddd")
+
+
+def test_a_phase_cut_short_names_the_end_of_the_failing_pair_whose_other_links_carry():
+    """The bound left c's other pairs untried: of the one failing pair (b, c), b carries traffic with a and d."""
+    by_id = _nodes("a", "b", "c", "d")
+    results = {p: ({"untried": True} if "c" in p and p != ("b", "c") else r) for p, r in _pairs(by_id, "", "c").items()}
+    assert [p for p, r in results.items() if "error" in r] == [("b", "c")]
+    smoke_links.blame(results, by_id, "gloo")
+    assert [n.hostname for n in by_id.values() if not n.ok] == ["c"]
 
 
 def test_a_throttled_node_is_named_and_a_single_bad_link_names_both_ends():

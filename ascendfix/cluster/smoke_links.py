@@ -38,6 +38,11 @@ def blame(results: Mapping[Pair, dict], by_id: Mapping[str, Node], backend: str)
     named: set[str] = set()
     if failing:
         common = set.intersection(*(set(p) for p in failing))
+        # both ends of the only failing pair(s): the one whose links to others carry is not the bad one
+        # (a bound that cut the phase short can leave the bad node's other pairs untried)
+        carries = {nid for pair, r in results.items() if r.get("ok") for nid in pair}
+        if len(common) > 1 and common - carries:
+            common -= carries
         for nid in common:
             peers = sorted(by_id[b if a == nid else a].label for a, b in failing)
             first = next(iter(failing.values()))["error"]
