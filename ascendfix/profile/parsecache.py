@@ -21,10 +21,9 @@ import json
 import os
 import stat
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from ascendfix.fsutil import sha256_bytes
+from ascendfix.fsutil import is_private, open_private_folder, sha256_bytes
 from ascendfix.resources import cache_dir
 
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
@@ -34,7 +33,7 @@ def parsed(data: bytes, parse: Callable[[bytes], dict[str, Any]]) -> dict[str, A
     """``parse(data)``, from the cache when these bytes were parsed before."""
     digest = sha256_bytes(data)
     name = f"{digest}.json"
-    folder = _open_folder(cache_dir() / "toml", create=False)
+    folder = open_private_folder(cache_dir() / "toml", create=False)
     if folder is not None:
         try:
             cached = json.loads(_read_entry(folder, name))
@@ -49,33 +48,12 @@ def parsed(data: bytes, parse: Callable[[bytes], dict[str, Any]]) -> dict[str, A
     return result
 
 
-def _private(st: os.stat_result) -> bool:
-    """Owned by this user and writable by nobody else."""
-    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-
-
-def _open_folder(path: Path, create: bool) -> int | None:
-    """A descriptor of ``path`` when it is a private folder of this user (made 0700 when ``create``), else None."""
-    if create:
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path.mkdir(mode=0o700)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
-    except OSError:
-        return None
-    if _private(os.fstat(fd)):
-        return fd
-    os.close(fd)
-    return None
-
-
 def _read_entry(folder: int, name: str) -> bytes:
     """The bytes of entry ``name``: a private regular file of this user, not reached through a symlink."""
     fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW, dir_fd=folder)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or not _private(st):
+        if not stat.S_ISREG(st.st_mode) or not is_private(st):
             raise ValueError(f"{name}: not a private regular file")
         with os.fdopen(os.dup(fd), "rb") as f:
             return f.read()
@@ -89,7 +67,7 @@ def _store(name: str, value: dict[str, Any]) -> None:
         text = json.dumps(value, allow_nan=False)  # TOML dates and times, inf and nan: not kept
     except (TypeError, ValueError, RecursionError):
         return
-    folder = _open_folder(cache_dir() / "toml", create=True)
+    folder = open_private_folder(cache_dir() / "toml", create=True)
     if folder is None:
         return
     tmp = f".{name}.{os.getpid()}.tmp"
