@@ -597,15 +597,18 @@ def two_ray_nodes():
     temp = tempfile.mkdtemp(prefix="ckray")  # the cluster's own session folder (short: it holds sockets)
     small = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "env_vars": {"PYTHONPATH": str(REPO)}}
     small["temp_dir"] = temp
-    c = cluster_utils.Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
-    try:
-        worker = c.add_node(**small)
-        c.wait_for_nodes()
-        assert {c.head_node.node_ip_address, worker.node_ip_address} == {"127.0.0.1"}  # loopback only
-        yield c
-    finally:
-        c.shutdown()
-        shutil.rmtree(temp, ignore_errors=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_TMPDIR", temp)  # Cluster writes ray_current_cluster there, not into the host's /tmp/ray
+        os.mkdir(os.path.join(temp, "ray"))
+        c = cluster_utils.Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
+        try:
+            worker = c.add_node(**small)
+            c.wait_for_nodes()
+            assert {c.head_node.node_ip_address, worker.node_ip_address} == {"127.0.0.1"}  # loopback only
+            yield c
+        finally:
+            c.shutdown()
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.mark.slow
