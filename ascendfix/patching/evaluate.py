@@ -190,7 +190,7 @@ class Evaluation:
         record = f.record
         if record is None or record.patch != f.patch.id or base.sha256 != record.patched_sha256:
             return None
-        if f.pfile.preimage_label(record.original_sha256) is None and f.patch.hand_edits:
+        if f.pfile.preimage_label(record.original_sha256) is None and _could_hold_a_hand_edit(f.patch, record.variant):
             found = hand_edits.find(f.patch, f.pfile, base.code or b"", f.checkout)
             if found is not None:  # written over a hand edit (an older ascendfix): the hand edit still decides
                 return self._hand_edited(f, base, found)
@@ -429,3 +429,12 @@ def _read_or_empty(store: Store | None, rel: str) -> bytes:
         return store.read(rel) or b""
     except (OSError, RefusedError):
         return b""
+
+
+def _could_hold_a_hand_edit(patch: Patch, written_by: str) -> bool:
+    """Whether a file ascendfix patched with variant ``written_by`` can still hold one of the guide's hand edits:
+    only one made by another transform than that variant's (a hand ``return`` above the fast-validate helper an
+    older ascendfix inserted). A hand edit by the same transform sits on the sites the variant writes, where
+    ascendfix never writes over it; there the hash alone decides, and ``status`` parses nothing."""
+    own = {variant.transform for variant in patch.variants if variant.name == written_by}
+    return any(edit.form.transform not in own for edit in patch.hand_edits)
