@@ -600,7 +600,7 @@ def two_ray_nodes():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_TMPDIR", temp)  # Cluster writes ray_current_cluster there, not into the host's /tmp/ray
         os.mkdir(os.path.join(temp, "ray"))
-        c = cluster_utils.Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
+        c = cluster_utils.Cluster(True, head_node_args={**small, "temp_dir": temp, "include_dashboard": False})
         try:
             worker = c.add_node(**small)
             c.wait_for_nodes()

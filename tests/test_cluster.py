@@ -55,7 +55,7 @@ def ray_cluster(tmp_path_factory, upstream_files):
     head = {**small, "include_dashboard": False, "env_vars": env("head"), "gcs_server_port": free_ports(1)[0]}
     before = os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = str(temp)  # where the cluster writes its address for ray.init("auto")
-    c = cluster_utils.Cluster(initialize_head=True, head_node_args=head)
+    c = cluster_utils.Cluster(initialize_head=True, head_node_args={**head, "temp_dir": small["temp_dir"]})
     nodes = {"head": c.head_node}
     try:
         for name in ("w0", DRIFTED_NODE):
