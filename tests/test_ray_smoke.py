@@ -28,7 +28,7 @@ from ascendfix.job.preflight import Seams, run_preflight
 from ascendfix.profile import manifest
 from ascendfix.site import Site
 
-from tests.cluster import NEEDS_RAY, LocalCluster, fake_npu_smi, free_ports, private_netns, team_profile
+from tests.cluster import NEEDS_RAY, LocalCluster, fake_npu_smi, free_ports, local_cluster, private_netns, team_profile
 from tests.machine import write_executable
 
 REPO = Path(__file__).resolve().parent.parent
@@ -583,18 +583,8 @@ def smoke_cluster(tmp_path_factory, netns):
     pytest.importorskip("ray", reason="ray is not installed: pip install 'ascendfix[ray]'")
     pytest.importorskip("torch", reason="ray smoke runs real torch.distributed collectives: pip install torch")
     base = tmp_path_factory.mktemp("ray-smoke")
-    c = LocalCluster(base, team_profile(base), _ray_of_this_interpreter(base), netns)
-    try:
-        for name in ("head", "w0", "w1"):  # one after the other: raylets starting together can pick the same port
-            c.start(name)
-            if name == "head":
-                c.wait_for_head()
-            else:
-                c.wait_started(name)
+    with local_cluster(base, netns, ("head", "w0", "w1"), bin_dir=_ray_of_this_interpreter(base)) as c:
         yield c
-    finally:
-        left = c.stop()
-        assert not left, f"Ray processes still running after SIGTERM to ray start --block: {left}"
 
 
 def _smoke(c: LocalCluster, *args: str) -> tuple[subprocess.CompletedProcess, float]:
