@@ -75,6 +75,43 @@ def test_no_import_cycle_between_wings_and_loose_modules():
     assert not cycles, f"import cycles through {cycles}"
 
 
+def _module_imports(path: Path) -> set[str]:
+    """The ``ascendfix`` modules ``path`` imports, at any depth of the file (a deferred import too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("ascendfix.")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ascendfix":
+            for alias in node.names:  # `from ascendfix.wing import module` names the module
+                name = f"{node.module}.{alias.name}"
+                module_file = PACKAGE.parent.joinpath(*name.split(".")).with_suffix(".py")
+                found.add(name if module_file.is_file() else node.module)
+    return found
+
+
+def test_no_two_modules_import_each_other_in_a_circle():
+    graph = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        graph[name] = _module_imports(path) - {name}
+
+    def circle_from(start: str) -> list[str] | None:
+        stack, seen = [(start, [start])], {start}
+        while stack:
+            module, route = stack.pop()
+            for nxt in graph.get(module, ()):
+                if nxt == start:
+                    return route
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, route + [nxt]))
+        return None
+
+    circles = [route for module in sorted(graph) if (route := circle_from(module))]
+    assert not circles, f"modules that import each other in a circle: {circles[0]}"
+
+
 def test_the_engine_hands_every_write_to_the_journal():
     for planner in ("engine", "evaluate", "revert"):
         assert "fsutil" not in (PACKAGE / "patching" / f"{planner}.py").read_text(), planner

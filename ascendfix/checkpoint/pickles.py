@@ -29,6 +29,7 @@ import zipfile
 from typing import NamedTuple
 
 from ascendfix.checkpoint import prescan
+from ascendfix.checkpoint.prescan import Unreadable
 from ascendfix.errors import AscendfixError
 
 _DCP = "torch.distributed.checkpoint.metadata"
@@ -40,10 +41,6 @@ _MAX_PATH = 4096
 
 class UnsafePickle(AscendfixError):
     """The pickle names something outside the allow-list (never imported, never called)."""
-
-
-class Unreadable(AscendfixError):
-    """The pickle is malformed, truncated, or not a pickle."""
 
 
 class Record:

@@ -3,7 +3,7 @@
 The C unpickler trusts its input's sizes: one ``LONG_BINPUT 2**28`` (9 bytes) grows its memo to
 gigabytes, and a key nested a million tuples deep overflows the C stack when the dict hashes it (a
 segfault, no message). :func:`scan` walks the opcodes (``pickletools.genops``) and tracks the stack's
-nesting, and refuses (:class:`~ascendfix.checkpoint.pickles.Unreadable`) a memo index beyond the
+nesting, and refuses (:class:`Unreadable`) a memo index beyond the
 puts made so far (or one never put), nesting deeper than :data:`MAX_DEPTH`, and more than
 :data:`MAX_ELEMENTS` objects; a string's bytes are in the pickle itself, so they are bounded by its size,
 and ``PosixPath`` takes strings only (:mod:`ascendfix.checkpoint.pickles`). It runs in Python, so it
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import pickletools
 
+from ascendfix.errors import AscendfixError
+
 SCANNED_BYTES = 1 << 20
 MAX_DEPTH = 100  # a checkpoint's records nest about 10 deep
 MAX_ELEMENTS = 4 * SCANNED_BYTES
@@ -25,10 +27,12 @@ _GETS = {"GET", "BINGET", "LONG_BINGET"}
 _FILLS = {"APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD"}  # the container stays on the stack
 
 
+class Unreadable(AscendfixError):
+    """The pickle is malformed, truncated, or not a pickle."""
+
+
 def scan(data: bytes) -> None:
     """Raise Unreadable when the pickle ``data`` could take the loader's memory or stack (see the module doc)."""
-    from ascendfix.checkpoint.pickles import Unreadable
-
     stack: list[int] = []  # the nesting depth of each stack item (marks: -1)
     memo: dict[int, int] = {}
     elements = 0
