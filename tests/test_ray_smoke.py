@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from ascendfix.cluster import smoke as raysmoke
 from ascendfix.cluster import smoke_links, smoke_node, smoke_rank
-from ascendfix.cluster.smoke_report import Check, Collective, Node, SmokeReport, busbw_gbps
+from ascendfix.cluster.smoke_report import BusbwFloor, Check, Collective, Node, SmokeReport, busbw_gbps
 from ascendfix.doctor.nic import Interface
 from ascendfix.job.preflight import Seams, run_preflight
 from ascendfix.profile import manifest
@@ -71,26 +71,35 @@ def test_hccn_ip_and_tls_output():
     tls = "dev_id:4, tls switch[1](0:disable, 1:enable), tls preconfigured[1](0:non-preset, 1:preset)\n"
     assert smoke_node.parse_hccn_tls(tls) == "1"
     assert smoke_node.parse_hccn_tls("dev_id[0] is invalid.\n") == ""
+    # Ascend/mind-cluster component/ascend-common/devmanager/hccn/hccn_tool.go, GetNPULinkSpeed: "Speed: 100000 Mb/s"
+    assert smoke_node.parse_hccn_speed("Speed: 100000 Mb/s\n") == 100000
+    assert smoke_node.parse_hccn_speed("speed:200000 Mbps") == 200000
+    assert smoke_node.parse_hccn_speed("Speed: unknown\n") is None
 
 
-def _fake_hccn_tool(folder: Path, down: int | None = None, no_ip: int | None = None, tls: int = 0) -> Path:
-    """A hccn_tool answering `-i N -link -g`, `-ip -g` and `-tls -g` in the real tool's format; it logs each -i."""
+def _fake_hccn_tool(
+    folder: Path, down: int | None = None, no_ip: int | None = None, tls: int = 0, slow: int | None = None
+) -> Path:
+    """A hccn_tool answering `-i N -link -g`, `-ip -g`, `-tls -g` and `-speed -g` in the real tool's format (200G
+    ports, ``slow`` at 100G, a down one ``unknown``); it logs each -i."""
     script = f"""\
         #!/bin/sh
-        # hccn_tool -i N -link -g | hccn_tool -i N -ip -g | hccn_tool -i N -tls -g
+        # hccn_tool -i N -link -g | -ip -g | -tls -g | -speed -g
         echo "$2" >> "{folder}/ids.log"
         case "$3" in
           -link) if [ "$2" = "{down}" ]; then echo "link status: DOWN"; else echo "link status: UP"; fi ;;
           -ip) if [ "$2" != "{no_ip}" ]; then echo "ipaddr:192.168.100.10$2"; echo "netmask:255.255.255.0"; fi ;;
           -tls) echo "dev_id:$2, tls switch[{tls}](0:disable, 1:enable), tls preconfigured[1]" ;;
+          -speed) case "$2" in {down}) echo "Speed: unknown" ;; {slow}) echo "Speed: 100000 Mb/s" ;;
+                  *) echo "Speed: 200000 Mb/s" ;; esac ;;
         esac
         """
     return write_executable(folder / "hccn_tool", textwrap.dedent(script))
 
 
 def test_hccn_checks_name_the_port_that_is_down_and_the_one_without_ip(tmp_path):
-    tool = str(_fake_hccn_tool(tmp_path, down=5, no_ip=6, tls=1))
-    checks, tls = smoke_node.hccn_checks([4, 5, 6], tool)
+    tool = str(_fake_hccn_tool(tmp_path, down=5, no_ip=6, tls=1, slow=6))
+    checks, tls, speed = smoke_node.hccn_checks([4, 5, 6], tool)
     assert [(c.item, c.value, c.status) for c in checks] == [
         ("npu ports", "1 of 3 UP", "ok"),
         ("npu 5 port", "DOWN", "fail"),
@@ -99,8 +108,10 @@ def test_hccn_checks_name_the_port_that_is_down_and_the_one_without_ip(tmp_path)
     assert checks[0].message == "4=192.168.100.104"
     assert checks[1].message == "hccn_tool -i 5 -link -g: DOWN (the port must be UP)"
     assert tls == {"4": "1", "5": "1", "6": "1"}
-    missing, none = smoke_node.hccn_checks(range(8), str(tmp_path / "absent"))
-    assert [c.status for c in missing] == ["fail"] * 8 and "absent" in missing[0].message and none == {}
+    assert speed == {"4": 200000, "6": 100000}  # the down port's speed is unknown
+    missing, none, no_speed = smoke_node.hccn_checks(range(8), str(tmp_path / "absent"))
+    assert [c.status for c in missing] == ["fail"] * 8 and "absent" in missing[0].message
+    assert none == {} and no_speed == {}
 
 
 def test_hccn_tool_gets_the_physical_device_ids(tmp_path):
@@ -119,6 +130,25 @@ def test_a_tls_switch_that_differs_across_nodes_is_named():
     assert [(c.item, c.value, c.status) for c in by_id["c"].checks] == [("npu tls", "0", "fail")]
     assert "TLS switch 0 here, 1 on the other nodes" in by_id["c"].checks[0].message
     assert by_id["a"].ok and by_id["b"].ok
+
+
+def test_a_port_slower_than_the_clusters_usual_speed_is_named_and_the_usual_speed_sets_the_floor():
+    by_id = _nodes("a", "b")
+    usual = raysmoke._compare_speed({"a": {"0": 200000, "1": 200000}, "b": {"0": 200000, "3": 100000}}, by_id)
+    assert usual == 200000
+    assert [(c.item, c.value, c.status) for c in by_id["b"].checks] == [("npu 3 speed", "100000 Mb/s", "warn")]
+    assert "100000 Mb/s here, 200000 on most NPU ports" in by_id["b"].checks[0].message
+    assert not by_id["a"].checks
+    assert raysmoke._compare_speed({"a": {}, "b": {}}, by_id) == 0  # no hccn_tool: no speed, no floor
+
+    job = raysmoke._Job.__new__(raysmoke._Job)
+    job.device, job.port_mbps = "npu", usual
+    assert job._floor(None) == BusbwFloor(12.5, "half the 200 Gb/s NPU port speed (hccn_tool -speed -g)")
+    assert job._floor(3.0) == BusbwFloor(3.0, "--min-busbw")  # the option wins
+    job.port_mbps = 0
+    assert job._floor(None) is None
+    job.device, job.port_mbps = "cuda", usual
+    assert job._floor(None) is None
 
 
 ETH0 = Interface("eth0", 2, True, "up", ("10.0.0.5",), 1500)
@@ -243,7 +273,10 @@ def test_the_report_names_each_bad_node_in_its_json():
     good = Node("a" * 56, "10.0.0.1", "node-a", [Check("GLOO_SOCKET_IFNAME", "eth0", "ok", "eth0 up")])
     report = SmokeReport("10.0.0.1:6166", [good, bad], [Collective("gloo", "all_reduce", 4, False)], ["1 of 3 nodes"])
     data = json.loads(json.dumps(report.to_json()))
-    assert list(data) == ["address", "nodes", "collectives", "problems"]
+    assert list(data) == ["address", "nodes", "collectives", "busbw_floor", "problems"]
+    assert data["busbw_floor"] is None  # no device phase ran
+    report.busbw_floor = BusbwFloor(12.5, "half the 200 Gb/s NPU port speed (hccn_tool -speed -g)")
+    assert report.to_json()["busbw_floor"] == {"busbw_gbps": 12.5, "source": report.busbw_floor.source}
     assert [n["ok"] for n in data["nodes"]] == [True, False]
     assert list(data["nodes"][0]) == ["node_id", "ip", "hostname", "checks", "ok"]
     assert data["nodes"][1]["checks"][0]["status"] == "fail"
@@ -376,7 +409,10 @@ def test_device_collectives_name_the_slowest_node_and_give_each_nodes_busbw():
         "hccl all_to_all busbw": f"{GiB / 0.12 / 1e9 * 0.75:.2f} GB/s",
     }
     assert all(n.ok for n in by_id.values())
-    assert raysmoke._below_floor(by_id, "hccl", 10.0) and not by_id["b"].ok and by_id["a"].ok  # b: 8.05 GB/s
+    assert raysmoke._below_floor(by_id, "hccl", BusbwFloor(10.0, "--min-busbw"))  # b: 8.05 GB/s
+    assert not by_id["b"].ok and by_id["a"].ok
+    (floor,) = [c for c in by_id["b"].checks if c.status == "fail"]
+    assert floor.message == "hccl all_reduce busbw 8.05 GB/s is below the floor of 10 GB/s (--min-busbw)"
 
 
 @pytest.mark.parametrize(

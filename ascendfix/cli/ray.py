@@ -197,7 +197,8 @@ def _render_ray_wait(report) -> None:
     "--min-busbw",
     type=click.FloatRange(min=0, min_open=True),
     metavar="GBPS",
-    help="Fail a node whose hccl (nccl) all_reduce bus bandwidth is below GBPS GB/s.",
+    help="Fail a node whose hccl (nccl) all_reduce bus bandwidth is below GBPS GB/s "
+    "[default on npu: half the NPU ports' speed that hccn_tool reports; none on cuda].",
 )
 @json_option
 def ray_smoke(
@@ -220,7 +221,7 @@ def ray_smoke(
     verl asks). Then gloo all_reduce, one rank per node, and hccl (nccl) all_reduce, all_gather,
     reduce_scatter and all_to_all over three sizes, one rank per NPU (GPU), checked and timed (bus
     bandwidth as nccl-tests computes it). The gloo channel, and the device one when it fails, stalls
-    or is below --min-busbw, is then tried pair by pair to name the node whose link is bad.
+    or is below the floor (--min-busbw), is then tried pair by pair to name the node whose link is bad.
     --timeout bounds it all.
     Exit 0 when every node and collective passed, 1 naming each node that did not.
     """
@@ -279,6 +280,9 @@ def _render_ray_smoke(report) -> None:
             mark = marks[Status.OK if c.ok else Status.FAIL]
             done.add_row(c.backend, c.op, str(c.bytes), mark, bw, escape(c.slowest or "-"))
         narrow.print(done)
+    if report.busbw_floor:
+        floor = report.busbw_floor
+        console.print(f"busbw floor: {floor.busbw_gbps:g} GB/s ({escape(floor.source)})")
     problems = report.problems
     for p in problems:
         if p.node_id:

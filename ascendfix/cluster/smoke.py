@@ -11,7 +11,8 @@ Within one wall-time bound (``--timeout``), in phases that each take a share of 
 4. hccl (npu) or nccl (cuda) ``all_reduce``, ``all_gather``, ``reduce_scatter`` and ``all_to_all``
    (the MoE job's traffic) over a size sweep, one rank per accelerator (:mod:`smoke_rank`), HCCL's
    timeouts set below the phase's bound so HCCL names the broken peer before the smoke gives up;
-   when it fails, stalls, or its bus bandwidth is below ``--min-busbw``, the link phase over it.
+   when it fails, stalls, or its bus bandwidth is below the floor (``--min-busbw``; on npu by default half
+   the NPU ports' speed), the link phase over it.
 A rank that fails says why, one that hangs is named by where it hangs. ray is imported only inside
 :func:`smoke`; nothing here prints.
 """
@@ -27,7 +28,18 @@ from ascendfix.cluster import fanout, smoke_links
 from ascendfix.cluster import wait as raywait
 from ascendfix.cluster.smoke_node import node_checks
 from ascendfix.cluster.smoke_rank import Rank
-from ascendfix.cluster.smoke_report import CONTROL, FAIL, OK, WARN, Check, Collective, Node, SmokeReport, busbw_gbps
+from ascendfix.cluster.smoke_report import (
+    CONTROL,
+    FAIL,
+    OK,
+    WARN,
+    BusbwFloor,
+    Check,
+    Collective,
+    Node,
+    SmokeReport,
+    busbw_gbps,
+)
 from ascendfix.cluster.start import RESOURCE
 from ascendfix.errors import UsageError
 from ascendfix.profile.records import Profile
@@ -145,7 +157,8 @@ class _Job:
         return report
 
     def _node_checks(self, backend: str) -> int:
-        """Each node's checks; the TLS switches compared; the smallest MTU of the interfaces the ranks use."""
+        """Each node's checks; the NPU ports' TLS switches and speeds compared (the cluster's port speed kept for
+        the bus-bandwidth floor); the smallest MTU of the interfaces the ranks use."""
         ray, by_id = self.ray, self.by_id
         head_ip = ray.get_runtime_context().gcs_address.rpartition(":")[0]
         variables = [v.name for v in self.profile.devices[self.device].env if v.check == "interface"]
@@ -156,15 +169,16 @@ class _Job:
             nid: task.options(scheduling_strategy=self.on(nid)).remote(variables, head_ip, self.device, have)
             for nid, have in self.accelerators.items()
         }
-        tls, mtus = {}, []
+        tls, speed, mtus = {}, {}, []
         for nid, answer in _gather(ray, refs, self.budget.share(0.25, 60.0)).items():
             if "error" in answer:
                 by_id[nid].checks.append(Check("checks", "no answer", FAIL, answer["error"]))
                 continue
             by_id[nid].checks.extend(Check(**c) for c in answer["checks"])
-            tls[nid] = answer["tls"]
+            tls[nid], speed[nid] = answer["tls"], answer["speed"]
             mtus += [answer["mtu"]] if answer["mtu"] else []
         _compare_tls(tls, by_id)
+        self.port_mbps = _compare_speed(speed, by_id)
         return min(mtus, default=1500)
 
     def _place(self, count: int) -> None:
@@ -245,7 +259,8 @@ class _Job:
         results, _ = _collective(self.ray, ranks, channel, ops, collective, by_id)
         for _, a in ranks:
             self.ray.kill(a)
-        slow = min_busbw is not None and _below_floor(by_id, channel, min_busbw)
+        report.busbw_floor = self._floor(min_busbw)
+        slow = report.busbw_floor is not None and _below_floor(by_id, channel, report.busbw_floor)
         if len({nid for nid, _ in ranks}) > 1 and (slow or not all(c.ok for c in results)):
             first = {nid: 0 for nid, _ in ranks}
             pool = dict(self._ranks(list(first.items()), env))
@@ -253,6 +268,16 @@ class _Job:
             for a in pool.values():
                 self.ray.kill(a)
         return results
+
+    def _floor(self, min_busbw: float | None) -> BusbwFloor | None:
+        """The all_reduce bus bandwidth below which a node fails: ``--min-busbw``, else (npu) half the NPU ports'
+        speed that hccn_tool reports, else none."""
+        if min_busbw is not None:
+            return BusbwFloor(min_busbw, "--min-busbw")
+        if self.device != "npu" or not self.port_mbps:
+            return None
+        gbits = self.port_mbps / 1000
+        return BusbwFloor(round(gbits / 8 / 2, 3), f"half the {gbits:g} Gb/s NPU port speed (hccn_tool -speed -g)")
 
     def _links(self, backend: str, pool: dict, env: dict[str, str], bound: float) -> None:
         """The pairwise link phase over ``backend``: a message larger than the smallest MTU, each way."""
@@ -299,6 +324,21 @@ def _compare_tls(tls: Mapping[str, Mapping[str, str]], by_id: Mapping[str, Node]
             by_id[nid].checks.append(Check("npu tls", value, FAIL, why))
 
 
+def _compare_speed(speed: Mapping[str, Mapping[str, int]], by_id: Mapping[str, Node]) -> int:
+    """Warn of each NPU port that runs slower than the cluster's usual speed (a port that negotiated down: its
+    cable or optics); that usual speed in Mb/s, 0 when hccn_tool reported none."""
+    every = [mbps for ports in speed.values() for mbps in ports.values()]
+    if not every:
+        return 0
+    usual = max(set(every), key=every.count)
+    for nid, ports in speed.items():
+        for npu, mbps in sorted(ports.items()):
+            if mbps < usual:
+                why = f"hccn_tool -i {npu} -speed -g: {mbps} Mb/s here, {usual} on most NPU ports (cable or optics?)"
+                by_id[nid].checks.append(Check(f"npu {npu} speed", f"{mbps} Mb/s", WARN, why))
+    return usual
+
+
 def _free_resources(ray) -> dict[str, dict[str, float]]:
     """What is free on each node now ({} when this Ray cannot say)."""
     try:
@@ -309,15 +349,15 @@ def _free_resources(ray) -> dict[str, dict[str, float]]:
         return {}
 
 
-def _below_floor(by_id: Mapping[str, Node], channel: str, floor: float) -> bool:
-    """Fail each node whose all_reduce bus bandwidth is below ``floor`` GB/s; whether any was."""
+def _below_floor(by_id: Mapping[str, Node], channel: str, floor: BusbwFloor) -> bool:
+    """Fail each node whose all_reduce bus bandwidth (at the largest size) is below the floor; whether any was."""
     found = False
     for node in by_id.values():
         for c in list(node.checks):
             if c.item.startswith(f"{channel} all_reduce") and c.item.endswith("busbw") and c.status == OK:
                 speed = float(c.value.split()[0])
-                if speed < floor:
-                    why = f"{c.item} {c.value} is below the floor of {floor:g} GB/s (--min-busbw)"
+                if speed < floor.busbw_gbps:
+                    why = f"{c.item} {c.value} is below the floor of {floor.busbw_gbps:g} GB/s ({floor.source})"
                     node.checks.append(Check(f"{channel} busbw", c.value, FAIL, why))
                     found = True
     return found

@@ -4,8 +4,8 @@ What the job's collectives will bind to on that node: each ``*_SOCKET_IFNAME`` (
 the profile names, read with doctor's one implementation of the grammar (:mod:`ascendfix.doctor.nic`),
 must select an interface that is up with an address; the route to the head should leave by it; on
 npu, HCCL's listen ports should be reserved, and where ``hccn_tool`` exists every NPU's network port
-(by its physical device id) must be up with an IP, its TLS switch read for the driver to compare
-across nodes. Nothing here prints.
+(by its physical device id) must be up with an IP, its TLS switch and speed read for the driver to
+compare across nodes. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from ascendfix.cluster.smoke_report import FAIL, OK, WARN, Check
 from ascendfix.doctor import nic
@@ -80,6 +81,22 @@ def parse_hccn_tls(text: str) -> str:
     return match.group(1) if match else ""
 
 
+def parse_hccn_speed(text: str) -> int | None:
+    """``hccn_tool -i N -speed -g``'s port speed in Mb/s (``Speed: 200000 Mb/s`` gives 200000), or None
+    (a port that is down says ``unknown``)."""
+    match = re.search(r"speed\s*:\s*(\d+)\s*mb", text, re.IGNORECASE)
+    return int(match.group(1)) if match else None
+
+
+class PortReadings(NamedTuple):
+    """What ``hccn_tool`` says of a node's NPU ports: the checks, and per physical id what the driver
+    compares across nodes."""
+
+    checks: list[Check]
+    tls: dict[str, str]  # {id: TLS switch}
+    speed: dict[str, int]  # {id: Mb/s}
+
+
 def physical_ids(count: int, environ: Mapping[str, str], dev: Path = Path("/dev")) -> list[int]:
     """The NPUs' physical ids, which ``hccn_tool -i`` takes: ``ASCEND_RT_VISIBLE_DEVICES``, else the
     ``/dev/davinciN`` nodes this container sees, else ``0..count-1``."""
@@ -93,24 +110,28 @@ def physical_ids(count: int, environ: Mapping[str, str], dev: Path = Path("/dev"
     return seen or list(range(count))
 
 
-def hccn_checks(ids: Sequence[int], tool: str | None = None, timeout: float = 10.0) -> tuple[list[Check], dict]:
-    """Each NPU's network port (``hccn_tool -i N -link -g``) up and with an IP (``-ip -g``), and its TLS
-    switch (``-tls -g``): the checks, and ``{id: switch}`` for the driver to compare across nodes."""
+def hccn_checks(ids: Sequence[int], tool: str | None = None, timeout: float = 10.0) -> PortReadings:
+    """Each NPU's network port (``hccn_tool -i N -link -g``) up and with an IP (``-ip -g``); its TLS
+    switch (``-tls -g``) and speed (``-speed -g``) for the driver to compare across nodes."""
     tool = tool or shutil.which("hccn_tool") or (HCCN_TOOL if os.access(HCCN_TOOL, os.X_OK) else None)
     if tool is None:
-        return [Check("hccn_tool", "not found", OK, "hccn_tool is not on PATH: the NPU ports were not checked")], {}
-    checks, up, tls = [], [], {}
+        missing = Check("hccn_tool", "not found", OK, "hccn_tool is not on PATH: the NPU ports were not checked")
+        return PortReadings([missing], {}, {})
+    checks, up, tls, speed = [], [], {}, {}
     for npu in ids:
         item = f"npu {npu} port"
         try:
             link = _run([tool, "-i", str(npu), "-link", "-g"], timeout)
             ip = parse_hccn_ip(_run([tool, "-i", str(npu), "-ip", "-g"], timeout))
             switch = parse_hccn_tls(_run([tool, "-i", str(npu), "-tls", "-g"], timeout))
+            mbps = parse_hccn_speed(_run([tool, "-i", str(npu), "-speed", "-g"], timeout))
         except (OSError, subprocess.SubprocessError) as e:
             checks.append(Check(item, "error", FAIL, f"hccn_tool -i {npu}: {e}"))
             continue
         if switch:
             tls[str(npu)] = switch
+        if mbps:
+            speed[str(npu)] = mbps
         state = parse_hccn_link(link)
         if state != "UP":
             said = state or (link.strip().splitlines() or ["no output"])[-1][:200]
@@ -121,7 +142,7 @@ def hccn_checks(ids: Sequence[int], tool: str | None = None, timeout: float = 10
             up.append(f"{npu}={ip['ipaddr']}")
     if up:  # one row for the ports that are fine
         checks.insert(0, Check("npu ports", f"{len(up)} of {len(ids)} UP", OK, " ".join(up)))
-    return checks, tls
+    return PortReadings(checks, tls, speed)
 
 
 def _run(argv: list[str], timeout: float) -> str:
@@ -131,7 +152,8 @@ def _run(argv: list[str], timeout: float) -> str:
 
 def node_checks(variables: Sequence[str], head_ip: str, device: str, npus: int) -> dict:
     """What the Ray task on a node checks: each interface variable, its route to the head, HCCL's ports and
-    the NPU ports. ``{"checks": [...], "tls": {id: switch}, "mtu": smallest MTU of the interfaces used}``."""
+    the NPU ports. ``{"checks": [...], "tls": {id: switch}, "speed": {id: Mb/s}, "mtu": smallest MTU of the
+    interfaces used}``."""
     try:
         route = subprocess.run(["ip", "route", "get", head_ip], capture_output=True, text=True, timeout=10)
         route_dev = route_device(route.stdout)
@@ -142,9 +164,10 @@ def node_checks(variables: Sequence[str], head_ip: str, device: str, npus: int) 
     for var in variables:
         checks.extend(interface_check(var, os.environ, route_dev, here))
     used = [n for v in variables if (verdict := nic.select(v, os.environ, here)) for n in verdict.chosen]
-    tls: dict = {}
+    ports = PortReadings([], {}, {})
     if device == "npu":
         checks.extend(ports_check(os.environ))
-        found, tls = hccn_checks(physical_ids(npus, os.environ))
-        checks.extend(found)
-    return {"checks": [vars(c) for c in checks], "tls": tls, "mtu": min((n.mtu for n in used if n.mtu), default=0)}
+        ports = hccn_checks(physical_ids(npus, os.environ))
+        checks.extend(ports.checks)
+    mtu = min((n.mtu for n in used if n.mtu), default=0)
+    return {"checks": [vars(c) for c in checks], "tls": ports.tls, "speed": ports.speed, "mtu": mtu}

@@ -64,6 +64,14 @@ class Collective:
 
 
 @dataclass(frozen=True)
+class BusbwFloor:
+    """The all_reduce bus bandwidth (GB/s) below which a node fails, and where that number comes from."""
+
+    busbw_gbps: float
+    source: str
+
+
+@dataclass(frozen=True)
 class Problem:
     """A failed check or rank, naming its node (empty for the cluster as a whole)."""
 
@@ -83,6 +91,7 @@ class SmokeReport:
     nodes: list[Node] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
     cluster_problems: list[str] = field(default_factory=list)  # not one node's: too few nodes
+    busbw_floor: BusbwFloor | None = None  # the device phase's, when it had one
 
     @property
     def problems(self) -> list[Problem]:
@@ -100,7 +109,7 @@ class SmokeReport:
         return not self.problems and all(c.ok for c in self.collectives)
 
     def to_json(self) -> dict:
-        """Plain data: ``{"address", "nodes", "collectives", "problems"}``."""
+        """Plain data: ``{"address", "nodes", "collectives", "busbw_floor", "problems"}``."""
         return {
             "address": self.address,
             "nodes": [
@@ -114,6 +123,7 @@ class SmokeReport:
                 for n in self.nodes
             ],
             "collectives": [vars(c) for c in self.collectives],
+            "busbw_floor": vars(self.busbw_floor) if self.busbw_floor else None,
             "problems": [vars(p) for p in self.problems],
         }
 
