@@ -335,8 +335,10 @@ def test_the_smoke_tables_fit_100_columns(capsys):
     report = SmokeReport(
         "10.0.0.1:6166", [node], [Collective("hccl", "reduce_scatter", 67108864, True, 12.5, node.label)]
     )
+    report.busbw_floor = BusbwFloor(12.5, "half the 200 Gb/s NPU port speed (hccn_tool -speed -g)")
     _render_ray_smoke(report)
     shown = capsys.readouterr().out
+    assert "busbw floor: 12.5 GB/s (half the 200 Gb/s NPU port speed (hccn_tool -speed -g))" in shown
     tables = shown[: shown.index("problem")]
     assert "veth5" in tables  # folded, not cut
     assert max(len(line) for line in tables.splitlines()) <= 100, tables
@@ -489,6 +491,23 @@ def test_device_ranks_run_with_hccls_timeouts_below_the_bound_and_their_local_ra
     assert [m["runtime_env"]["env_vars"]["RAY_LOCAL_RANK"] for m in made] == ["0", "1", "0"]
     assert all(m["runtime_env"]["env_vars"]["HCCL_CONNECT_TIMEOUT"] == "120" for m in made)
     assert all(m["resources"] == {"NPU": 1} and m["scheduling_strategy"].startswith("on ") for m in made)
+
+
+def test_without_min_busbw_a_node_below_half_the_npu_port_speed_fails_and_its_links_are_tried():
+    job = raysmoke._Job.__new__(raysmoke._Job)
+    job.by_id, job.accelerators = _nodes("a", "b"), {"a": 2, "b": 2}
+    job.device, job.unit, job.port_mbps, job.mtu = "npu", "NPU", 200000, 1500
+    job.ray, job.nbytes = _FakeRay(), 64 << 20
+    took = {"a": 0.001, "b": 0.05}  # 64 MiB all_reduce over 4 ranks: a ~100 GB/s, b ~2 GB/s
+    job._ranks = lambda nodes, env: [(nid, _FakeRank(took[nid])) for nid, _ in nodes]
+    tried = []
+    job._links = lambda backend, pool, env, bound: tried.append((backend, sorted(pool)))
+    report = SmokeReport("10.0.0.1:6166", list(job.by_id.values()))
+    job._device(200.0, 2, None, report)
+    assert report.busbw_floor == BusbwFloor(12.5, "half the 200 Gb/s NPU port speed (hccn_tool -speed -g)")
+    (floor,) = [c for c in job.by_id["b"].checks if c.status == "fail"]
+    assert floor.item == "hccl busbw" and "below the floor of 12.5 GB/s (half the 200 Gb/s" in floor.message
+    assert job.by_id["a"].ok and tried == [("hccl", ["a", "b"])]
 
 
 # --- naming the link ---------------------------------------------------------------------------
