@@ -80,7 +80,7 @@ def test_a_state_folder_on_a_mount_point_is_emptied_once_not_failed_on_every_com
         engine.apply(select(stack))
         engine.revert(select(stack, device=None))
     assert os.listdir(stack.verl / ".ascendfix") == []
-    assert not journal.needs_recovery(stack.verl)
+    assert not journal.Store(stack.verl).needs_recovery()
 
 
 def test_state_json_that_is_a_folder_is_one_line_naming_it(stack, cli):

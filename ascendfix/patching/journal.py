@@ -352,6 +352,13 @@ class Store:
         self.tree.unlink(f"{STATE_DIR}/commit.json")
         self._drop_if_empty()
 
+    def needs_recovery(self) -> bool:
+        """A killed command left something in the state folder: a journal, undo copies, a commit marker, a
+        temp file, or a folder without records (one listing of the folder)."""
+        self._check_dir()
+        names = set(self.tree.listdir(STATE_DIR))
+        return bool(names - {"state.json", ".gitignore", "backup"}) or bool(names and "state.json" not in names)
+
     def tidy(self) -> None:
         """Remove what a killed command can leave without a journal: undo copies of a transaction that never
         wrote its journal, and a commit marker whose transaction no root still journals."""
@@ -370,25 +377,23 @@ def has_journal(root: Path) -> bool:
     return Tree(root).exists(f"{STATE_DIR}/journal.json")
 
 
-def needs_recovery(root: Path) -> bool:
-    """A killed command left something in ``root``'s state folder: a journal, undo copies, a commit marker, a
-    temp file, or a folder without records (one listing of the folder)."""
-    store = Store(root)
-    store._check_dir()
-    names = set(store.tree.listdir(STATE_DIR))
-    return bool(names - {"state.json", ".gitignore", "backup"}) or bool(names and "state.json" not in names)
-
-
 @contextlib.contextmanager
 def reading(roots: list[Path], restore: Restore, on_wait: OnWait | None = None) -> Iterator[list[str]]:
     """Hold every root's lock while a command reads them (an apply in progress is never seen half-way), after
     finishing what a killed command left; yields what that recovery did."""
     with locked(roots, on_wait):
-        done = []
-        for root in roots:
-            if needs_recovery(root):
-                done += _recover_root(Store(root), restore)
-        yield done
+        yield _recovered(roots, restore)[1]
+
+
+def _recovered(roots: list[Path], restore: Restore) -> tuple[list[Store], list[str]]:
+    """Each root's store, after finishing what a killed command left there; and what those recoveries did."""
+    stores, notes = [], []
+    for root in roots:
+        store = Store(root)
+        if store.needs_recovery():
+            notes += _recover_root(store, restore)
+        stores.append(store)
+    return stores, notes
 
 
 def _journals(store: Store, txid: str) -> bool:
@@ -494,11 +499,8 @@ def session(
     """Hold every root's lock for a command that may write: finish what a killed command left, remove
     the temp files beside ``files`` (relative paths by root) and inside each state folder, then yield."""
     with locked(roots, on_wait):
-        for root in roots:
-            store = Store(root)
-            if needs_recovery(root):
-                _recover_root(store, restore)
-            for rel in files.get(root, []):
+        for store in _recovered(roots, restore)[0]:
+            for rel in files.get(store.root, []):
                 store.tree.remove_temps(rel)
             store.sweep_temps()
         yield Session(restore)
