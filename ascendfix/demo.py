@@ -249,10 +249,11 @@ def steps(workspace: Workspace) -> Iterator[DemoStep]:
     log_dir = workspace.folder / "run"
     yield DemoStep(
         "run the job",
-        "ascendfix run --no-preflight --device npu train.sh",
+        "ascendfix run --no-preflight --profile profile.toml --device npu --root ... train.sh",
         ("preflight is skipped: this machine has no Ascend stack for doctor to pass",),
     )
-    job = [sys.executable, "-m", "ascendfix", "run", "--no-preflight", "--device", "npu"]
+    job = [sys.executable, "-m", "ascendfix", "run", "--no-preflight", "--profile", str(workspace.profile)]
+    job += ["--device", "npu", *(f"--root={pkg}={folder}" for pkg, folder in workspace.roots().items())]
     done = subprocess.run(
         [*job, "--log-dir", str(log_dir), str(workspace.train_sh)],
         cwd=workspace.folder,

@@ -45,13 +45,14 @@ def test_the_demos_run_json_is_data_through_and_through(demo_run):
     (hint,) = record["preflight_hints"]  # the demo's train.sh runs none of verl's trainers
     assert hint["source"] == "overrides"
     assert hint["message"].startswith("the command runs none of verl.trainer.main_ppo")
-    assert {p["id"] for p in record["patches"]} == {
-        "verl-cuda-probe-off",
-        "torch-shard-overlap-check",
-        "torch-global-plan-check",
-        "verl-grpo-no-interleave",
-        "verl-dapo-no-interleave",
+    assert {(p["id"], p["variant"], p["state"]) for p in record["patches"]} == {  # the workspace's, as applied
+        ("verl-cuda-probe-off", "default", "applied"),
+        ("torch-shard-overlap-check", "skip", "applied"),
+        ("torch-global-plan-check", "skip", "applied"),
+        ("verl-grpo-no-interleave", "default", "applied"),
+        ("verl-dapo-no-interleave", "default", "applied"),
     }
+    assert record["profile"] == "verl-796871d-demo"
     assert (record["exit_status"], record["killed"], record["steps"]) == (0, False, 6)
 
     def strings(value):
