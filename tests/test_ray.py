@@ -44,13 +44,10 @@ def test_a_real_ray_job_is_parsed_live_and_from_the_session_logs(tmp_path, reque
     request.addfinalizer(lambda: shutil.rmtree(ray_dir, ignore_errors=True))
     netns = Netns()  # a private network namespace: nothing the job binds is the host's
     request.addfinalizer(netns.close)
+    args = ["run", "--device", "cuda", "--no-preflight", "--log-dir", "logs", "--json-metrics", "m.jsonl"]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"}
     proc = ascendfix_cli(
-        *["run", "--device", "cuda", "--no-preflight", "--log-dir", "logs", "--json-metrics", "m.jsonl"],
-        *[sys.executable, "driver.py", ray_dir],
-        prefix=netns.prefix,
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"},
-        clean_env=True,
+        *args, sys.executable, "driver.py", ray_dir, prefix=netns.prefix, cwd=tmp_path, env=env, clean_env=True
     )
     assert proc.returncode == 5, proc.stderr
     assert "\x1b[36m(TaskRunner pid=" in proc.stdout  # Ray's own prefix, passed through unchanged

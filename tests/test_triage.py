@@ -549,12 +549,9 @@ def test_a_real_ray_job_that_fails_is_triaged_from_its_run_and_session_folders(t
     (tmp_path / "driver.py").write_text(RAY_DRIVER)
     ray_dir = Path(tempfile.mkdtemp(prefix="afray-", dir="/tmp"))  # Ray's socket paths must stay under 107 bytes
     request.addfinalizer(lambda: shutil.rmtree(ray_dir, ignore_errors=True))
-    proc = ascendfix_cli(
-        *["run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1", sys.executable, "driver.py", ray_dir],
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"},
-        clean_env=True,
-    )
+    args = ["run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1", sys.executable, "driver.py", ray_dir]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"}
+    proc = ascendfix_cli(*args, cwd=tmp_path, env=env, clean_env=True)
     assert proc.returncode != 0 and "ActorDiedError" in proc.stdout + proc.stderr
     for logs in (tmp_path / "runs", ray_dir / "session_latest" / "logs"):
         result = triage.triage(logs)
