@@ -241,7 +241,7 @@ class LocalCluster:
             "--disable-usage-stats",
             "--block",
         ]  # fmt: skip
-        cmd = ["ray", "start", "--profile", str(self.profile), "--no-preflight"]
+        cmd = ["ray", "start", "--profile", str(self.profile), "--no-preflight", "--device", "npu"]
 
         def low_nofile() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
@@ -249,8 +249,6 @@ class LocalCluster:
         log = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - kept open for the node's life
         self.procs[name] = cli.start(
             *cmd,
-            "--device",
-            "npu",
             *args,
             prefix=prefix or self.netns.prefix,
             env={**self.env, **(extra_env or {})},
