@@ -27,9 +27,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli
 from tests.machine import npu_smi_table, write_executable
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = cli.REPO
 NEEDS_RAY = pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason="ray is not installed: pip install 'ascendfix[ray]'"
 )
@@ -66,6 +67,13 @@ def fake_npu_smi(folder: Path, npus: int = 8) -> Path:
     table.write_text(npu_smi_table([("910B4-1", "OK", 3200, 65536)] * npus))
     write_executable(folder / "bin" / "npu-smi", f'#!/bin/sh\n[ "$1" = info ] && cat "{table}"\n')
     return folder / "bin"
+
+
+def ray_of_this_interpreter(folder: Path) -> Path:
+    """:func:`fake_npu_smi`'s folder, with a `ray` of this interpreter: its workers then import this torch."""
+    bin_dir = fake_npu_smi(folder)
+    write_executable(bin_dir / "ray", f'#!/bin/sh\nexec {sys.executable} -m ray.scripts.scripts "$@"\n')
+    return bin_dir
 
 
 def free_ports(n: int) -> list[int]:
@@ -167,9 +175,9 @@ def private_netns() -> Iterator[Netns]:
 
 
 def ascendfix(*args: str, env: dict[str, str], netns: Netns | None = None, timeout: float = 300):
-    """``python -m ascendfix ARGS`` (inside ``netns`` when given), its output captured."""
-    cmd = [*(netns.prefix if netns else []), sys.executable, "-m", "ascendfix", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
+    """``python -m ascendfix ARGS`` in ``env`` (inside ``netns`` when given), its output captured."""
+    prefix = netns.prefix if netns else ()
+    return cli.run(*args, env=env, clean_env=True, prefix=prefix, timeout=timeout, cwd=REPO)
 
 
 class LocalCluster:
@@ -233,15 +241,18 @@ class LocalCluster:
             "--disable-usage-stats",
             "--block",
         ]  # fmt: skip
-        cmd = [sys.executable, "-m", "ascendfix", "ray", "start", "--profile", str(self.profile), "--no-preflight"]
+        cmd = ["ray", "start", "--profile", str(self.profile), "--no-preflight", "--device", "npu"]
 
         def low_nofile() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
         log = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - kept open for the node's life
-        self.procs[name] = subprocess.Popen(
-            [*(prefix or self.netns.prefix), *cmd, "--device", "npu", *args],
+        self.procs[name] = cli.start(
+            *cmd,
+            *args,
+            prefix=prefix or self.netns.prefix,
             env={**self.env, **(extra_env or {})},
+            clean_env=True,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

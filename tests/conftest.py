@@ -10,14 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests import upstream
+from tests import cli, upstream
 
-REPO = Path(__file__).resolve().parent.parent
 GET_PYTHON310 = (
     "no working Python 3.10 here (the container's Python): install one (`pyenv install 3.10`, or your "
     "distribution's python3.10 package), or name it in ASCENDFIX_TEST_PYTHON310"
@@ -77,27 +75,19 @@ def ascendfix_cli():
     ``python``: the interpreter to run it with; ``env``: variables added to the test's environment
     (or, with ``clean_env``, the whole environment but PYTHONPATH and the test's cache folder);
     ``prefix``: words before the command (``unshare -n``); ``preexec_fn``: run in the child before it
-    starts (a resource limit). Returns the CompletedProcess (text).
+    starts (a resource limit); ``code``, ``cache``: see :func:`tests.cli.command`. Returns the
+    CompletedProcess (text).
     """
+    return cli.run
 
-    def run(
-        *args: object,
-        python: object = sys.executable,
-        cwd: Path | None = None,
-        env: dict[str, str] | None = None,
-        clean_env: bool = False,
-        prefix: tuple[str, ...] = (),
-        timeout: float = 300,
-        preexec_fn=None,
-    ) -> subprocess.CompletedProcess:
-        base = {} if clean_env else dict(os.environ)
-        full = {**base, **(env or {}), "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]}
-        argv = [*prefix, str(python), "-m", "ascendfix", *map(str, args)]
-        return subprocess.run(
-            argv, capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout, preexec_fn=preexec_fn
-        )
 
-    return run
+@pytest.fixture(scope="session")
+def ascendfix_popen():
+    """The same ``ascendfix ARGS``, started and not waited for: a :class:`subprocess.Popen` to watch,
+    signal or feed. Takes ``ascendfix_cli``'s keywords, and Popen's ``stdin``, ``stdout``, ``stderr``,
+    ``text`` and ``start_new_session``.
+    """
+    return cli.start
 
 
 @pytest.fixture

@@ -18,14 +18,20 @@ import sys
 import zipfile
 from pathlib import Path
 
+from tests import cli
+
 GIT = ["git", "-c", "user.name=doctor-test", "-c", "user.email=doctor@test", "-c", "commit.gpgsign=false"]
 
 
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     """Run a command, failing the test with its output when it fails."""
-    result = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    return succeeded(subprocess.run(cmd, capture_output=True, text=True, **kw))
+
+
+def succeeded(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """``result``, or the test fails with its command and output when it failed."""
     if result.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(f"{result.args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
 
 
@@ -149,10 +155,6 @@ def fake_ascend(home: Path, cann="8.3.RC1", driver="25.2.0", npus=None, layout="
 
 
 def doctor(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """``python -m ascendfix doctor ARGS`` from this checkout, in ``env`` (default: ours)."""
-    repo = Path(__file__).resolve().parent.parent
-    environ = dict(env if env is not None else os.environ)
-    environ["PYTHONPATH"] = str(repo)
-    environ.setdefault("PATH", os.environ.get("PATH", ""))
-    cmd = [sys.executable, "-m", "ascendfix", "doctor", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=environ, cwd=cwd or repo, timeout=120)
+    """``python -m ascendfix doctor ARGS`` from this checkout, in ``env`` (default: ours; PATH ours if it has none)."""
+    environ = None if env is None else {"PATH": os.environ.get("PATH", ""), **env}
+    return cli.run("doctor", *args, env=environ, clean_env=env is not None, cwd=cwd or cli.REPO, timeout=120)

@@ -28,7 +28,7 @@ from ascendfix.job import preflight
 from ascendfix.resources import data_dir
 from click.testing import CliRunner
 
-from tests import upstream
+from tests import cli, upstream
 
 REPO = Path(__file__).resolve().parent.parent
 NO_TORCH = "torch is not installed (pip install torch==2.13.0: the CPU build is enough)"
@@ -612,10 +612,8 @@ def two_ray_nodes():
 
 
 @pytest.mark.slow
-def test_every_node_of_a_real_ray_cluster_checks_the_checkpoint(two_ray_nodes, dcp):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "ascendfix", "ckpt", "check", str(dcp), "--ray", two_ray_nodes.address, "--json"]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+def test_every_node_of_a_real_ray_cluster_checks_the_checkpoint(two_ray_nodes, dcp, ascendfix_cli):
+    done = ascendfix_cli("ckpt", "check", dcp, "--ray", two_ray_nodes.address, "--json", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["ok"] and report["differing"] == []
@@ -625,15 +623,14 @@ def test_every_node_of_a_real_ray_cluster_checks_the_checkpoint(two_ray_nodes, d
 
 
 @pytest.mark.slow
-def test_every_node_of_a_real_ray_cluster_proves_its_share_of_a_verl_save(two_ray_nodes, dcp, tmp_path):
+def test_every_node_of_a_real_ray_cluster_proves_its_share_of_a_verl_save(two_ray_nodes, dcp, tmp_path, ascendfix_cli):
     top = tmp_path / "checkpoints"  # verl's default_local_dir around the save; both nodes see it (shared)
     actor = top / "global_step_5" / "actor"
     actor.mkdir(parents=True)
     shutil.move(str(dcp), actor / "dist_ckpt")
     (top / "latest_checkpointed_iteration.txt").write_text("5")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "ascendfix", "ckpt", "check", str(top), "--bytes", "--ray", two_ray_nodes.address]
-    done = subprocess.run([*argv, "--json"], capture_output=True, text=True, env=env, timeout=300)
+    argv = ["ckpt", "check", top, "--bytes", "--ray", two_ray_nodes.address, "--json"]
+    done = ascendfix_cli(*argv, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["ok"] and report["checkpoint"] == str(actor / "dist_ckpt")
@@ -645,7 +642,7 @@ def test_every_node_of_a_real_ray_cluster_proves_its_share_of_a_verl_save(two_ra
     blob = bytearray(path.read_bytes())
     blob[at] ^= 0x01  # whichever node proves this file must name it
     path.write_bytes(bytes(blob))
-    done = subprocess.run([*argv, "--json"], capture_output=True, text=True, env=env, timeout=300)
+    done = ascendfix_cli(*argv, timeout=300)
     assert done.returncode == 1, done.stderr[-2000:]
     found = [p for n in json.loads(done.stdout)["nodes"] for p in n["result"]["problems"]]
     assert [(p["kind"], p["file"]) for p in found] == [
@@ -681,8 +678,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     """The command as a new user runs it: its own interpreter, which must never import torch."""
     probe = "import runpy, sys; sys.argv = ['ascendfix', *sys.argv[1:]]; "
     probe += "sys.modules['torch'] = None; runpy.run_module('ascendfix', run_name='__main__')"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env, timeout=120)
+    return cli.run(*args, code=probe, timeout=120)
 
 
 @pytest.mark.slow

@@ -5,15 +5,15 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli import command
 from tests.stack import make_stack
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_apply_status_revert_through_the_cli(stack, ascendfix_cli):
@@ -126,10 +126,9 @@ def test_env_without_a_device_makes_eval_fail_under_set_e(tmp_path, ascendfix_cl
     if Path("/usr/local/Ascend/driver").exists():
         pytest.skip("this machine has an Ascend driver")
     script = tmp_path / "ray_start.sh"
-    script.write_text(
-        f'set -e\nexport PYTHONPATH={REPO}\neval "$({sys.executable} -m ascendfix env)"\necho started ray\n'
-    )
-    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120)
+    argv, env = command("env")
+    script.write_text(f'set -e\neval "$({shlex.join(argv)})"\necho started ray\n')
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode != 0 and "started ray" not in result.stdout
     assert "pass --device npu or --device cuda" in result.stderr
     direct = ascendfix_cli("env")
@@ -203,10 +202,7 @@ def test_show_names_every_component_at_80_columns_on_a_terminal_and_in_a_pipe(as
     from rich.console import Console
 
     profile = manifest.load_profile("verl-796871d")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80"}
-    piped = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "show", "verl-796871d"], capture_output=True, text=True, env=env
-    )
+    piped = ascendfix_cli("show", "verl-796871d", env={"COLUMNS": "80"}, timeout=None)
     assert piped.returncode == 0 and "\x1b[" not in piped.stdout
     shown_at_80_columns(piped.stdout, profile)
     assert max(map(len, piped.stdout.splitlines())) <= 120  # was 579: the mindspeed_rl row of a 400-column table
@@ -220,13 +216,7 @@ def test_show_names_every_component_at_80_columns_on_a_terminal_and_in_a_pipe(as
 def test_demo_cleans_up_its_temporary_folder_and_its_last_command_works(tmp_path, ascendfix_cli):
     temp = tmp_path / "tmp"
     temp.mkdir()
-    result = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "demo"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)},
-        timeout=300,
-    )
+    result = ascendfix_cli("demo", env={"TMPDIR": str(temp)}, timeout=300)
     assert result.returncode == 0, result.stderr
     assert list(temp.iterdir()) == []
     assert result.stdout.rstrip().endswith("ascendfix demo --dir ascendfix-demo")

@@ -11,8 +11,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from ascendfix.cli import main
 from ascendfix.cluster import fanout
 from ascendfix.cluster.fanout import NodeAnswer
 
+from tests import cli
 from tests.cluster import alive, free_ports, ray_temp_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,11 +74,6 @@ def ray_cluster(tmp_path_factory, upstream_files):
         assert not running, f"Ray processes still running after shutdown: {running}"
 
 
-def ascendfix(*args: str, **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "ascendfix", *args], capture_output=True, text=True, env=env, **kw)
-
-
 def _row(report: dict, node_id: str) -> dict:
     return next(n for n in report["nodes"] if n["node_id"] == node_id)
 
@@ -88,14 +82,14 @@ def _row(report: dict, node_id: str) -> dict:
 @pytest.mark.upstream
 def test_apply_and_status_on_every_node_name_the_drifted_one(ray_cluster):
     c, ids = ray_cluster
-    applied = ascendfix("apply", "--ray", c.address, "--device", "npu", "--json", timeout=300)
+    applied = cli.run("apply", "--ray", c.address, "--device", "npu", "--json", timeout=300)
     assert applied.returncode == 1, applied.stderr
     report = json.loads(applied.stdout)
     assert len(report["nodes"]) == 3
     assert "refused" in _row(report, ids[DRIFTED_NODE])["error"]  # apply is all or nothing on that node
     assert {_row(report, ids[n])["cells"]["torch-shard-overlap-check"]["value"] for n in ("head", "w0")} == {"applied"}
 
-    status = ascendfix("status", "--ray", c.address, "--device", "npu", "--json", timeout=300)
+    status = cli.run("status", "--ray", c.address, "--device", "npu", "--json", timeout=300)
     assert status.returncode == 1
     report = json.loads(status.stdout)
     assert "torch-shard-overlap-check" in report["differing"]
@@ -109,7 +103,7 @@ def test_apply_and_status_on_every_node_name_the_drifted_one(ray_cluster):
         assert row["cells"]["verl-dapo-no-interleave"]["value"] == "not-applicable"  # a wheel has no recipe/
     assert "verl-dapo-no-interleave" not in report["differing"]
 
-    shown = ascendfix("status", "--ray", c.address, "--device", "npu", timeout=300)
+    shown = cli.run("status", "--ray", c.address, "--device", "npu", timeout=300)
     assert shown.returncode == 1
     drifted_line = next(line for line in shown.stdout.splitlines() if ids[DRIFTED_NODE][:8] in line)
     assert "drifted" in drifted_line
@@ -121,7 +115,7 @@ def test_apply_and_status_on_every_node_name_the_drifted_one(ray_cluster):
 @pytest.mark.upstream
 def test_doctor_on_every_node_names_the_drifted_one(ray_cluster):
     c, ids = ray_cluster  # after the test above: head and w0 applied, w1's torch file drifted
-    result = ascendfix("doctor", "--ray", c.address, "--device", "npu", "--only", "patches", "--json", timeout=300)
+    result = cli.run("doctor", "--ray", c.address, "--device", "npu", "--only", "patches", "--json", timeout=300)
     assert result.returncode == 1
     report = json.loads(result.stdout)
     assert "patches" in report["differing"]
@@ -137,9 +131,7 @@ def test_a_node_that_does_not_answer_is_a_row_not_a_hang(ray_cluster):
     raylet = worker.all_processes["raylet"][0].process.pid
     os.kill(raylet, signal.SIGSTOP)
     try:
-        result = ascendfix(
-            "status", "--ray", c.address, "--device", "npu", "--ray-timeout", "15", "--json", timeout=120
-        )
+        result = cli.run("status", "--ray", c.address, "--device", "npu", "--ray-timeout", "15", "--json", timeout=120)
     finally:
         os.kill(raylet, signal.SIGCONT)
     assert result.returncode == 1
@@ -155,9 +147,7 @@ def test_without_ray_the_core_imports_and_ray_says_how_to_install():
         "sys.argv = ['ascendfix', 'status', '--ray', '--device', 'npu']\n"
         "ascendfix.cli.main()\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
-    )
+    result = cli.run(code=code, timeout=None)
     assert result.returncode == 2
     assert result.stderr.strip() == "error: ray is not installed: pip install 'ascendfix[ray]'"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -422,7 +421,7 @@ def test_human_report_is_coloured_only_on_a_terminal():
     ],
     ids=["report", "list", "bad-input"],
 )
-def test_doctor_does_not_import_rich(tmp_path, args, printed):
+def test_doctor_does_not_import_rich(tmp_path, args, printed, ascendfix_cli):
     """doctor is the first command run on a fresh machine: it prints with click alone."""
     wrapper = (
         "import sys\n"
@@ -434,10 +433,7 @@ def test_doctor_does_not_import_rich(tmp_path, args, printed):
         "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'rich'), file=sys.stderr)\n"
     )
     argv = ["doctor", *(a.format(tmp=tmp_path / "none") for a in args)]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    result = subprocess.run(
-        [sys.executable, "-c", wrapper, *argv], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
-    )
+    result = ascendfix_cli(*argv, code=wrapper, cwd=tmp_path, timeout=120)
     assert result.stderr.splitlines()[-1] == "[]", result.stderr
     assert printed in result.stdout + result.stderr
 

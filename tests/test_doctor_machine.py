@@ -18,8 +18,8 @@ import pytest
 from ascendfix.doctor import nic
 from ascendfix.profile import rl_plugin
 
-from tests import machine, upstream
-from tests.machine import GIT, doctor, run
+from tests import cli, machine, upstream
+from tests.machine import GIT, doctor, run, succeeded
 
 pytestmark = pytest.mark.slow
 
@@ -61,9 +61,8 @@ class Machine:
         return result.returncode, {c["id"]: c for c in data["checks"]}
 
     def ascendfix(self, *args: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "ascendfix", *args, "--profile", str(self.profile), "--python", str(self.python)]
-        env = {**self.env, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-        return run(cmd, env=env)
+        more = ["--profile", self.profile, "--python", self.python]
+        return succeeded(cli.run(*args, *more, env=self.env, clean_env=True, timeout=None))
 
 
 def _interface() -> str:

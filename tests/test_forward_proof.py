@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 from ascendfix.patching import journal
@@ -16,6 +14,7 @@ from ascendfix.profile import manifest
 from ascendfix.site import Site
 
 from tests import upstream
+from tests.cli import run
 
 pytestmark = pytest.mark.upstream
 
@@ -34,8 +33,7 @@ def site(request, tmp_path):
 
 def cli(site, *args):
     roots = ["--root", f"torch={site}", "--root", f"verl={site}"]
-    argv = [sys.executable, "-m", "ascendfix", *args, *roots]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    return run(*args, *roots, timeout=300)
 
 
 def fast_validate(stock: bytes) -> bytes:

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,7 +28,6 @@ from tests.upstream import PLANNER_DEF, SHARDS_DOC_END
 
 pytestmark = pytest.mark.upstream
 
-REPO = Path(__file__).resolve().parent.parent
 DEVICE = "verl/utils/device.py"
 TRAINER = "verl/trainer/ppo/ray_trainer.py"
 DAPO = "recipe/dapo/dapo_ray_trainer.py"
@@ -154,15 +151,13 @@ def test_status_names_the_guides_five_edits_apply_adopts_them_and_revert_gives_u
     assert shas(verl, site, pristine) == pristine  # upstream's bytes, not the hand-edited ones
 
 
-def test_the_cli_says_hand_edited_with_apply_as_the_fix(trees):
+def test_the_cli_says_hand_edited_with_apply_as_the_fix(trees, ascendfix_cli):
     profile, verl, site, pristine = trees
     hand_edit_as_the_guide_says(verl, site)
     roots = ["--root", f"verl={verl}", "--root", f"torch={site}"]
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
-        cmd = [sys.executable, "-m", "ascendfix", *args, "--profile", str(profile), *roots]
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        return ascendfix_cli(*args, "--profile", profile, *roots, env={"COLUMNS": "200"}, timeout=600)
 
     shown = cli("status", "--device", "npu")
     assert shown.returncode == 1, shown.stderr

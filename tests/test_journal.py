@@ -93,7 +93,7 @@ def test_older_random_temp_names_are_reported_then_removed_by_apply(stack):
 @pytest.mark.slow
 def test_random_kills_during_apply_and_revert_leave_no_temp_files(tmp_path):
     rng = random.Random(99)
-    for trial in range(20):
+    for trial in range(10):
         stack = make_stack(tmp_path / f"t{trial}")
         names = listing(stack)
         op = "revert" if trial % 2 else "apply"

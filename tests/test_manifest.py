@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -198,14 +196,9 @@ def test_a_template_that_is_not_a_small_file_in_the_patch_folder_is_a_profile_er
         manifest.load_profile(path)
 
 
-def test_a_template_error_is_one_line_and_exit_2(tmp_path):
+def test_a_template_error_is_one_line_and_exit_2(tmp_path, ascendfix_cli):
     path = team_overlap_profile(tmp_path, "/dev/zero")
-    proc = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "status", "--profile", path, "--device", "npu"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = ascendfix_cli("status", "--profile", path, "--device", "npu", timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "transform.template" in proc.stderr and "Traceback" not in proc.stderr
 

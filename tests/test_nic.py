@@ -6,14 +6,13 @@ without addresses)."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
 from ascendfix.doctor import nic
 from ascendfix.doctor.nic import Interface
 
-from tests.cluster import REPO, private_netns
+from tests import cli
+from tests.cluster import private_netns
 
 LO = Interface("lo", 1, True, "unknown", ("127.0.0.1",), 65536)
 DOCKER0 = Interface("docker0", 2, True, "up", ("172.17.0.1",), 1500)
@@ -131,8 +130,7 @@ def interfaces_ns():
 
 def test_doctor_the_smoke_and_preflight_read_each_form_alike_on_real_interfaces(interfaces_ns):
     values = [value for value, _, _ in FORMS if value not in ("^",)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    probe = interfaces_ns.run(sys.executable, "-c", PROBE, json.dumps(values), env=env, timeout=120)
+    probe = cli.run(json.dumps(values), code=PROBE, prefix=interfaces_ns.prefix, timeout=120)
     assert probe.returncode == 0, probe.stderr
     seen = json.loads(probe.stdout)
     order = [name for name in seen["order"] if name in ("lo", "docker0", "eth0", "eth1", "ib0")]
@@ -140,10 +138,10 @@ def test_doctor_the_smoke_and_preflight_read_each_form_alike_on_real_interfaces(
     for value, used, ok in FORMS:
         if value == "^":
             continue
-        doctor_env = {**env, "HCCL_SOCKET_IFNAME": value, "GLOO_SOCKET_IFNAME": "eth0"}
-        doctor = interfaces_ns.run(
-            sys.executable, "-m", "ascendfix", "doctor", "--device", "npu", "--only", "env", "--json",
-            env=doctor_env, timeout=120,
+        doctor_env = {"HCCL_SOCKET_IFNAME": value, "GLOO_SOCKET_IFNAME": "eth0"}
+        doctor = cli.run(
+            "doctor", "--device", "npu", "--only", "env", "--json",
+            prefix=interfaces_ns.prefix, env=doctor_env, timeout=120,
         )  # fmt: skip
         messages = json.loads(doctor.stdout)["checks"][0]["messages"]
         [line] = [m for m in messages if m.startswith(f"HCCL_SOCKET_IFNAME={value} ")]

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 from ascendfix.job import report
 
 from tests.cluster import Netns, ray_temp_dir
-
-ROOT = Path(__file__).resolve().parent.parent
 
 DRIVER = textwrap.dedent(
     """
@@ -41,32 +37,17 @@ DRIVER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_a_real_ray_job_is_parsed_live_and_from_the_session_logs(tmp_path, request):
+def test_a_real_ray_job_is_parsed_live_and_from_the_session_logs(tmp_path, request, ascendfix_cli):
     pytest.importorskip("ray")
     (tmp_path / "driver.py").write_text(DRIVER)
     ray_dir = ray_temp_dir()  # its own: Ray's socket paths must stay under 107 bytes
     request.addfinalizer(lambda: shutil.rmtree(ray_dir, ignore_errors=True))
     netns = Netns()  # a private network namespace: nothing the job binds is the host's
     request.addfinalizer(netns.close)
-    proc = subprocess.run(
-        [
-            *netns.prefix,
-            sys.executable,
-            "-m",
-            "ascendfix",
-            "run",
-            "--device",
-            "cuda",
-            "--no-preflight",
-            "--log-dir",
-            "logs",
-        ]
-        + ["--json-metrics", "m.jsonl", sys.executable, "driver.py", str(ray_dir)],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"},
-        capture_output=True,
-        text=True,
-        timeout=300,
+    args = ["run", "--device", "cuda", "--no-preflight", "--log-dir", "logs", "--json-metrics", "m.jsonl"]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"}
+    proc = ascendfix_cli(
+        *args, sys.executable, "driver.py", ray_dir, prefix=netns.prefix, cwd=tmp_path, env=env, clean_env=True
     )
     assert proc.returncode == 5, proc.stderr
     assert "\x1b[36m(TaskRunner pid=" in proc.stdout  # Ray's own prefix, passed through unchanged

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster import LocalCluster, Netns, fake_npu_smi, team_profile
-from tests.machine import write_executable
+from tests.cluster import LocalCluster, Netns, ray_of_this_interpreter, team_profile
 
 NODES = ("head", "w1", "w2", "w3")
 FAULTY = 3  # node3: w3
@@ -81,9 +79,7 @@ def cluster(fabric, tmp_path_factory):
     pytest.importorskip("ray", reason="ray is not installed: pip install 'ascendfix[ray]'")
     pytest.importorskip("torch", reason="ray smoke runs real torch.distributed collectives: pip install torch")
     base = tmp_path_factory.mktemp("ray-faults")
-    bin_dir = fake_npu_smi(base)
-    write_executable(bin_dir / "ray", f'#!/bin/sh\nexec {sys.executable} -m ray.scripts.scripts "$@"\n')
-    c = LocalCluster(base, team_profile(base), bin_dir, fabric.nodes[0], node_ip=_mgmt_ip(0))
+    c = LocalCluster(base, team_profile(base), ray_of_this_interpreter(base), fabric.nodes[0], node_ip=_mgmt_ip(0))
     c.env.update(GLOO_SOCKET_IFNAME="data", HCCL_SOCKET_IFNAME="data")
     try:
         for i, name in enumerate(NODES):

@@ -14,7 +14,6 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -28,10 +27,17 @@ from ascendfix.job.preflight import Seams, run_preflight
 from ascendfix.profile import manifest
 from ascendfix.site import Site
 
-from tests.cluster import NEEDS_RAY, LocalCluster, fake_npu_smi, free_ports, local_cluster, private_netns, team_profile
+from tests import cli
+from tests.cluster import (
+    NEEDS_RAY,
+    LocalCluster,
+    free_ports,
+    local_cluster,
+    private_netns,
+    ray_of_this_interpreter,
+    team_profile,
+)
 from tests.machine import write_executable
-
-REPO = Path(__file__).resolve().parent.parent
 
 # --- bus bandwidth, hccn_tool, interfaces ----------------------------------------------------
 
@@ -190,9 +196,7 @@ def test_hccl_ports_in_the_ephemeral_range_warn_unless_reserved(tmp_path):
 
 
 def _one_rank(code: str) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
-    )
+    result = cli.run(code=code, timeout=None)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -214,13 +218,14 @@ def test_a_pair_exchanges_a_message_larger_than_the_mtu_with_real_torch():
     pytest.importorskip("torch", reason="torch (CPU) is needed for a rank's collectives: pip install torch")
     spec = {"backend": "gloo", "addr": "127.0.0.1", "port": free_ports(1)[0], "bytes": 1 << 16, "timeout": 60}
     sides = [
-        subprocess.Popen(
-            [sys.executable, "-c", "import json, sys\nfrom ascendfix.cluster.smoke_rank import Rank\n"
-             f"print(json.dumps(Rank().pair({spec | {'rank': rank}!r})))"],
-            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+        cli.start(
+            code="import json, sys\nfrom ascendfix.cluster.smoke_rank import Rank\n"
+            f"print(json.dumps(Rank().pair({spec | {'rank': rank}!r})))",
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for rank in (0, 1)
-    ]  # fmt: skip
+    ]
     answers = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in sides]
     assert all(a["ok"] and a["bytes"] == 1 << 16 and a["seconds"] > 0 for a in answers), answers
 
@@ -312,10 +317,7 @@ def test_the_report_names_each_bad_node_in_its_json():
     ],
 )
 def test_bad_ray_smoke_options_are_one_line_and_exit_2(tmp_path, args, message):
-    result = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "ray", "smoke", "--device", "npu", *args],
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path,
-    )  # fmt: skip
+    result = cli.run("ray", "smoke", "--device", "npu", *args, cwd=tmp_path, timeout=None)
     assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
 
 
@@ -604,10 +606,10 @@ def test_run_smoke_findings_are_problems_with_no_preflight_too():
 def test_run_smoke_without_a_reachable_cluster_refuses_and_starts_nothing(tmp_path):
     script = tmp_path / "train.sh"
     script.write_text(f"echo started > {tmp_path}/started.txt\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_TMPDIR": str(tmp_path)}
+    env = {**os.environ, "RAY_TMPDIR": str(tmp_path)}
     env.pop("RAY_ADDRESS", None)
     args = ["run", "--smoke", "--no-preflight", "--device", "npu", "--log-dir", str(tmp_path / "log"), str(script)]
-    result = subprocess.run([sys.executable, "-m", "ascendfix", *args], capture_output=True, text=True, env=env)
+    result = cli.run(*args, env=env, clean_env=True, timeout=None)
     assert result.returncode == 1
     smoke = [line for line in result.stderr.splitlines() if line.startswith("problem (smoke)")]
     reason = "no Ray cluster is reachable" if importlib.util.find_spec("ray") else "ray is not installed"
@@ -625,20 +627,13 @@ def netns():
         yield ns
 
 
-def _ray_of_this_interpreter(base: Path) -> Path:
-    """npu-smi, and `ray start` of this interpreter: its workers then import the torch this interpreter has."""
-    bin_dir = fake_npu_smi(base)
-    write_executable(bin_dir / "ray", f'#!/bin/sh\nexec {sys.executable} -m ray.scripts.scripts "$@"\n')
-    return bin_dir
-
-
 @pytest.fixture(scope="module")
 def smoke_cluster(tmp_path_factory, netns):
     """head, w0 and w1, each with 8 fake NPUs and GLOO_SOCKET_IFNAME=lo, torch on CPU."""
     pytest.importorskip("ray", reason="ray is not installed: pip install 'ascendfix[ray]'")
     pytest.importorskip("torch", reason="ray smoke runs real torch.distributed collectives: pip install torch")
     base = tmp_path_factory.mktemp("ray-smoke")
-    with local_cluster(base, netns, ("head", "w0", "w1"), bin_dir=_ray_of_this_interpreter(base)) as c:
+    with local_cluster(base, netns, ("head", "w0", "w1"), bin_dir=ray_of_this_interpreter(base)) as c:
         yield c
 
 
@@ -742,7 +737,7 @@ def test_smoke_for_a_script_names_the_node_whose_cpus_cannot_hold_the_jobs_place
     pytest.importorskip("torch", reason="ray smoke runs real torch.distributed collectives: pip install torch")
     base = tmp_path_factory.mktemp("ray-place")
     with private_netns() as own:
-        c = LocalCluster(base, team_profile(base), _ray_of_this_interpreter(base), own)
+        c = LocalCluster(base, team_profile(base), ray_of_this_interpreter(base), own)
         try:
             for name in ("head", "w0", "w1", "small"):
                 c.start(name, cpus=2 if name == "small" else 8)  # npu-smi registers {"NPU": 8} on each

@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from ascendfix.cluster.wait import Arrival, NodeView
 from ascendfix.errors import UsageError
 from ascendfix.profile import manifest
 
+from tests import cli
 from tests.cluster import (
     NEEDS_RAY,
     NOFILE,
@@ -231,7 +230,7 @@ def test_npu_smi_is_counted_as_doctor_parses_it(tmp_path):
     ],
 )
 def test_bad_ray_start_options_are_one_line_and_exit_2(tmp_path, args, message):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{fake_npu_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": f"{fake_npu_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}"}
     result = ascendfix("ray", "start", "--device", "npu", "--no-preflight", *args, env=env)
     assert result.returncode == 2
     assert result.stderr.startswith(f"error: {message}") and len(result.stderr.strip().splitlines()) == 1
@@ -239,7 +238,7 @@ def test_bad_ray_start_options_are_one_line_and_exit_2(tmp_path, args, message):
 
 @NEEDS_RAY
 def test_ray_start_refuses_when_doctor_fails_here_and_starts_nothing(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{fake_npu_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": f"{fake_npu_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}"}
     env["RAY_TMPDIR"] = str(tmp_path)  # npu-smi but no CANN: doctor's cann check fails
     result = ascendfix("ray", "start", "--device", "npu", "--head", "--block", env=env, timeout=120)
     assert result.returncode == 1
@@ -264,21 +263,14 @@ def test_ray_start_refuses_when_doctor_fails_here_and_starts_nothing(tmp_path):
 )
 def test_bad_ray_wait_options_are_one_line_and_exit_2(tmp_path, args, message):
     (tmp_path / "empty.sh").write_text("python3 -m verl.trainer.main_ppo trainer.n_gpus_per_node=8\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "ray", "wait", "--device", "npu", *args],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
+    result = cli.run("ray", "wait", "--device", "npu", *args, cwd=tmp_path, timeout=None)
     assert result.returncode == 2 and result.stderr.startswith(message)
 
 
 def test_without_ray_installed_ray_start_and_wait_say_how_and_exit_2():
     for argv in (["ray", "start", "--head", "--device", "npu"], ["ray", "wait", "--nodes", "1", "--device", "npu"]):
         code = f"import sys; sys.modules['ray'] = None\nimport ascendfix.cli\nsys.argv = {['ascendfix', *argv]!r}\n"
-        result = subprocess.run(
-            [sys.executable, "-c", code + "ascendfix.cli.main()\n"],
-            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
-        )  # fmt: skip
+        result = cli.run(code=code + "ascendfix.cli.main()\n", timeout=None)
         assert result.returncode == 2
         assert result.stderr.strip() == "error: ray is not installed: pip install 'ascendfix[ray]'"
 
@@ -295,9 +287,7 @@ def test_no_reachable_cluster_skips_the_gate_without_importing_ray(tmp_path):
         "    assert raywait.job_problems(p, 'npu', {'trainer.nnodes': '99'}, env) is None\n"
         "print('ray' in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
-    )
+    result = cli.run(code=code, timeout=None)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,8 +12,6 @@ from ascendfix.job import report
 from click.testing import CliRunner
 
 from tests.verl_lines import GUIDE_STEP1, RAY_PREFIX, REMOTE_PREFIX, run_steps, step_line
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def invoke(*args):
@@ -66,13 +63,8 @@ def test_report_extra_metrics_and_jsonl(tmp_path):
     assert data["metrics"] == {"actor/entropy": pytest.approx(0.44775390625), "missing/key": None}
 
 
-def test_report_errors_are_one_line(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "report", str(tmp_path / "nope.log")],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
+def test_report_errors_are_one_line(tmp_path, ascendfix_cli):
+    result = ascendfix_cli("report", tmp_path / "nope.log", env={"PATH": "/usr/bin:/bin"}, clean_env=True, timeout=None)
     assert (
         result.returncode == 2 and result.stderr.strip() == f"error: {tmp_path / 'nope.log'}: no such file or directory"
     )

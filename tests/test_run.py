@@ -96,21 +96,17 @@ def wait_for(path: Path, timeout: float = 30.0) -> None:
 
 
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_signals_are_forwarded_and_the_job_status_returned(job, signum, status):
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ascendfix",
-            "run",
-            "--device",
-            "cuda",
-            "--no-preflight",
-            "--log-dir",
-            "logs",
-            "train.sh",
-        ],
+def test_signals_are_forwarded_and_the_job_status_returned(job, signum, status, ascendfix_popen):
+    proc = ascendfix_popen(
+        "run",
+        "--device",
+        "cuda",
+        "--no-preflight",
+        "--log-dir",
+        "logs",
+        "train.sh",
         env=cli_env(job, MODE="obey", DEVICE="cuda"),
+        clean_env=True,
         cwd=job,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -309,12 +305,17 @@ def test_a_file_that_is_not_executable_says_how_to_run_it(job, run_cli):
     assert proc.stderr.strip() == "error: job.py: not executable (chmod +x job.py, or run: ascendfix run bash job.py)"
 
 
-def test_two_runs_in_the_same_second_get_their_own_log_folders(job):
+def test_two_runs_in_the_same_second_get_their_own_log_folders(job, ascendfix_popen):
     (job / "train.sh").chmod(0o755)
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "ascendfix", "run", "--device", "npu", "--no-preflight", "train.sh"],
+        ascendfix_popen(
+            "run",
+            "--device",
+            "npu",
+            "--no-preflight",
+            "train.sh",
             env=cli_env(job),
+            clean_env=True,
             cwd=job,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

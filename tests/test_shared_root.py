@@ -15,7 +15,7 @@ from ascendfix.patching import engine, journal
 from ascendfix.patching.journal import PlannedWrite
 from ascendfix.profile import manifest
 
-from tests import upstream
+from tests import cli, upstream
 
 pytestmark = pytest.mark.upstream
 
@@ -43,22 +43,19 @@ def team_profile(folder):
     return folder / "team.toml"
 
 
-def cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "ascendfix", *args], capture_output=True, text=True, timeout=timeout)
-
-
 def test_the_bundled_profile_reverts_a_team_patch_in_a_shared_site_packages(site, tmp_path):
     stock = (site / DEVICE).read_bytes()
     roots = ["--root", f"verl={site}", "--root", f"torch={site}"]
     team = team_profile(tmp_path / "team")
-    applied = cli("apply", "--profile", str(team), "--device", "npu", *roots)
+    applied = cli.run("apply", "--profile", str(team), "--device", "npu", *roots, timeout=120)
     assert applied.returncode == 0, applied.stderr
     assert b"# ascendfix: team-probe" in (site / DEVICE).read_bytes()
-    reverted = cli("revert", "--profile", "verl-796871d", *roots)
+    reverted = cli.run("revert", "--profile", "verl-796871d", *roots, timeout=120)
     assert reverted.returncode == 0, reverted.stderr
     assert (site / DEVICE).read_bytes() == stock
     assert not (site / ".ascendfix").exists()
-    assert cli("status", "--device", "npu", *roots).returncode == 1  # usable again: not applied, no refusal
+    status = cli.run("status", "--device", "npu", *roots, timeout=120)
+    assert status.returncode == 1  # usable again: not applied, no refusal
 
 
 def test_a_file_planned_twice_in_one_transaction_is_refused_before_anything_is_written(site):
@@ -81,11 +78,13 @@ def test_a_symlinked_prefix_and_a_root_naming_the_same_folder_is_one_lock_not_a_
     shutil.copytree(upstream.verl_tree("0.5.0") / "verl", site / "verl")
     (tmp_path / "venv").symlink_to(venv)
     python = tmp_path / "venv" / "bin" / "python"
-    done = cli("apply", "--device", "npu", "--python", str(python), "--root", f"torch={site}", timeout=60)
+    done = cli.run("apply", "--device", "npu", "--python", str(python), "--root", f"torch={site}", timeout=60)
     assert done.returncode == 0 and "waiting" not in done.stderr, done.stderr
     assert b"# ascendfix: verl-cuda-probe-off" in (site / DEVICE).read_bytes()
     assert set(json.loads((site / ".ascendfix" / "state.json").read_text())["files"]) >= {DEVICE, SHARDS}
-    status = cli("status", "--device", "npu", "--python", str(python), "--root", f"torch={site}", "--json")
+    status = cli.run(
+        "status", "--device", "npu", "--python", str(python), "--root", f"torch={site}", "--json", timeout=120
+    )
     assert {p["state"] for p in json.loads(status.stdout)["patches"]} == {"applied", "not-applicable"}
 
 

@@ -8,7 +8,6 @@ import errno
 import fcntl
 import os
 import subprocess
-import sys
 import time
 
 import pytest
@@ -34,12 +33,15 @@ def one_line(result, code, *words):
     return line
 
 
-def test_status_waits_for_an_apply_in_progress_instead_of_reading_half_of_it(stack):
+def test_status_waits_for_an_apply_in_progress_instead_of_reading_half_of_it(stack, ascendfix_popen):
     fd = os.open(stack.torch, os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX)  # an apply holds the root while it writes
     try:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "ascendfix", "status", "--device", "npu", *stack.root_args()],
+        child = ascendfix_popen(
+            "status",
+            "--device",
+            "npu",
+            *stack.root_args(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

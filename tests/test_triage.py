@@ -24,7 +24,6 @@ from click.testing import CliRunner
 
 from tests import triage_fixtures as fixtures
 
-ROOT = Path(__file__).resolve().parent.parent
 CYAN, RESET = "\x1b[36m", "\x1b[0m"
 
 
@@ -545,20 +544,14 @@ RAY_DRIVER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_a_real_ray_job_that_fails_is_triaged_from_its_run_and_session_folders(tmp_path, request):
+def test_a_real_ray_job_that_fails_is_triaged_from_its_run_and_session_folders(tmp_path, request, ascendfix_cli):
     pytest.importorskip("ray")
     (tmp_path / "driver.py").write_text(RAY_DRIVER)
     ray_dir = Path(tempfile.mkdtemp(prefix="afray-", dir="/tmp"))  # Ray's socket paths must stay under 107 bytes
     request.addfinalizer(lambda: shutil.rmtree(ray_dir, ignore_errors=True))
-    proc = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1"]
-        + [sys.executable, "driver.py", str(ray_dir)],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    args = ["run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1", sys.executable, "driver.py", ray_dir]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"}
+    proc = ascendfix_cli(*args, cwd=tmp_path, env=env, clean_env=True)
     assert proc.returncode != 0 and "ActorDiedError" in proc.stdout + proc.stderr
     for logs in (tmp_path / "runs", ray_dir / "session_latest" / "logs"):
         result = triage.triage(logs)

@@ -15,6 +15,7 @@ from ascendfix.errors import RefusedError
 from ascendfix.patching import engine, journal
 from ascendfix.patching.journal import WriteError
 
+from tests.cli import command
 from tests.stack import select
 
 DEVICE = "verl/utils/device.py"
@@ -160,25 +161,28 @@ def test_a_huge_target_file_is_refused_with_its_size_in_bounded_memory(stack):
     planner = stack.file("torch", "torch/distributed/checkpoint/default_planner.py")
     with planner.open("ab") as f:
         f.write(b"#" * (20 * 1024 * 1024) + b"\n")
+    argv, env = command("apply", "--device", "npu", *stack.root_args())
     script = (
         "import resource, subprocess, sys; "
-        f"r = subprocess.run([sys.executable, '-m', 'ascendfix', 'apply', '--device', 'npu', *{stack.root_args()!r}],"
-        " capture_output=True, text=True); "
+        f"r = subprocess.run({argv!r}, capture_output=True, text=True); "
         "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, repr(r.stderr))"
     )
     code, rss_kib, stderr = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
     ).stdout.split(" ", 2)
     assert code == "1" and "bytes, over the" in stderr and "is 20,9" in stderr
     assert int(rss_kib) < 300 * 1024  # the file is never read whole
 
 
-def test_a_held_lock_is_named_at_once_and_ctrl_c_stops_the_wait(stack):
+def test_a_held_lock_is_named_at_once_and_ctrl_c_stops_the_wait(stack, ascendfix_popen):
     fd = os.open(stack.verl, os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "ascendfix", "apply", "--device", "npu", *stack.root_args()],
+        child = ascendfix_popen(
+            "apply",
+            "--device",
+            "npu",
+            *stack.root_args(),
             stderr=subprocess.PIPE,
             text=True,
         )

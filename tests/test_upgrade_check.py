@@ -7,10 +7,8 @@ of the test cache (outside the repo), so each release is downloaded once.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from ascendfix.errors import UsageError
 from ascendfix.patching import drop_probes, scan_probe
 from ascendfix.profile import manifest
 
-from tests import upstream
+from tests import cli, upstream
 
 REPO = Path(__file__).resolve().parent.parent
 DAPO = "recipe/dapo/dapo_ray_trainer.py"
@@ -27,9 +25,7 @@ KEYS = ["profile", "device", "with", "patches", "conflicts", "accepted", "notes"
 
 
 def check(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(upstream.cache_dir() / "xdg")}
-    cmd = [sys.executable, "-m", "ascendfix", "upgrade-check", "--device", "npu", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    return cli.run("upgrade-check", "--device", "npu", *args, cache=upstream.cache_dir() / "xdg", timeout=1800)
 
 
 def report(*args: str) -> tuple[int, dict]:
@@ -213,12 +209,7 @@ def test_every_drop_probe_a_patch_may_name_is_one_upgrade_check_runs():
 
 
 def test_show_says_which_drop_when_is_checked():
-    result = subprocess.run(
-        [sys.executable, "-m", "ascendfix", "show", "verl-796871d"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    result = cli.run("show", "verl-796871d", timeout=None)
     assert result.returncode == 0
     assert result.stdout.count("checked by upgrade-check (no-site)") == 3
     assert result.stdout.count("checked by upgrade-check (sub-quadratic-scan)") == 2
