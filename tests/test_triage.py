@@ -581,6 +581,33 @@ def test_a_clean_ray_jobs_teardown_notices_are_no_failure(tmp_path):
     assert code == 0 and data["first"] is None and data["by_code"] == {}
 
 
+def test_the_exception_ray_logs_from_its_npu_type_probe_and_goes_on_from_is_no_failure(tmp_path):
+    code, data = run_json(fixtures.ray_npu_probe(tmp_path))
+    assert code == 0 and data["first"] is None and data["by_code"] == {}
+
+
+@pytest.mark.parametrize(
+    ("then", "line"),
+    [
+        # a job's own traceback below the probe's
+        (
+            'Traceback (most recent call last):\n  File "main_ppo.py", line 9, in <module>\n'
+            "ModuleNotFoundError: No module named 'torch_npu'\n",
+            14,
+        ),
+        # the same exception, raised where nobody handled it
+        (
+            "2025-08-05 14:02:23,000\tERROR worker.py:1 -- task failed\nTraceback (most recent call last):\n"
+            "  File \"x.py\", line 1, in <module>\nModuleNotFoundError: No module named 'acl'\n",
+            15,
+        ),
+    ],
+)
+def test_a_traceback_after_the_npu_probes_own_is_still_named(tmp_path, then, line):
+    first = first_of(fixtures.ray_npu_probe(tmp_path, then))
+    assert (first["code"], first["file"], first["line"]) == ("ModuleNotFoundError", "train.log", line), first
+
+
 @pytest.mark.parametrize(
     ("make", "expected"),
     [
@@ -836,6 +863,21 @@ def test_a_real_ray_actor_killed_by_the_memory_monitor_is_named_out_of_memory(tm
 def test_a_real_clean_four_actor_ray_job_is_no_failure(tmp_path_factory):
     proc, logs = run_in_netns(tmp_path_factory, CLEAN_JOB, {})
     assert proc.returncode == 0 and proc.stdout.split()[-1] == "14", proc.stderr[-2000:]
+    code, data = run_json(logs)
+    assert code == 0 and data["first"] is None and data["skipped"] == [], data
+
+
+@pytest.mark.slow
+def test_a_real_ray_job_started_with_an_npu_resource_and_no_acl_is_no_failure(tmp_path_factory):
+    """Ray's NPU-type probe logs the exception of its `import acl` and goes on: the driver's output says
+    ERROR with a traceback, and triage of that output and the session's logs finds no failure."""
+    script = CLEAN_JOB.replace("ray.init(num_cpus=1,", 'ray.init(num_cpus=1, resources={"NPU": 1},')
+    proc, logs = run_in_netns(tmp_path_factory, script, {})
+    assert proc.returncode == 0 and proc.stdout.split()[-1] == "14", proc.stderr[-2000:]
+    if "Failed to detect NPU type." not in proc.stderr:
+        pytest.skip("Ray found its NPU type here (acl is importable): the probe logged nothing")
+    assert "ModuleNotFoundError: No module named 'acl'" in proc.stderr
+    (logs / "train.log").write_text(proc.stderr)  # the driver's output, as `ascendfix run` keeps it
     code, data = run_json(logs)
     assert code == 0 and data["first"] is None and data["skipped"] == [], data
 

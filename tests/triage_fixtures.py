@@ -218,3 +218,22 @@ def sleep_mode_assert(logs: Path) -> Path:
         ),
     )
     return logs
+
+
+RAY_NPU_PROBE = (
+    "2025-08-05 14:02:20,193\tERROR npu.py:82 -- Failed to detect NPU type.\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/local/lib/python3.10/dist-packages/ray/_private/accelerators/npu.py", line 78, in '
+    "get_current_node_accelerator_type\n"
+    "    import acl\n"
+    "ModuleNotFoundError: No module named 'acl'\n"
+)
+
+
+def ray_npu_probe(logs: Path, then: str = "") -> Path:
+    """Ray's NPU-type probe without CANN's Python path, as ray.init with an NPU resource prints it (reproduced
+    with Ray 2.60: logger.exception in ray/_private/accelerators/npu.py), then a job that started; ``then``
+    follows it."""
+    started = "2025-08-05 14:02:22,437\tINFO worker.py:2038 -- Started a local Ray instance.\n"
+    write(logs / "train.log", RAY_NPU_PROBE + RAY_NPU_PROBE + started + then)
+    return logs

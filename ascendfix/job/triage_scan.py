@@ -145,6 +145,9 @@ class FileScan:
                     self.parsed[raw] = finding
             if finding is None or not self._below(finding.fingerprint.after, block, base, start):
                 continue
+            handled = finding.fingerprint.handled
+            if handled is not None and _handled(handled, finding.fingerprint.after, block, start):
+                continue
             own = first_stamp(raw)
             if own is None or own.re not in DATED:  # a year-less stamp takes the year of a dated one above
                 _dated_year(block, max(dated, start - LOOKBACK), start, clock)
@@ -170,6 +173,19 @@ class FileScan:
                 self.seen[after] = base + pos
             self.searched[after] = base + start
         return base + start - self.seen.get(after, -LOOKBACK - 1) <= LOOKBACK
+
+
+def _handled(handled: re.Pattern[str], after: bytes, block: bytes, start: int) -> bool:
+    """Whether the line right above the nearest ``after`` line above ``start`` (in this block) matches
+    ``handled``: a library that logs an exception it goes on from prints its traceback under such a line."""
+    at = block.rfind(after, max(0, start - LOOKBACK), start)
+    if at == -1:
+        return False
+    line_start = block.rfind(b"\n", 0, at) + 1  # the after line's own start
+    if line_start == 0:
+        return False
+    above = block[block.rfind(b"\n", 0, line_start - 1) + 1 : line_start - 1]
+    return handled.search(above.decode("utf-8", "replace")) is not None
 
 
 def _dated_year(block: bytes, lo: int, hi: int, clock: Clock) -> None:
