@@ -175,7 +175,7 @@ class FileScan:
         return base + start - self.seen.get(after, -LOOKBACK - 1) <= LOOKBACK
 
 
-def _handled(handled: re.Pattern[str], after: bytes, block: bytes, start: int) -> bool:
+def _handled(handled: re.Pattern[bytes], after: bytes, block: bytes, start: int) -> bool:
     """Whether the line right above the nearest ``after`` line above ``start`` (in this block) matches
     ``handled``: a library that logs an exception it goes on from prints its traceback under such a line."""
     at = block.rfind(after, max(0, start - LOOKBACK), start)
@@ -184,8 +184,7 @@ def _handled(handled: re.Pattern[str], after: bytes, block: bytes, start: int) -
     line_start = block.rfind(b"\n", 0, at) + 1  # the after line's own start
     if line_start == 0:
         return False
-    above = block[block.rfind(b"\n", 0, line_start - 1) + 1 : line_start - 1]
-    return handled.search(above.decode("utf-8", "replace")) is not None
+    return handled.search(block, block.rfind(b"\n", 0, line_start - 1) + 1, line_start - 1) is not None
 
 
 def _dated_year(block: bytes, lo: int, hi: int, clock: Clock) -> None:

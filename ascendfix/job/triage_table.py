@@ -30,7 +30,7 @@ class Fingerprint:
     after: bytes = b""  # fires only below a line that holds this (within LOOKBACK bytes)
     above: re.Pattern[str] | None = None  # searched in the lines just above: its groups stamp, node, rank
     info: bool = False  # also fires on an INFO/DEBUG line (Ray logs its OOM kills and pending requests so)
-    handled: re.Pattern[str] | None = None  # the line right above its `after` line says the exception was handled
+    handled: re.Pattern[bytes] | None = None  # the line right above its `after` line says the exception was handled
 
 
 @functools.cache
@@ -53,7 +53,7 @@ def fingerprints(path: Path = CODES) -> tuple[Fingerprint, ...]:
                 e.get("after", "").encode(),
                 re.compile(e["above"], re.S) if "above" in e else None,
                 bool(e.get("info", False)),
-                re.compile(e["handled"]) if "handled" in e else None,
+                re.compile(e["handled"].encode()) if "handled" in e else None,
             )
             for e in table["fingerprint"]
         )
