@@ -175,7 +175,7 @@ class _Job:
                 by_id[nid].checks.append(Check("checks", "no answer", FAIL, answer["error"]))
                 continue
             by_id[nid].checks.extend(Check(**c) for c in answer["checks"])
-            tls[nid], speed[nid] = answer["tls"], answer["speed"]
+            tls[nid], speed[nid] = answer["tls"], answer.get("speed", {})  # none from an older ascendfix
             mtus += [answer["mtu"]] if answer["mtu"] else []
         _compare_tls(tls, by_id)
         self.port_mbps = _compare_speed(speed, by_id)
