@@ -871,7 +871,9 @@ def test_a_real_clean_four_actor_ray_job_is_no_failure(tmp_path_factory):
 def test_a_real_ray_job_started_with_an_npu_resource_and_no_acl_is_no_failure(tmp_path_factory):
     """Ray's NPU-type probe logs the exception of its `import acl` and goes on: the driver's output says
     ERROR with a traceback, and triage of that output and the session's logs finds no failure."""
-    script = CLEAN_JOB.replace("ray.init(num_cpus=1,", 'ray.init(num_cpus=1, resources={"NPU": 1},')
+    own_dir = "ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])"  # the job's own Ray folder
+    script = CLEAN_JOB.replace(own_dir, own_dir.replace("num_cpus=1,", 'num_cpus=1, resources={"NPU": 1},'))
+    assert 'resources={"NPU": 1}' in script
     proc, logs = run_in_netns(tmp_path_factory, script, {})
     assert proc.returncode == 0 and proc.stdout.split()[-1] == "14", proc.stderr[-2000:]
     if "Failed to detect NPU type." not in proc.stderr:
