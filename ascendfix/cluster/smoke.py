@@ -277,7 +277,8 @@ class _Job:
         if self.device != "npu" or not self.port_mbps:
             return None
         gbits = self.port_mbps / 1000
-        return BusbwFloor(round(gbits / 8 / 2, 3), f"half the {gbits:g} Gb/s NPU port speed (hccn_tool -speed -g)")
+        floor = gbits * GBIT / 1e9 / 2  # GB/s
+        return BusbwFloor(round(floor, 3), f"half the {gbits:g} Gb/s NPU port speed (hccn_tool -speed -g)")
 
     def _links(self, backend: str, pool: dict, env: dict[str, str], bound: float) -> None:
         """The pairwise link phase over ``backend``: a message larger than the smallest MTU, each way."""
