@@ -19,16 +19,7 @@ def _unit(module: str) -> str:
 
 def _imports(path: Path) -> set[str]:
     """The ascendfix wings and loose modules ``path`` imports (at any depth of the file)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {_unit(a.name) for a in node.names if a.name.startswith("ascendfix.")}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ascendfix":
-            if node.module == "ascendfix":
-                found |= {a.name for a in node.names}
-            else:
-                found.add(_unit(node.module))
-    return found
+    return {_unit(module) for module in _module_imports(path)}
 
 
 def _graph() -> dict[str, set[str]]:
@@ -76,16 +67,16 @@ def test_no_import_cycle_between_wings_and_loose_modules():
 
 
 def _module_imports(path: Path) -> set[str]:
-    """The ``ascendfix`` modules ``path`` imports, at any depth of the file (a deferred import too)."""
+    """The ``ascendfix`` modules and packages ``path`` imports, at any depth of the file (a deferred import too)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("ascendfix.")}
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ascendfix":
-            for alias in node.names:  # `from ascendfix.wing import module` names the module
+            for alias in node.names:  # `from ascendfix.wing import module` names the module (or package)
                 name = f"{node.module}.{alias.name}"
-                module_file = PACKAGE.parent.joinpath(*name.split(".")).with_suffix(".py")
-                found.add(name if module_file.is_file() else node.module)
+                where = PACKAGE.parent.joinpath(*name.split("."))
+                found.add(name if where.with_suffix(".py").is_file() or where.is_dir() else node.module)
     return found
 
 
