@@ -9,9 +9,8 @@ import signal
 import time
 
 import pytest
-from ascendfix import fsutil
 from ascendfix.errors import RefusedError, UsageError
-from ascendfix.patching import engine
+from ascendfix.patching import engine, tree
 from ascendfix.profile import manifest
 from ascendfix.site import Site
 
@@ -325,7 +324,7 @@ def test_an_interrupted_variant_switch_rolls_back_to_the_old_variant(tmp_path, m
 
     engine.apply(sel())
     held = device.read_bytes()
-    real_write = fsutil.Tree.write
+    real_write = tree.Tree.write
 
     def crash(self, rel, data, mode=None, check=None):
         if self.root / rel == device:
@@ -334,10 +333,10 @@ def test_an_interrupted_variant_switch_rolls_back_to_the_old_variant(tmp_path, m
             raise KeyboardInterrupt  # killed around the write of the switched file
         real_write(self, rel, data, mode, check)
 
-    monkeypatch.setattr(fsutil.Tree, "write", crash)
+    monkeypatch.setattr(tree.Tree, "write", crash)
     with pytest.raises(KeyboardInterrupt):
         engine.apply(sel({"team-probe": "none"}))
-    monkeypatch.setattr(fsutil.Tree, "write", real_write)
+    monkeypatch.setattr(tree.Tree, "write", real_write)
     (status,) = engine.status(sel())
     assert (status.state, status.variant, status.reason) == ("applied", "off", "")
     assert device.read_bytes() == held

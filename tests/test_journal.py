@@ -15,8 +15,7 @@ import textwrap
 import time
 
 import pytest
-from ascendfix import fsutil
-from ascendfix.patching import engine
+from ascendfix.patching import engine, tree
 from ascendfix.patching.journal import SCHEMA, WriteError
 from ascendfix.site import Site
 
@@ -115,21 +114,21 @@ def test_random_kills_during_apply_and_revert_leave_no_temp_files(tmp_path):
 
 def test_a_disk_full_write_under_the_second_root_rolls_back_both_roots(stack, monkeypatch):
     before = stack.snapshot()
-    real = fsutil.Tree.write
+    real = tree.Tree.write
 
     def full(self, rel, data, mode=None, check=None):
         if rel == "torch/distributed/checkpoint/default_planner.py":  # torch's, after verl's files
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(self, rel, data, mode, check)
 
-    monkeypatch.setattr(fsutil.Tree, "write", full)
+    monkeypatch.setattr(tree.Tree, "write", full)
     with pytest.raises(WriteError) as refused:
         engine.apply(select(stack))
     message = str(refused.value)
     assert "default_planner.py" in message and "No space left on device" in message
     assert "rolled back, nothing was changed" in message and "\n" not in message
     assert message.startswith(f"apply failed writing {stack.torch}/torch/distributed/checkpoint/default_planner.py")
-    monkeypatch.setattr(fsutil.Tree, "write", real)
+    monkeypatch.setattr(tree.Tree, "write", real)
     assert stack.snapshot() == before
     assert {s.state for s in engine.status(select(stack))} == {"not-applied"}
     assert not (stack.verl / ".ascendfix").exists() and not (stack.torch / ".ascendfix").exists()
@@ -271,7 +270,7 @@ def test_leftover_temps_are_only_ascendfix_own_names(tmp_path):
     ]
     for name in ours + others:
         (tmp_path / name).write_text("x")
-    assert fsutil.Tree(tmp_path).leftover_temps(target.name) == sorted(ours)
+    assert tree.Tree(tmp_path).leftover_temps(target.name) == sorted(ours)
 
 
 def test_a_commit_marker_outlives_a_root_the_next_command_cannot_see(stack, monkeypatch):

@@ -89,10 +89,10 @@ def test_a_symlinked_prefix_and_a_root_naming_the_same_folder_is_one_lock_not_a_
 
 
 def test_a_lock_held_by_this_process_is_a_bug_not_a_wait(site):
-    from ascendfix import fsutil
+    from ascendfix.patching import tree
 
-    with fsutil.locked([site]):
+    with tree.locked([site]):
         with pytest.raises(RuntimeError, match="already holds"):
-            with fsutil.locked([site]):
+            with tree.locked([site]):
                 pass
     assert os.path.isdir(site)

@@ -5,7 +5,8 @@
 the writes apply would make, by package root, ``revert`` revert's plan; ``proof`` says which bytes from a state
 folder may be written back (a known original, or the forward transform of one); ``journal`` owns
 the one write transaction (locks, temp-file sweep, journal, backups, atomic writes, records,
-rollback, recovery) and ``records`` what its state files hold and the checks they must pass;
+rollback, recovery) on ``tree``'s primitives (a root's files reached without following a link, atomic
+writes, root locks), and ``records`` what its state files hold and the checks they must pass;
 ``hand_edits`` tells the guide's own edits of a patch's files; ``upgrade`` judges candidate
 releases in memory, ``index`` fetches them (and pinned releases' requirements) into the private
 cache, and ``drop_probes`` is the registry of the checks of a patch's ``drop_when`` it runs on

@@ -32,8 +32,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ascendfix.errors import RefusedError
-from ascendfix.fsutil import TEMP_SUFFIX, Escape, Tree, check_rel, locked
+from ascendfix.fsutil import Escape, check_rel
 from ascendfix.patching.records import Journal, PlannedWrite, Record, digest, parse_record, plain_rel, refuse_folder
+from ascendfix.patching.tree import TEMP_SUFFIX, Tree, locked
 
 STATE_DIR = ".ascendfix"
 SCHEMA = 3
@@ -134,7 +135,7 @@ class Store:
 
     def read(self, rel: str) -> bytes | None:
         """The bytes of the file ``rel`` below the root, or None when it is absent. A link, a folder or a
-        file over :data:`MAX_SOURCE_BYTES` is refused (:class:`fsutil.Escape`)."""
+        file over :data:`MAX_SOURCE_BYTES` is refused (:class:`~ascendfix.fsutil.Escape`)."""
         try:
             return self.tree.read(rel, MAX_SOURCE_BYTES)
         except FileNotFoundError:
