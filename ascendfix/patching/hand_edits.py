@@ -9,7 +9,6 @@ an edit at some sites only, or the edit and something else (with what else diffe
 
 from __future__ import annotations
 
-import difflib
 import subprocess
 from pathlib import Path
 from typing import NamedTuple
@@ -160,10 +159,17 @@ def changed_lines(before: bytes, after: bytes) -> list[int]:
     old = before.splitlines(keepends=True)
     new = after.splitlines(keepends=True)
     lines: list[int] = []
-    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+    for tag, _, _, j1, j2 in _opcodes(old, new):
         if tag != "equal":
             lines.extend(range(j1 + 1, j2 + 1) if j2 > j1 else [j1 + 1])
     return lines
+
+
+def _opcodes(old: list, new: list) -> list:
+    """difflib's edit script from ``old`` to ``new`` (imported here: only a file that differs needs it)."""
+    import difflib
+
+    return difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
 
 
 def _lines(numbers: list[int]) -> str:
@@ -178,7 +184,7 @@ def differences(before: bytes, after: bytes) -> str:
     the first few changes, each side cut to a readable length."""
     old = before.decode("utf-8", "replace").splitlines()
     new = after.decode("utf-8", "replace").splitlines()
-    changes = [op for op in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes() if op[0] != "equal"]
+    changes = [op for op in _opcodes(old, new) if op[0] != "equal"]
     parts = []
     for _, i1, i2, j1, j2 in changes[:EXCERPT_CHANGES]:
         where = f"line {j1 + 1}" if j2 - j1 <= 1 else f"lines {j1 + 1}-{j2}"
