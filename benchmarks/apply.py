@@ -8,7 +8,9 @@ what a user and the Docker build pay, and each is also given as a ratio to a bar
 machines are noisy; a ratio measured side by side holds where seconds drift).
 
 Targets (ratio to ``python -c pass``): no-op apply and status <= 5x, cold apply of the
-whole profile <= 30x, doctor on a bare machine <= 10x.
+whole profile <= 30x, doctor on a bare machine <= 10x. Beside doctor, the imports of the three
+libraries it needs (click, importlib.metadata, packaging's requirement parser) in the same
+interpreter: the floor under its figure.
 
     python benchmarks/apply.py [--runs N]
 """
@@ -31,6 +33,10 @@ sys.path.insert(0, str(REPO))
 from tests import upstream  # noqa: E402
 
 TARGETS = {"cold apply": 30.0, "no-op apply": 5.0, "status": 5.0, "doctor (bare machine)": 10.0}
+# What doctor cannot start without: click parses its command line, importlib.metadata lists the installed
+# distributions (its probe), packaging checks their requirements (pip check's job): their imports alone,
+# before any of ascendfix's own, are the floor under doctor's figure.
+DOCTOR_LIBRARIES = "import click, importlib.metadata, packaging.requirements"
 
 
 def timed(cmd: list[str], cwd: Path | None = None, ok: tuple[int, ...] = (0,)) -> float:
@@ -77,6 +83,7 @@ def main() -> None:
             "status": ([*cli, "status", *target], (0,)),
             "revert": ([*cli, "revert", *roots], (0,)),
             "doctor (bare machine)": ([bare_node(), "-m", "ascendfix", *bare], (0, 1)),
+            "doctor's libraries only": ([bare_node(), "-c", DOCTOR_LIBRARIES], (0,)),
         }
         rows: dict[str, list[float]] = {k: [] for k in commands}
         ratios: dict[str, list[float]] = {k: [] for k in commands}

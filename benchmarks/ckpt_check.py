@@ -12,9 +12,10 @@ record) written at its entry's ends, where ``ckpt check`` reads them:
 torch only unpickles (a bare ``pickle.load``); ``ckpt check`` reads the same file without running it
 and checks everything: each tensor's bounds, overlaps and exact cover, every chunk's storage entry,
 each file's presence and size, orphans and duplicates, each record's zip frame (N + 1 small reads a
-file), in its bounded child. Each side runs in its own interpreter (ours
-without torch loaded, as the command runs), best of ``--repeat`` calls, the import not counted;
-then each whole command, start-up included.
+file), in its bounded child. Then the floor under that: reading ``.metadata`` through the allow-list
+alone, and the frame reads alone (their offsets come from it, so the two cannot overlap). Each side
+runs in its own interpreter (ours without torch loaded, as the command runs), best of ``--repeat``
+calls, the import not counted; then each whole command, start-up included.
 
 Targets: ckpt check <= 1/3 of torch's read_metadata time, and the whole checkpoint under 1 s.
 
@@ -63,6 +64,31 @@ for _ in range({repeat}):
     best = min(best, time.perf_counter() - start)
 print(json.dumps({{"seconds": best, "chunks": sum(len(getattr(m, "chunks", ())) for m in
                    metadata.state_dict_metadata.values())}}))
+"""
+
+FLOOR = """
+import gc, json, os, sys, time
+from pathlib import Path
+from ascendfix.checkpoint import frames, layout
+folder = Path(sys.argv[1])
+gc.disable()
+read = seams = float("inf")
+for _ in range({repeat}):
+    start = time.perf_counter()
+    entries = layout.read(folder).entries
+    read = min(read, time.perf_counter() - start)
+    by_file = {{}}
+    for path, offset, length in zip(entries.paths, entries.starts, entries.lengths):
+        by_file.setdefault(path, ([], []))
+        by_file[path][0].append(offset)
+        by_file[path][1].append(length)
+    start = time.perf_counter()
+    for path, (starts, lengths) in by_file.items():
+        fd = os.open(folder / path, os.O_RDONLY)
+        assert not frames.frame_problems(fd, starts, lengths)
+        os.close(fd)
+    seams = min(seams, time.perf_counter() - start)
+print(json.dumps({{"read": read, "frames": seams}}))
 """
 
 COMMAND_TORCH = (
@@ -147,6 +173,7 @@ def main() -> None:
     layouts = {"expert tensor (fc1)": expert, "whole checkpoint": tensors}
     print(f"Qwen3-235B-A22B, TP{TP} PP{PP} EP{EP}, {WORLD} ranks' files (sparse); best of {args.repeat} calls")
     print(f"{'checkpoint':22} {'chunks':>7} {'.metadata':>10} {'torch read':>11} {'ckpt check':>11} {'ratio':>6}")
+    floors = []
     for label, chosen in layouts.items():
         folder = base / label.split()[0]
         chunks = write_checkpoint(folder, chosen)
@@ -161,6 +188,15 @@ def main() -> None:
         print(
             f"{label:22} {chunks:7,} {size / 1e6:8.1f}MB {theirs['seconds']:10.3f}s "
             f"{ours['seconds']:10.3f}s {ratio:6.2f}"
+        )
+        floors.append((label, side(FLOOR, folder, args.repeat), theirs["seconds"]))
+    print("\nthe floor of any check that reads every record's frame: its two steps alone, one after the other")
+    print("(the frames' offsets are in the pickle), best of each, as a ratio to torch's read:")
+    for label, floor, torch_seconds in floors:
+        read, seams = floor["read"] / torch_seconds, floor["frames"] / torch_seconds
+        print(
+            f"  {label:22} reading .metadata {floor['read']:.3f}s ({read:.2f}) + the frame reads "
+            f"{floor['frames']:.3f}s ({seams:.2f}) = {read + seams:.2f}"
         )
     whole = base / "whole"
     command = command_seconds([sys.executable, "-m", "ascendfix", "ckpt", "check", str(whole)], 3)
