@@ -185,6 +185,9 @@ def test_a_held_lock_is_named_at_once_and_ctrl_c_stops_the_wait(stack, ascendfix
             *stack.root_args(),
             stderr=subprocess.PIPE,
             text=True,
+            # Ctrl-C as at a terminal: a suite started in the background (`pytest &` in a script) hands
+            # its children SIGINT ignored, and Python then keeps ignoring it
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         line = child.stderr.readline()
         assert line.startswith(f"waiting: {stack.verl} is locked by pid {os.getpid()}")
