@@ -25,10 +25,6 @@ class Escape(RefusedError):
     """A path that leaves its root, passes through a symbolic link, or is not what it must be (exit 1)."""
 
 
-class TooLarge(Escape):
-    """A file over the size its reader accepts."""
-
-
 def check_rel(rel: object) -> str:
     """``rel`` when it is a plain relative path (``a/b.py``: no ``..``, no ``.``, not absolute, no NUL)."""
     if not isinstance(rel, str) or not rel or "\0" in rel or "\\" in rel or rel.startswith("/"):

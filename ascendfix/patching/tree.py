@@ -17,11 +17,15 @@ import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ascendfix.fsutil import Escape, TooLarge, check_rel
+from ascendfix.fsutil import Escape, check_rel
 
 TEMP_SUFFIX = ".ascendfix-tmp"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 _TAG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+class TooLarge(Escape):
+    """A file over the size its reader accepts."""
 
 
 class Tree:
