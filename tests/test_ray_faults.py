@@ -3,7 +3,9 @@ management bridge for Ray and a separate data bridge for gloo (``GLOO_SOCKET_IFN
 "switch" namespace. One fault at a time on node3's data port, made at the switch:
 
 - its port silently dropping (the bridge port disabled: node3's link stays up, its frames go nowhere);
-- an MTU blackhole (every data interface at 9000, node3's switch port at 1500);
+- an MTU blackhole (every data interface at 9000, node3's switch port at 1500, and the nodes' GSO off: a
+  bridge forwards a GSO super-packet whole past a port's MTU, where a real NIC puts MTU-sized frames on the
+  wire, so with GSO on some of node3's transfers would pass);
 - its link throttled 5× (tbf: 50 Mbit/s, the others 250 Mbit/s).
 
 Each must name exactly node3, within ``--timeout``. Needs ip (iproute2), tc, unshare and nsenter; a
@@ -101,6 +103,12 @@ def _smoke(c: LocalCluster) -> tuple[dict, float]:
     return {"code": result.returncode, **json.loads(result.stdout)}, took
 
 
+def _gso_max_segs(node: Netns) -> int:
+    """The node's data interface's ``gso_max_segs``."""
+    shown = node.run("ip", "-d", "-j", "link", "show", "dev", "data", check=True)
+    return json.loads(shown.stdout)[0]["gso_max_segs"]
+
+
 def _named(report: dict) -> set[str]:
     ips = {n["node_id"]: n["ip"] for n in report["nodes"]}
     return {ips[p["node_id"]] for p in report["problems"] if p["node_id"]}
@@ -132,10 +140,14 @@ def test_an_mtu_blackhole_names_its_node_within_the_timeout(cluster, fabric):
     for node in fabric.nodes:
         node.ip("link", "set", "data", "mtu", "9000")
     sw.ip("link", "set", fabric.port(FAULTY), "mtu", "1500")  # the switch port the hosts' jumbo frames die at
+    segs = [_gso_max_segs(node) for node in fabric.nodes]
+    for node in fabric.nodes:  # every frame on the wire is one segment, as from a NIC doing TSO
+        node.ip("link", "set", "dev", "data", "gso_max_segs", "1")
     try:
         report, took = _smoke(cluster)
     finally:
-        for node in fabric.nodes:
+        for node, was in zip(fabric.nodes, segs, strict=True):
+            node.ip("link", "set", "dev", "data", "gso_max_segs", str(was))
             node.ip("link", "set", "data", "mtu", "1500")
         for name in data:
             sw.ip("link", "set", name, "mtu", "1500")
