@@ -18,7 +18,7 @@ from tests.stack import fake_preflight
 from tests.verl_lines import RAY_PREFIX, run_steps, step_line
 
 PROFILE = manifest.load_profile("verl-796871d")
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "explanation" / "profile.md"
 
 
 def applied(profile, device):
@@ -29,9 +29,9 @@ def test_the_h100_side_patches_nothing_by_default():
     assert PROFILE.devices["cuda"].patches == ()  # the guide's 3.4 run: stock verl and torch
 
 
-def test_the_readmes_same_code_profile_adds_the_four_patches_on_cuda(tmp_path):
+def test_the_docs_same_code_profile_adds_the_four_patches_on_cuda(tmp_path):
     text = README.read_text()
-    section = text[text.index("### Comparing with the H100 run") :]
+    section = text[text.index("## Comparing with the H100 run") :]
     block = re.search(r"```toml\n(.*?)```", section, re.DOTALL).group(1)
     path = tmp_path / "same-code.toml"
     path.write_text(block)
