@@ -41,13 +41,9 @@ def checkout_profile(tmp_path: Path, files: dict[str, str]) -> tuple[Path, recor
 
 
 def commits(profile, verl: Path, monkeypatch, plugin_installed: bool):
-    """Doctor's commits check of the checkout, with the rl-plugin's distribution installed (or not)."""
-    installed = Context.installed
+    """Doctor's commits check of the checkout, with the rl-plugin's distribution installed (or not), and no
+    other distribution: what the test machine happens to have installed (a transformers, say) is not read."""
     commit = profile.component("mindspeed_rl").commit
     plugin = Distribution("0.0.1", {"vcs_info": {"commit_id": commit}}, None)
-    monkeypatch.setattr(
-        Context,
-        "installed",
-        lambda self, d: (plugin if plugin_installed else None) if d == "verl_npu" else installed(self, d),
-    )
+    monkeypatch.setattr(Context, "installed", lambda self, d: plugin if plugin_installed and d == "verl_npu" else None)
     return pyenv.check_commits(Context(Site(profile, "npu", roots={"verl": verl}, environ={}), "test"))
