@@ -115,9 +115,41 @@ def test_with_json_an_error_is_a_json_object_on_stdout_too(stack, ascendfix_cli)
         assert result.returncode == code
         answer = json.loads(result.stdout)
         assert answer["exit_code"] == code and answer["error"] in result.stderr
+        assert answer["schema"] == 1 and answer["ok"] is False
     stack.file("verl", "verl/utils/device.py").write_bytes(b"def broken(:\n")
     refused = ascendfix_cli("apply", "--device", "npu", *stack.root_args(), "--json")
     assert refused.returncode == 1 and json.loads(refused.stdout)["error"].startswith("refused, nothing was changed")
+
+
+# Any unexpected exception: the profile loader made to raise one, as a bug would.
+CRASH = """import sys
+from ascendfix.profile import manifest
+def bug(*args, **kwargs):
+    raise KeyError("a bug, with the secret hunter2 in its frame")
+manifest.load_profile = bug
+sys.argv[0] = "ascendfix"
+from ascendfix.cli import entry
+entry()
+"""
+
+
+def test_an_unexpected_exception_is_one_line_exit_3_and_a_crash_log(ascendfix_cli, own_cache):
+    for as_json in (False, True):
+        args = ["show", "https://ops:hunter2@example.invalid/p.toml", *(["--json"] if as_json else [])]
+        result = ascendfix_cli(*args, code=CRASH)
+        assert result.returncode == 3, result.stderr
+        line = result.stderr.strip()
+        assert "\n" not in line and "Traceback" not in result.stderr
+        assert line.startswith("error: internal error: a bug in ascendfix (KeyError); the traceback is in ")
+        log = Path(line.rsplit(" ", 1)[1])
+        assert log.parent == own_cache / "crashes" and oct(log.stat().st_mode & 0o777) == "0o600"
+        text = log.read_text()
+        assert "Traceback" in text and "KeyError" in text and "def bug" not in result.stderr
+        assert "ascendfix show https://" in text and "hunter2" not in text.splitlines()[0]  # redacted
+        if as_json:
+            answer = json.loads(result.stdout)
+            assert answer == {"schema": 1, "ok": False, "error": line.removeprefix("error: "), "exit_code": 3}
+        log.unlink()
 
 
 def test_env_without_a_device_makes_eval_fail_under_set_e(tmp_path, ascendfix_cli):

@@ -17,7 +17,7 @@ import socket
 import stat
 from pathlib import Path
 
-from ascendfix.errors import AscendfixError
+from ascendfix.errors import AscendfixError, error_object
 
 
 def file_view(folder: Path) -> dict[str, int]:
@@ -53,7 +53,7 @@ def node_view(argv: list[str], _timeout: float) -> dict:
         checked = Path(report.checkpoint)
         data = {**report.to_json(), "view": file_view(checked), "identities": identities(checked)}
     except AscendfixError as e:
-        return {**answer, "returncode": e.exit_code, "stdout": json.dumps({"error": str(e), "exit_code": e.exit_code})}
+        return {**answer, "returncode": e.exit_code, "stdout": json.dumps(error_object(str(e), e.exit_code))}
     return {**answer, "returncode": 0 if report.ok else 1, "stdout": json.dumps(data)}
 
 

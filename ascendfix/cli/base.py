@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from ascendfix.errors import AscendfixError
+from ascendfix.errors import BAD_INPUT, FINDING, INTERNAL, AscendfixError, error_object
 from ascendfix.jsonable import jsonable
 from ascendfix.profile.device import DEVICES
 
@@ -114,12 +114,14 @@ class Listing(click.Group):
 
 
 class Group(Listing):
-    """The one place a command's exit status is decided: the exit code a command returns (0 when it
-    returns None), and every AscendfixError as its one line and exit status; with ``--json``, also a
-    JSON object ``{"error", "exit_code"}`` on stdout, so a pipe into ``jq`` reads an answer.
+    """The one place a command's exit status is decided (the table is :data:`ascendfix.errors.EXIT_CODES`):
+    the exit code a command returns (0 when it returns None), and every AscendfixError as its one line and
+    exit status; with ``--json``, also the error object (:func:`~ascendfix.errors.error_object`) on stdout,
+    so a pipe into ``jq`` reads an answer.
 
     An OSError that reaches here (a path that is too long or otherwise unusable, wherever a command
-    first touches it) is one line too: exit 2 for a name the system refuses, else 1.
+    first touches it) is one line too: exit 2 for a name the system refuses, else 1. Any other exception
+    is a bug: one line saying so, the traceback in a crash log (:func:`crash_log`), exit 3.
     """
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -130,7 +132,13 @@ class Group(Listing):
         except OSError as e:
             bad_name = e.errno in (errno.ENAMETOOLONG, errno.EINVAL, errno.EILSEQ)
             where = f"{_shorten(str(e.filename))}: " if e.filename is not None else ""
-            _fail(ctx, f"{where}{e.strerror or e}", 2 if bad_name else 1)
+            _fail(ctx, f"{where}{e.strerror or e}", BAD_INPUT if bad_name else FINDING)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as e:  # a bug: never a traceback on the terminal, never mistaken for a finding
+            where = crash_log(e)
+            saved = f"the traceback is in {where}" if where else "no crash log could be written"
+            _fail(ctx, f"internal error: a bug in ascendfix ({type(e).__name__}); {saved}", INTERNAL)
         if isinstance(code, int) and code:
             ctx.exit(code)
         return code
@@ -140,10 +148,35 @@ def _fail(ctx: click.Context, message: str, exit_code: int) -> None:
     """Print the one line (and the JSON object under ``--json``) and exit."""
     message = clean(message).replace("\n", " ")
     if ctx.meta.get(WANTS_JSON):
-        emit_json({"error": message, "exit_code": exit_code})
+        emit_json(error_object(message, exit_code))
     # click, not rich: the one line any command may end with costs no rich import
     click.echo(f"{click.style('error:', fg='red', bold=True)} {message}", err=True)
     ctx.exit(exit_code)
+
+
+def crash_log(error: BaseException) -> Path | None:
+    """Write ``error``'s traceback to a new file under ``<cache>/crashes/`` (never through a link); its path,
+    or None when nothing could be written."""
+    import os
+    import sys
+    import time
+    import traceback
+
+    from ascendfix.job.redact import redact_argv
+    from ascendfix.resources import cache_dir
+
+    folder = cache_dir() / "crashes"
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    header = f"ascendfix {' '.join(map(clean, redact_argv(sys.argv[1:])))}\n{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n\n"
+    path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(header + text)
+    except OSError:
+        return None
+    return path
 
 
 def _shorten(text: str, keep: int = 120) -> str:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 
-from ascendfix.errors import UsageError
+from ascendfix.errors import UsageError, is_error_object
 
 INSTALL_HINT = "ray is not installed: pip install 'ascendfix[ray]'"
 
@@ -178,7 +178,7 @@ def _answer(base: NodeAnswer, result: dict) -> NodeAnswer:
         data = json.loads(result["stdout"])
     except json.JSONDecodeError:
         data = None
-    failed = isinstance(data, dict) and set(data) == {"error", "exit_code"}  # --json's error object
+    failed = is_error_object(data)  # --json's error object
     if data is None or failed:
         last = data["error"] if failed else (result["stderr"].strip().splitlines() or ["no output"])[-1]
         return replace(base, hostname=result["hostname"], returncode=result["returncode"], error=last)
