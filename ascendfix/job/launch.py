@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Protocol
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.job.metrics import MAX_PARTIAL_LINE, Step, StepParser
 from ascendfix.job.redact import job_variables, redact_argv, redact_overrides, redact_variable
-from ascendfix.jsonable import jsonable
+from ascendfix.jsonable import jsonable, loads
 from ascendfix.profile.jobenv import EnvSetting, raise_nofile
 from ascendfix.site import Site
 
@@ -126,7 +126,7 @@ def what_ran(log: Path) -> dict[str, Any] | None:
         if path.is_symlink() or not path.is_file():
             return None
         with open(path, "rb") as f:
-            data = json.loads(f.read(_MAX_RUN_JSON))
+            data = loads(f.read(_MAX_RUN_JSON))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict):
