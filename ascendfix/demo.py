@@ -175,21 +175,36 @@ class Workspace:
 
 
 def build(folder: Path, checkout: bool = True) -> Workspace:
-    """Write the demo verl checkout (or a site-packages layout) and torch folder under ``folder``."""
+    """Write the demo verl checkout (or a site-packages layout) and torch folder under ``folder``: every file
+    new (an existing one, or a link in its place, is refused with FileExistsError), no folder a link."""
     workspace = Workspace(folder, folder / ("verl-checkout" if checkout else "verl-site"), folder / "site-packages")
     for package, files in FILES.items():
         root = workspace.verl if package == "verl" else workspace.torch
         for rel, data in files.items():
             if package == "verl" and not checkout and rel.startswith(("recipe/", "pyproject")):
                 continue
-            path = root / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-    workspace.profile.write_bytes(PROFILE_TOML)
-    workspace.train_sh.write_bytes(TRAIN_SH)
-    workspace.train_sh.chmod(0o755)
-    (folder / "fake_verl.py").write_bytes(FAKE_VERL)
+            _write_new(folder, f"{root.name}/{rel}", data)
+    _write_new(folder, workspace.profile.name, PROFILE_TOML)
+    _write_new(folder, workspace.train_sh.name, TRAIN_SH, 0o755)
+    _write_new(folder, "fake_verl.py", FAKE_VERL)
     return workspace
+
+
+def _write_new(folder: Path, rel: str, data: bytes, mode: int = 0o644) -> None:
+    """Create ``folder/rel`` with ``data``: never over a file, never through a link (its folders below ``folder``
+    made, none a link)."""
+    path = folder / rel
+    for parent in [folder, *reversed(path.relative_to(folder).parents[:-1])]:
+        where = parent if parent == folder else folder / parent
+        try:
+            os.mkdir(where)
+        except FileExistsError:
+            if os.path.islink(where) or not os.path.isdir(where):
+                raise FileExistsError(f"{where} is a symbolic link or not a folder") from None
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(f.fileno(), mode)
+        f.write(data)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""One way to turn ascendfix's records into JSON data: every ``--json`` answer and run.json go through it.
+"""One way to turn ascendfix's records into JSON data: every ``--json`` answer and run.json go through it;
+and one way to read JSON from a file ascendfix did not just write (:func:`loads`, nesting bounded).
 
 :func:`jsonable` knows the shapes the package builds its results from — an object's own
 ``to_json()`` (a JSON contract), NamedTuples, dataclasses, enums, paths, sets, sequences and
@@ -11,6 +12,26 @@ from collections.abc import Mapping
 from enum import Enum
 from pathlib import PurePath
 from typing import Any
+
+MAX_DEPTH = 64  # no JSON file ascendfix reads nests past a dozen levels
+
+
+def loads(data: str | bytes, depth: int = MAX_DEPTH) -> Any:
+    """``json.loads(data)``, refusing (ValueError, one line) a document nested more than ``depth`` deep, however
+    deep: a hostile file's nesting is one line, never a RecursionError and never a deep walk by the caller."""
+    import json
+
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise ValueError(f"nested more than {depth} deep") from None
+    level, nodes = 0, [value]
+    while nodes := [n for n in nodes if isinstance(n, (dict, list))]:  # the containers of one level
+        level += 1
+        if level > depth:
+            raise ValueError(f"nested more than {depth} deep")
+        nodes = [v for n in nodes for v in (n.values() if isinstance(n, dict) else n)]
+    return value
 
 
 def jsonable(obj: Any) -> Any:

@@ -935,7 +935,7 @@ fork = os.fork
 os.fork = lambda: forks.append(1) or fork()
 if sys.argv[2] == "threads":
     threading.Thread(target=threading.Event().wait, daemon=True).start()
-bounded.PICKLE_SECONDS = 2.0
+bounded.STEP_SECONDS = 2.0
 
 def run(work, *args):
     try:
@@ -1074,3 +1074,127 @@ def test_preflight_checks_the_save_verl_resumes_from(dcp, tmp_path):
         ["incomplete-save", "latest_checkpointed_iteration.txt:"],
         ["missing-file", "__0_0.distcp:"],
     ]
+
+
+def _dcp_metadata(folder: Path, tensors: dict, entries: list = ()) -> None:
+    """Write a ``.metadata`` with torch's own classes: ``tensors`` name -> (shape, [(offsets, sizes)]);
+    ``entries``: (name, offsets, file, start, length) storage entries."""
+    pytest.importorskip("torch", reason=NO_TORCH)
+    import torch
+    from torch.distributed.checkpoint import metadata as m
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+
+    items = {}
+    for name, (shape, chunks) in tensors.items():
+        chunk_list = [m.ChunkStorageMetadata(torch.Size(o), torch.Size(s)) for o, s in chunks]
+        items[name] = m.TensorStorageMetadata(m.TensorProperties(dtype=torch.float32), torch.Size(shape), chunk_list)
+    storage = {
+        m.MetadataIndex(name, torch.Size(o)): _StorageInfo(file, start, length)
+        for name, o, file, start, length in entries
+    }
+    folder.mkdir(exist_ok=True)
+    (folder / ".metadata").write_bytes(pickle.dumps(m.Metadata(items, storage_data=storage)))
+
+
+def test_disjoint_chunks_all_active_at_once_are_not_swept_for_minutes(tmp_path):
+    """The sweep's dimension holds every chunk active at once (a staircase): a quadratic sweep, capped and said;
+    the other tensors are still checked."""
+    n = 4000  # 8 million comparisons, past the cap (24,064 such chunks took 15 minutes before)
+    stairs = [((i, i), (n, 1)) for i in range(n)]
+    _dcp_metadata(tmp_path, {"stairs": ((2 * n, n), stairs), "w": ((4,), [((0,), (3,)), ((2,), (2,))])})
+    code, report = ckpt_check(tmp_path)
+    assert code == 1
+    found = {(p["kind"], p["tensor"]): p["detail"] for p in report["problems"] if p.get("tensor")}
+    assert found["unchecked", "stairs"] == f"overlap not checked: {n:,} chunks active at once"
+    assert ("overlap", "w") in found
+
+
+def test_a_huge_rank_or_number_is_that_tensors_or_files_problem_and_hides_no_other(tmp_path):
+    _dcp_metadata(
+        tmp_path,
+        {
+            "rank": ((1,) * 60_000, [((0,) * 60_000, (1,) * 60_000)]),  # took 22 s (math.prod factor by factor)
+            "huge": ((10**5000,), [((0,), (10**5000,))]),  # str() of it raises ValueError past 4,300 digits
+            "gap": ((4,), [((0,), (2,))]),
+        },
+        [("gap", (0,), "far.distcp", 10**5000, 4), ("gap", (2,), "gone.distcp", 0, 4)],
+    )
+    (tmp_path / "far.distcp").write_bytes(bytes(8))
+    code, report = ckpt_check(tmp_path)
+    assert code == 1
+    found = {(p["kind"], p.get("tensor") or p["file"]) for p in report["problems"]}
+    assert {("malformed", "rank"), ("malformed", "huge"), ("gap", "gap")} <= found
+    assert {("malformed", "far.distcp"), ("missing-file", "gone.distcp")} <= found
+    assert all("\n" not in p["detail"] and len(p["detail"]) < 300 for p in report["problems"])
+
+
+def _torch_zip(numel: int = 1) -> bytes:
+    """A stored zip shaped like one DCP item's ``torch.save`` (records only: the proof checks the zip first)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", b"\x80\x02.")
+        z.writestr("archive/data/0", bytes(4 * numel))
+        z.writestr("archive/version", b"3\n")
+    return out.getvalue()
+
+
+def test_a_central_directory_that_runs_past_its_listing_is_that_files_problem(tmp_path):
+    """Under --bytes, a hostile ``.distcp`` whose first central record's comment runs to 10 bytes before the
+    listing's end (the next record's 46 cannot be there) is that file's problem; another file's is still named."""
+    data = bytearray(_torch_zip())
+    size, at = struct.unpack_from("<2L", data, len(data) - 22 + 12)  # the central directory's size and start
+    names = struct.unpack_from("<3H", data, at + 28)  # the first record's name, extra and comment lengths
+    struct.pack_into("<H", data, at + 32, size - 46 - names[0] - names[1] - 10)
+    (tmp_path / "x.distcp").write_bytes(bytes(data))
+    entries = layout.Entries(["w", "v"], [(0,), (0,)], ["x.distcp", "y.distcp"], [0, 0], [len(data), 4])
+    chunk = check.proof.Chunk("torch.float32", (1,))
+    problems, *_ = check._files(tmp_path, entries, [chunk, chunk])
+    found = {(p.kind, p.subject): p.detail for p in problems}
+    assert "its central directory runs past its end" in found["corrupt", "x.distcp"]
+    assert ("missing-file", "y.distcp") in found
+
+
+def test_every_step_after_the_pickle_is_bounded_in_time(monkeypatch):
+    """A step that never ends is stopped and named; one that reads on (a large file's blocks) is not."""
+    from ascendfix.checkpoint import bounded
+
+    from tests import steps
+
+    monkeypatch.setattr(bounded, "STEP_SECONDS", 3.0)
+    with pytest.raises(bounded.Died) as died:
+        bounded.run(steps.stuck, [], 1 << 30, ".metadata")
+    assert (died.value.subject, died.value.detail) == (
+        "__1_0.distcp",
+        "checking it took more than 3 s: stopped (a hostile file?)",
+    )
+    assert bounded.run(steps.reading_on, [], 1 << 30, ".metadata") == {"read": 10}
+
+
+def test_a_safetensors_header_of_160000_dims_or_nested_deep_is_one_line(tmp_path):
+    hf = tmp_path / "global_step_5" / "actor" / "huggingface"
+    hf.mkdir(parents=True)
+    dims = [1] * 160_000  # 149 s before, with no timer at all
+    _safetensors(hf / "model-00001-of-00003.safetensors", {"a.weight": ("BF16", dims, bytes(2))})
+    deep = b'{"a.weight": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    (hf / "model-00002-of-00003.safetensors").write_bytes(len(deep).to_bytes(8, "little") + deep)
+    _safetensors(hf / "model-00003-of-00003.safetensors", {"c.weight": ("F32", [3], bytes(8))})  # cut short
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("5\n")
+    code, report = ckpt_check(tmp_path)
+    assert code == 1
+    found = {p["file"]: (p["kind"], p["detail"]) for p in report["problems"]}
+    assert found["model-00001-of-00003.safetensors"] == (
+        "malformed",
+        f"a.weight: a shape that is not a list of at most {geometry.MAX_RANK} dimensions",
+    )
+    assert found["model-00002-of-00003.safetensors"][0] == "malformed"
+    assert "nested more than 64 deep" in found["model-00002-of-00003.safetensors"][1]
+    assert found["model-00003-of-00003.safetensors"][0] == "malformed"
+
+
+def test_a_config_nested_past_the_limit_is_one_line(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text('{"num_hidden_layers": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    result = CliRunner().invoke(main, ["ckpt", "check", str(tmp_path), "--config", str(config)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.strip().startswith("error: --config") and "nested more than 64 deep" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

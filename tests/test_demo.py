@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -91,3 +92,32 @@ def test_a_failed_run_step_names_its_reason_and_the_demo_still_reverts(tmp_path,
     assert "train.log" not in result.output  # no report step after a failed run
     assert result.output.count("(reverted)") == 5  # the workspace is left as it was found
     assert "6. revert" in result.output
+
+
+def test_demo_dir_refuses_a_folder_it_did_not_write_and_never_writes_through_a_link(tmp_path):
+    """An existing folder's train.sh and profile.toml were overwritten, and a planted train.sh link's target
+    replaced and made executable: now a folder with anything in it is one line, exit 2, nothing touched."""
+    target = tmp_path / "precious.txt"
+    target.write_text("mine\n")
+    target.chmod(0o600)
+    folder = tmp_path / "demo"
+    folder.mkdir()
+    (folder / "train.sh").symlink_to(target)
+    (folder / "profile.toml").write_text("# my profile\n")
+    result = CliRunner().invoke(cli.main, ["demo", "--dir", str(folder)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    line = result.stderr.strip()
+    assert "\n" not in line and line.startswith(f"error: demo --dir {folder}: holds files the demo did not write")
+    assert target.read_text() == "mine\n" and target.stat().st_mode & 0o777 == 0o600
+    assert (folder / "profile.toml").read_text() == "# my profile\n" and sorted(os.listdir(folder)) == [
+        "profile.toml",
+        "train.sh",
+    ]
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    result = CliRunner().invoke(cli.main, ["demo", "--dir", str(link)])
+    assert result.exit_code == 2 and "a symbolic link" in result.stderr
+    assert not (tmp_path / "elsewhere").exists()
+    with pytest.raises(FileExistsError):  # the writer itself never writes over a file or through a link
+        demo.build(folder)
+    assert target.read_text() == "mine\n"

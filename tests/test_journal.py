@@ -298,3 +298,126 @@ def test_a_commit_marker_outlives_a_root_the_next_command_cannot_see(stack, monk
     assert {p: p.read_bytes() for p in other.rglob("*.py") if ".ascendfix" not in p.parts} == patched_device
     assert {s.state for s in engine.status(select(stack))} <= {"applied", "not-applicable"}
     assert not (first / ".ascendfix" / "commit.json").exists()  # every root seen without it: dropped
+
+
+def _killed(stack, after: str = "mark_committed") -> None:
+    """Apply in a forked child that dies (no cleanup at all, as kill -9) right after ``journal.Store.<after>``
+    returns: right after its commit marker, or (``save_records``) after a root's files, before any marker."""
+    from ascendfix.patching import journal
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            name = {"save_records": "_save_records"}.get(after, after)
+            real = getattr(journal.Store, name)
+
+            def then_die(self, *args):
+                real(self, *args)
+                os._exit(9)
+
+            setattr(journal.Store, name, then_die)
+            engine.apply(select(stack))
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 9
+
+
+def _files(root) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _two_roots(tmp_path, order: str):
+    """The demo stack with its torch root sorting first (as site-packages before a checkout), or verl."""
+    stack = make_stack(tmp_path / "s")
+    if order == "verl-first":
+        stack.verl = stack.verl.rename(stack.verl.with_name("a-verl-checkout"))
+    first, other = sorted([stack.torch, stack.verl])
+    assert first == (stack.torch if order == "torch-first" else stack.verl)
+    return stack, first, other
+
+
+@pytest.mark.parametrize("order", ["torch-first", "verl-first"])
+@pytest.mark.parametrize("hidden", ["marker-root-absent", "marker-root-another-image", "other-root-absent"])
+def test_a_committed_apply_is_never_split_by_a_root_missing_at_recovery(tmp_path, ascendfix_cli, order, hidden):
+    """Killed right after its commit marker, then the next command runs with one root not mounted: a marker root
+    that is absent, or a folder holding neither its marker nor its journal (another image's site-packages), is
+    never read as "not committed": every journal kept, one line naming the root to mount, exit 2. A missing other
+    root keeps the marker and refuses a new write. Once both are back, both are finished forward."""
+    from ascendfix.patching import journal
+
+    stack, first, other = _two_roots(tmp_path, order)
+    upstream = {p: _files(p) for p in stack.roots().values()}
+    _killed(stack)
+    assert (first / ".ascendfix/commit.json").is_file() and (other / ".ascendfix/journal.json").is_file()
+    killed = {p: _files(p) for p in (first, other)}
+    restore = engine.restorer(DEMO_PROFILE)
+    gone = other if hidden == "other-root-absent" else first
+    away = gone.rename(gone.with_name(gone.name + ".away"))  # not mounted while the next command runs
+    if hidden == "marker-root-absent":
+        with pytest.raises(journal.Unseen) as refused:
+            with journal.reading([other], restore):
+                pass
+        line = str(refused.value)
+        assert refused.value.exit_code == 2 and f"mount the {first} " in line and "No such file" in line
+        assert line.startswith(f"{other / '.ascendfix/journal.json'}: ") and "\n" not in line
+        assert _files(other) == killed[other]  # nothing rolled back, every journal kept
+    elif hidden == "marker-root-another-image":
+        first.mkdir()  # the path is there, but not the folder the apply wrote
+        result = ascendfix_cli("status", "--device", "npu", *stack.root_args(), timeout=120)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        line = result.stderr.strip()
+        assert "\n" not in line and f"mount the {first} " in line and str(other / ".ascendfix/journal.json") in line
+        assert "holds neither its commit marker nor its journal" in line
+        assert _files(other) == killed[other] and _files(first) == {}
+        first.rmdir()
+    else:
+        with journal.reading([first], restore):
+            pass
+        assert (first / ".ascendfix/commit.json").is_file()  # kept while the other root is not seen
+        assert not (first / ".ascendfix/journal.json").exists()  # finished forward
+        with pytest.raises(journal.Unseen) as refused:  # a new write would overwrite the marker
+            with journal.session([first], {}, restore):
+                pass
+        assert f"until ascendfix sees {other}" in str(refused.value)
+    away.rename(gone)
+    assert {s.state for s in engine.status(select(stack))} == {"applied"}
+    for root in (first, other):
+        assert not (root / ".ascendfix/journal.json").exists() and not (root / ".ascendfix/commit.json").exists()
+    engine.revert(select(stack, device=None))
+    assert {p: _files(p) for p in stack.roots().values()} == upstream
+
+
+@pytest.mark.parametrize("order", ["torch-first", "verl-first"])
+def test_an_uncommitted_apply_rolls_back_every_root_and_its_first_root_last(tmp_path, order):
+    """Killed before its marker, the next command sees only the first root: it is rolled back but keeps its
+    journal (so the other root, when back, reads "journaled, no marker" there, never nothing); both back: both
+    rolled back and nothing left."""
+    from ascendfix.patching import journal
+
+    stack, first, other = _two_roots(tmp_path, order)
+    upstream = {p: _files(p) for p in stack.roots().values()}
+    _killed(stack, "save_records")  # the first root's records saved: its files are written, no marker yet
+    assert not (first / ".ascendfix/commit.json").exists() and (other / ".ascendfix/journal.json").is_file()
+    away = other.rename(other.with_name(other.name + ".away"))
+    with journal.reading([first], engine.restorer(DEMO_PROFILE)) as notes:
+        pass
+    assert any("rolled back an interrupted apply" in n for n in notes)
+    assert (first / ".ascendfix/journal.json").is_file()  # kept until the other root is seen
+    away.rename(other)
+    assert {s.state for s in engine.status(select(stack))} == {"not-applied"}
+    assert {p: _files(p) for p in stack.roots().values()} == upstream  # no journal, undo copy or backup left
+
+
+def test_an_unreadable_commit_marker_is_refused_not_read_as_none(stack):
+    """A marker that cannot be read decides nothing: the journals stay and the next command refuses."""
+    from ascendfix.patching import journal
+
+    _killed(stack)
+    first, other = sorted([stack.torch, stack.verl])
+    (first / ".ascendfix/commit.json").write_text("{not json")
+    killed = {p: _files(p) for p in (first, other)}
+    with pytest.raises(journal.Unseen) as refused:
+        engine.status(select(stack))
+    assert "commit.json: unreadable" in str(refused.value) and refused.value.exit_code == 2
+    assert {p: _files(p) for p in (first, other)} == killed

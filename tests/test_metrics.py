@@ -160,3 +160,11 @@ def test_file_logger_jsonl(tmp_path):
     assert math.isnan(parser.steps[9].values["x"]) and "y" not in parser.steps[9].values
     assert parser.stats.skipped == 1
     assert round(throughput(parser.steps[1])["e2e_tps"], 3) == 8.035
+
+
+def test_a_jsonl_line_nested_past_the_limit_is_one_skipped_line(tmp_path):
+    path = tmp_path / "exp.jsonl"
+    deep = '{"step": 2, "data": {"x": ' + "[" * 100_000 + "]" * 100_000 + "}}"
+    path.write_text(json.dumps({"step": 1, "data": {"x": 1.0}}) + "\n" + deep + "\n")
+    parser = metrics.parse_paths([path])  # no RecursionError
+    assert sorted(parser.steps) == [1] and parser.stats.skipped == 1

@@ -268,6 +268,18 @@ def test_json_metrics_into_a_missing_folder_is_one_line_before_the_job_starts(jo
     assert not (job / "state.json").exists() and not (job / "ascendfix-runs").exists()
 
 
+def test_json_metrics_refuses_a_link_like_runs_other_files(job, run_cli):
+    """It truncated and wrote through a symlink, though run's own log files refuse links."""
+    victim = job / "victim.txt"
+    victim.write_text("untouched\n")
+    (job / "m.jsonl").symlink_to(victim)
+    proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--json-metrics", "m.jsonl", "train.sh")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    line = "error: --json-metrics m.jsonl: a symbolic link: not followed; give a plain file's path"
+    assert proc.stderr.strip().splitlines()[-1] == line
+    assert victim.read_text() == "untouched\n" and not (job / "ascendfix-runs").exists()
+
+
 def test_env_resolution_sources():
     profile = manifest.load_profile("verl-796871d")
     settings = {

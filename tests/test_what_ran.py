@@ -90,7 +90,8 @@ def test_a_log_without_a_readable_run_json_says_it_is_not_recorded(tmp_path):
     plain.parent.mkdir()
     plain.write_text("".join(f"{RAY_PREFIX}{step_line(n, v)}\n" for n, v in enumerate(run_steps(4), 1)))
     assert launch.what_ran(plain) is None
-    for bad in (b"{not json", b"[1, 2]", b'{"profile": 3, "patches": "x", "command": "rm\\u001b[2J"}'):
+    deep = b'{"profile": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"  # nested past any limit: no RecursionError
+    for bad in (b"{not json", b"[1, 2]", b'{"profile": 3, "patches": "x", "command": "rm\\u001b[2J"}', deep):
         (plain.parent / "run.json").write_bytes(bad)
         ran = launch.what_ran(plain)
         assert ran is None or (ran["profile"] is None and ran["patches"] is None and ran["command"] is None)

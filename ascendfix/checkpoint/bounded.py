@@ -1,12 +1,13 @@
-"""Run the check in a bounded child: a memory limit and, while it reads a pickle, a time limit.
+"""Run the check in a bounded child: a memory limit and, for every step, a time limit.
 
 A checkpoint's ``.metadata`` runs to megabytes, too large to pre-scan in Python within the check's
 time (:mod:`ascendfix.checkpoint.prescan` takes the small pickles), and the C unpickler trusts its
 sizes: a corrupt or hostile file can take all memory or overflow the C stack. So the whole check
-runs in a child with ``RLIMIT_AS`` lowered; it tells the parent which file it reads (:func:`note`)
-and sends its answer as JSON. A child killed by a signal, out of memory, or over the time a pickle
-may take, is reported as that file being unreadable, with one line; the parent never loads the
-hostile bytes itself.
+runs in a child with ``RLIMIT_AS`` lowered; it tells the parent which file it reads (:func:`note`
+for a pickle, :func:`step` for any other step) and sends its answer as JSON. Every step has
+:data:`STEP_SECONDS` from its note, and a step that reads a large file renews it as it reads
+(:func:`progress`). A child killed by a signal, out of memory, or over its step's time, is reported
+as that file being unreadable, with one line; the parent never loads the hostile bytes itself.
 
 A process of one OS thread (the CLI) forks the child: no new interpreter, nothing re-imported. A
 process of more threads (a Ray worker, a process with gRPC's or torch's threads) is never forked (a
@@ -33,7 +34,8 @@ from typing import NamedTuple
 
 from ascendfix.errors import AscendfixError
 
-PICKLE_SECONDS = 120.0  # the most one pickle may take to load (a 235B save's 6 MB: 0.1 s)
+MEMORY = 4 << 30  # a check's memory, whatever its files: a 235B save's 6 MB .metadata takes about 120 MB
+STEP_SECONDS = 120.0  # the most one step may take (a 235B save's 6 MB .metadata loads in 0.1 s)
 _channel: int | None = None  # the pipe to the parent, inside the child
 _ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the ascendfix package
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from ascendfix.checkpoint import bounded; bounded._serve_spec()"
@@ -55,11 +57,24 @@ class Failed(AscendfixError):
         self.exit_code = exit_code
 
 
-def note(subject: str | None) -> None:
-    """Inside the child: the file now read (a pickle: timed), or None when what follows only reads bytes."""
-    if _channel is not None:
-        line = b"I" if subject is None else b"P" + subject.replace("\n", "?").encode("utf-8", "replace")
-        os.write(_channel, line + b"\n")
+def note(subject: str) -> None:
+    """Inside the child: the pickle now read (``subject``: its file), with :data:`STEP_SECONDS` to load."""
+    _say(b"P", subject)
+
+
+def step(subject: str) -> None:
+    """Inside the child: the file now checked (after any pickle), with :data:`STEP_SECONDS` to check."""
+    _say(b"S", subject)
+
+
+def progress() -> None:
+    """Inside the child: the step is reading on (a block of a large file): its time starts again."""
+    _say(b"A", "")
+
+
+def _say(kind: bytes, subject: str) -> None:
+    if _channel is not None:  # one short write: whole, even from threads
+        os.write(_channel, kind + subject.replace("\n", "?").encode("utf-8", "replace")[:1000] + b"\n")
 
 
 class _Child(NamedTuple):
@@ -171,23 +186,23 @@ def _limit_memory(extra: int) -> None:
 
 def _answer(child: _Child, fd: int, subject: str) -> dict:
     """Read the child's notes and answer; the subject of the last note names a death."""
-    buffer, timed, deadline = b"", True, time.monotonic() + PICKLE_SECONDS
+    buffer, pickle, deadline = b"", True, time.monotonic() + STEP_SECONDS
     while True:
-        wait = max(0.0, deadline - time.monotonic()) if timed else None
-        if not select.select([fd], [], [], wait)[0]:
+        if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
             child.kill()
             child.wait()
-            raise Died(subject, f"its pickle took more than {PICKLE_SECONDS:.0f} s to read: stopped (a hostile file?)")
+            what = "its pickle took more than {:.0f} s to read" if pickle else "checking it took more than {:.0f} s"
+            raise Died(subject, f"{what.format(STEP_SECONDS)}: stopped (a hostile file?)")
         chunk = os.read(fd, 1 << 16)
         if not chunk:
             break
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
-            if line.startswith(b"P"):
-                subject, timed, deadline = line[1:].decode(), True, time.monotonic() + PICKLE_SECONDS
-            elif line == b"I":
-                timed = False
+            if line[:1] in (b"P", b"S", b"A"):
+                deadline = time.monotonic() + STEP_SECONDS
+                if line[:1] != b"A":
+                    subject, pickle = line[1:].decode("utf-8", "replace"), line[:1] == b"P"
             elif line[:1] in (b"=", b"!", b"X"):
                 buffer = line + b"\n" + buffer
                 return _final(child, fd, buffer, subject)

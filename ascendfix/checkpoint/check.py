@@ -45,23 +45,14 @@ def check(
     """
     if not folder.is_dir():
         raise UsageError(f"{folder}: not a folder (give the checkpoint's folder, the one holding .metadata)")
-    try:
-        size = os.lstat(folder / layout.METADATA).st_size
-    except OSError:
-        size = 0
-    memory = _MEMORY_BASE + _MEMORY_PER_BYTE * min(size, pickles.MAX_PICKLE_BYTES)
     shape = None if model is None else [model.layers, model.experts, sorted(model.moe_layers)]
     args = [str(folder), shape, quick, prove, None if share is None else sorted(share)]
     try:
-        return CheckReport.from_json(bounded.run(_check_json, args, memory, layout.METADATA))
+        return CheckReport.from_json(bounded.run(_check_json, args, bounded.MEMORY, layout.METADATA))
     except bounded.Died as e:
         return CheckReport(str(folder), 0, 0, 0, 0, [Problem("unreadable", "file", e.subject, e.detail)])
     except bounded.Failed as e:
         raise (UsageError if e.exit_code == 2 else AscendfixError)(str(e)) from None
-
-
-_MEMORY_BASE = 2 << 30  # the check's own memory, beyond what the metadata's records take
-_MEMORY_PER_BYTE = 64  # a .metadata's records in memory, per byte of its pickle (about 20 measured)
 
 
 def _check_json(folder: str, shape: list | None, quick: bool, prove: bool, share: list | None) -> dict:
@@ -89,7 +80,7 @@ def _check(folder: Path, model: ModelShape | None, quick: bool, prove: bool, sha
             return CheckReport(str(folder), 0, 0, 0, 0, problems, warnings)
         expected = model is not None or metadata.megatron
         problems += megatron.layout_problems(folder, megatron_expected=expected, quick=quick)
-        bounded.note(None)
+        bounded.step(layout.METADATA)  # its tensors' geometry: bounded in time like the pickle
         tensor_problems, readable = _tensors(metadata, with_geometry=not quick)
         records = _expected(metadata) if prove else None
         file_problems, files, size, proven, unproven = _files(folder, metadata.entries, records, share)
@@ -130,13 +121,11 @@ def _tensors(metadata: layout.Layout, with_geometry: bool) -> tuple[list[Problem
     stored = _stored_offsets(metadata.entries)
     for tensor in metadata.tensors:
         name = tensor.name
-        if with_geometry:
-            found = geometry.check(tensor.shape, tensor.offsets, tensor.sizes)
-        else:
-            found = None if geometry.boxes(tensor.shape, tensor.offsets, tensor.sizes) is None else []
-        if found is None:
-            problems.append(Problem("malformed", "tensor", name, "its chunks are not int offsets and sizes"))
+        found = geometry.malformed(tensor.shape, tensor.offsets, tensor.sizes)
+        if found:
+            problems.append(Problem("malformed", "tensor", name, found))
             continue
+        found = geometry.check(tensor.shape, tensor.offsets, tensor.sizes) if with_geometry else []
         problems += [Problem(f.kind, "tensor", name, f.detail) for f in found]
         problems += _stored_once(name, tensor.offsets, stored.pop(name, []))
         readable.append(tensor)
@@ -237,6 +226,14 @@ def _no_crc(path: str, count: int) -> Problem:
 
 def _file(folder: Path, path: str, runs: list[tuple[int, int]], entries: layout.Entries, expected) -> _File:
     """One data file's problems (its entries: the index ``runs``), its size and, with ``expected``, its proof."""
+    bounded.step(path)
+    try:
+        return _checked_file(folder, path, runs, entries, expected)
+    except (ValueError, ArithmeticError, LookupError, TypeError) as e:  # this file's problem, never the others'
+        return _File(path, [Problem("unreadable", "file", path, f"checking it failed ({type(e).__name__})")])
+
+
+def _checked_file(folder: Path, path: str, runs: list[tuple[int, int]], entries: layout.Entries, expected) -> _File:
     count = sum(b - a for a, b in runs)
     if not _contained(path):
         return _File(path, [Problem("unsafe-path", "file", path, "a storage entry names a file outside the folder")])
@@ -264,6 +261,8 @@ def _frames(fd: int, path: str, size: int, runs: list[tuple[int, int]], entries:
     starts = [s for a, b in runs for s in entries.starts[a:b]] if len(runs) > 1 else entries.starts[slice(*runs[0])]
     lengths = [n for a, b in runs for n in entries.lengths[a:b]] if len(runs) > 1 else entries.lengths[slice(*runs[0])]
     indices: list[int] | range = [i for a, b in runs for i in range(a, b)] if len(runs) > 1 else range(*runs[0])
+    if max(starts) >= geometry.MAX_EXTENT or max(lengths) >= geometry.MAX_EXTENT:
+        return _File(path, [Problem("malformed", "file", path, "a storage entry's start or length is past 2**63")])
     stops = list(map(add, starts, lengths))
     if starts != sorted(starts):  # a writer's entries come in file order: then no sort is needed
         order = sorted(range(len(starts)), key=starts.__getitem__)

@@ -10,6 +10,7 @@ and none overlapping, the chunks cover the tensor exactly when their volumes add
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 from itertools import chain, islice, product
 from operator import add
@@ -19,6 +20,9 @@ from ascendfix.resources import data_dir
 
 TEMPLATE = "templates/fast_overlap.py"
 _SHOWN = 3  # overlapping pairs named per tensor
+MAX_RANK = 64  # a tensor's dimensions: a checkpoint's have a few
+MAX_EXTENT = 1 << 63  # a dimension, offset or size: torch's int64
+MAX_COMPARISONS = 1 << 21  # box comparisons the overlap sweep may make for one tensor (a few seconds)
 
 
 class ChunkProblem(NamedTuple):
@@ -47,6 +51,22 @@ def boxes(shape: tuple, offsets: list, sizes: list) -> list | None:
     """
     columns = _columns(len(shape), offsets, sizes)
     return None if columns is None else list(zip(offsets, sizes, strict=True))
+
+
+def malformed(shape: tuple, offsets: list, sizes: list) -> str:
+    """Why a tensor's shape and chunks cannot be checked, "" when they can: more than :data:`MAX_RANK` dimensions,
+    a value outside int64, chunks that are not int tuples of the shape's rank. Nothing is multiplied before this
+    holds, so no product is ever larger than 63 bits times :data:`MAX_RANK`."""
+    if len(shape) > MAX_RANK:
+        return f"its shape has {len(shape):,} dimensions; a tensor has at most {MAX_RANK}"
+    if not all(0 <= n < MAX_EXTENT for n in shape):
+        return "its shape has a dimension outside 0 to 2**63"
+    columns = _columns(len(shape), offsets, sizes)
+    if columns is None:
+        return "its chunks are not int offsets and sizes"
+    if not all(-MAX_EXTENT < min(c) and max(c) < MAX_EXTENT for c in chain(*columns) if c):
+        return "a chunk's offset or size outside int64"
+    return ""
 
 
 def check(shape: tuple, offsets: list, sizes: list) -> list[ChunkProblem] | None:
@@ -94,6 +114,9 @@ def _findings(shape: tuple, chunks: list, sizes: list, start_columns: list, size
     if any(0 in values for values in size_values):
         solid = [b for b in chunks if all(b[1])]
         sizes = [s for _, s in solid]
+    crowd = _crowd(solid)
+    if crowd:
+        return [ChunkProblem("unchecked", f"overlap not checked: {crowd:,} chunks active at once")]
     pairs = list(islice(template()._ascendfix_overlapping_pairs(solid), _SHOWN + 1))  # made lazily
     if pairs:
         shown = "; ".join(f"{_box(solid[i])} and {_box(solid[j])}" for i, j in pairs[:_SHOWN])
@@ -107,6 +130,26 @@ def _findings(shape: tuple, chunks: list, sizes: list, start_columns: list, size
     if covered != total:
         return [ChunkProblem("gap", f"chunks cover {covered:,} of {total:,} elements: {_first_hole(shape, solid)}")]
     return []
+
+
+def _crowd(boxes: list) -> int:
+    """0 when the template's scan of ``boxes`` is cheap: a grid (a hash lookup), or a sweep that makes at most
+    :data:`MAX_COMPARISONS` comparisons; else the most boxes its sweep holds active at once. Counted, never made:
+    the sweep's order and dimension, in O(n log n)."""
+    if not boxes or template()._ascendfix_groups(boxes) is not None:
+        return 0
+    ndims = len(boxes[0][0])
+    d = max(range(ndims), key=lambda k: len({offsets[k] for offsets, _ in boxes}))  # the template's dimension
+    ends: list[int] = []
+    comparisons = peak = 0
+    for start, end in sorted(((o[d], o[d] + s[d]) for o, s in boxes), key=lambda span: span[0]):
+        while ends and ends[0] <= start:
+            heapq.heappop(ends)
+        comparisons += len(ends)
+        if end > start:
+            heapq.heappush(ends, end)
+            peak = max(peak, len(ends))
+    return peak if comparisons > MAX_COMPARISONS else 0
 
 
 def _bounds(

@@ -26,6 +26,7 @@ from ascendfix.checkpoint import bounded, pickles
 from ascendfix.checkpoint.layout import Tensor
 from ascendfix.checkpoint.report import Problem
 from ascendfix.errors import UsageError
+from ascendfix.jsonable import loads
 
 CONFIG = "metadata.json"
 COMMON = "common.pt"
@@ -67,7 +68,7 @@ def _config_file(path: Path) -> list[Problem]:
     if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_JSON_BYTES:
         return [Problem("unreadable", "file", CONFIG, "not a plain file of at most 1 MiB")]
     try:
-        config = json.loads(path.read_bytes())
+        config = loads(path.read_bytes())
     except (OSError, ValueError) as e:
         return [Problem("unreadable", "file", CONFIG, f"not JSON ({e})")]
     backend = config.get("sharded_backend") if isinstance(config, dict) else None
@@ -109,7 +110,7 @@ def read_config(path: Path) -> ModelShape:
     try:
         fd = pickles.open_plain(path, _MAX_JSON_BYTES)
         with os.fdopen(fd, "rb") as f:
-            config = json.loads(f.read())
+            config = loads(f.read())
     except pickles.Unreadable as e:
         raise UsageError(f"--config {path}: {e}") from None
     except (OSError, ValueError) as e:

@@ -22,7 +22,7 @@ import os
 import struct
 from typing import NamedTuple
 
-from ascendfix.checkpoint import pickles
+from ascendfix.checkpoint import bounded, pickles
 
 try:
     from isal.isal_zlib import crc32
@@ -111,6 +111,8 @@ def prove_file(fd: int, starts: list[int], lengths: list[int], chunks: list[Chun
             bad.append(Found(i, e.kind, str(e)))
         except _NoCrc:
             without_crc += 1
+        except (struct.error, ValueError, ArithmeticError, LookupError) as e:  # that entry's problem, never the file's
+            bad.append(Found(i, "corrupt", f"its zip cannot be read ({type(e).__name__})"))
     return Proof(bad, proven, without_crc)
 
 
@@ -126,6 +128,7 @@ class _Reader:
         return self.at <= start and stop <= self.at + self.filled
 
     def load(self, start: int, stop: int) -> None:
+        bounded.progress()
         self.at, self.filled = start, self._read_into(start, stop - start)
 
     def _read_into(self, start: int, count: int) -> int:
@@ -166,6 +169,7 @@ class _Entry:
         self.reader.at, self.reader.filled = 0, 0  # the window is reused for streaming
         while done < count:
             step = min(BLOCK, count - done)
+            bounded.progress()
             got = self.reader._read_into(self.start + at + done, step)
             if got != step:
                 raise _Wrong("corrupt", "the file ended inside it")
@@ -237,6 +241,8 @@ def _directory(entry: _Entry) -> tuple[list[_Record], int]:
     listing = bytes(entry.read(at, size))
     records, pos = [], 0
     for _ in range(total):
+        if pos + _CENTRAL.size > len(listing):
+            raise _Wrong("corrupt", "its central directory runs past its end")
         fields = _CENTRAL.unpack_from(listing, pos)
         magic, method, crc, compressed, size_, name_length, extra_length, comment_length = (
             fields[0], fields[4], fields[7], fields[8], fields[9], fields[10], fields[11], fields[12]

@@ -8,13 +8,15 @@ ends where the data does. ``model.safetensors.index.json`` maps each weight to i
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import stat
 from pathlib import Path
 
+from ascendfix.checkpoint import bounded
+from ascendfix.checkpoint.geometry import MAX_EXTENT, MAX_RANK
 from ascendfix.checkpoint.report import CheckReport, Problem
+from ascendfix.jsonable import loads
 
 INDEX = "model.safetensors.index.json"
 MAX_HEADER = 100 << 20  # the format's own limit
@@ -25,17 +27,32 @@ _DTYPE_BYTES = {
 
 
 def check(folder: Path) -> CheckReport:
-    """Every ``.safetensors`` file in ``folder`` (header, sizes) and the index (every weight in its file)."""
+    """Every ``.safetensors`` file in ``folder`` (header, sizes) and the index (every weight in its file), read in
+    a bounded child (:mod:`ascendfix.checkpoint.bounded`: a time limit per file, a fixed memory limit)."""
+    try:
+        return CheckReport.from_json(bounded.run(_check_json, [str(folder)], bounded.MEMORY, INDEX))
+    except bounded.Died as e:
+        return CheckReport(str(folder), 0, 0, 0, 0, [Problem("unreadable", "file", e.subject, e.detail)])
+
+
+def _check_json(folder: str) -> dict:
+    """Inside the bounded child: :func:`_check`'s report as JSON."""
+    return _check(Path(folder)).to_json()
+
+
+def _check(folder: Path) -> CheckReport:
     problems: list[Problem] = []
     held: dict[str, set[str]] = {}
     total = tensors = 0
     names = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
     for name in names:
+        bounded.step(name)
         found, header, size = _file(folder / name, name)
         problems += found
         total += size
         held[name] = set(header)
         tensors += len(header)
+    bounded.step(INDEX)
     problems += _index(folder, held)
     return CheckReport(str(folder), tensors, tensors, len(names), total, problems)
 
@@ -60,9 +77,9 @@ def _file(path: Path, name: str) -> tuple[list[Problem], dict, int]:
     finally:
         os.close(fd)
     try:
-        header = json.loads(raw)
-    except ValueError:
-        return bad("its header is not JSON (a zero fill or a cut copy?)", size)
+        header = loads(raw)
+    except ValueError as e:
+        return bad(f"its header is not JSON ({str(e)[:80]}; a zero fill or a cut copy?)", size)
     if not isinstance(header, dict):
         return bad("its header is not a JSON object", size)
     header.pop("__metadata__", None)
@@ -91,8 +108,10 @@ def _tensor_problem(info) -> str:
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
     if dtype not in _DTYPE_BYTES:
         return f"an unknown dtype {str(dtype)[:20]}"
-    if not isinstance(shape, list) or any(type(n) is not int or n < 0 for n in shape):
-        return "a shape that is not a list of non-negative ints"
+    if not isinstance(shape, list) or len(shape) > MAX_RANK:
+        return f"a shape that is not a list of at most {MAX_RANK} dimensions"
+    if any(type(n) is not int or not 0 <= n < MAX_EXTENT for n in shape):
+        return "a shape that is not a list of non-negative int64s"
     if not isinstance(offsets, list) or len(offsets) != 2 or any(type(n) is not int for n in offsets):
         return "data_offsets that are not [begin, end]"
     if not 0 <= offsets[0] <= offsets[1]:
@@ -113,7 +132,7 @@ def _index(folder: Path, held: dict[str, set[str]]) -> list[Problem]:
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 raise ValueError("not a plain file")
-            index = json.loads(f.read(MAX_HEADER))
+            index = loads(f.read(MAX_HEADER))
         weights = index["weight_map"]
         if not isinstance(weights, dict) or not all(isinstance(v, str) for v in weights.values()):
             raise ValueError("weight_map is not {weight: file}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -12,7 +13,7 @@ import click
 
 from ascendfix.cli.base import escape, out, path_type
 from ascendfix.cli.patches import render_statuses
-from ascendfix.errors import RefusedError
+from ascendfix.errors import RefusedError, UsageError
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
@@ -24,9 +25,16 @@ def demo(folder: Path | None) -> None:
     from ascendfix import demo as workspaces
 
     base = folder.resolve() if folder else Path(tempfile.mkdtemp(prefix="ascendfix-demo-"))
+    if folder is not None:
+        _refuse_unless_new(folder)
     failed = None
     try:
-        workspace = workspaces.build(base)
+        try:
+            workspace = workspaces.build(base)
+        except OSError as e:  # something appeared meanwhile: nothing is written over it
+            raise UsageError(
+                f"demo --dir {folder}: cannot write the workspace ({e}); give a new or empty folder"
+            ) from None
         out().print(f"[bold]ascendfix demo[/] — profile verl-796871d-demo, device npu, workspace {escape(str(base))}")
         number = 0
         for step in workspaces.steps(workspace):
@@ -47,6 +55,23 @@ def demo(folder: Path | None) -> None:
     roots = f"--root verl={workspace.verl} --root torch={workspace.torch}"
     out().print(f"\nDone; the workspace stays in {escape(str(base))}. Try it:")
     out().print(escape(f"  ascendfix apply --profile {workspace.profile} --device npu {roots}"), soft_wrap=True)
+
+
+def _refuse_unless_new(folder: Path) -> None:
+    """``--dir`` must be absent or an empty folder (not a link): the demo writes its files and never over any."""
+    if os.path.islink(folder):
+        raise UsageError(f"demo --dir {folder}: a symbolic link; give a new or empty folder")
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise UsageError(f"demo --dir {folder}: cannot read it ({e.strerror}); give a new or empty folder") from None
+    if names:
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        raise UsageError(
+            f"demo --dir {folder}: holds files the demo did not write ({shown}); give a new or empty folder"
+        )
 
 
 def _show(number: int, step) -> None:

@@ -74,10 +74,10 @@ def run(
     render_env_notes(jobenv.env_notes(site.settings))
     for finding in pre.problems:
         render_finding("[red]problem[/]", finding, verbose)
+    write_metrics = launch.metrics_writer(json_metrics) if json_metrics else None  # refused before the job begins
     job = launch.begin(prepared, log_dir)
     total = preflight.total_steps(prepared.overrides)
     status = RichStatus(total) if err().is_terminal and out().is_terminal else None
-    write_metrics = launch.metrics_writer(json_metrics) if json_metrics else None
 
     def on_step(step: metrics.Step) -> None:
         if status is not None:

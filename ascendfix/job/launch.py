@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import fcntl
 import itertools
 import json
@@ -16,6 +17,7 @@ import os
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -27,7 +29,7 @@ from typing import Any, BinaryIO, Protocol
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.job.metrics import MAX_PARTIAL_LINE, Step, StepParser
 from ascendfix.job.redact import job_variables, redact_argv, redact_overrides, redact_variable
-from ascendfix.jsonable import jsonable
+from ascendfix.jsonable import jsonable, loads
 from ascendfix.profile.jobenv import EnvSetting, raise_nofile
 from ascendfix.site import Site
 
@@ -126,7 +128,7 @@ def what_ran(log: Path) -> dict[str, Any] | None:
         if path.is_symlink() or not path.is_file():
             return None
         with open(path, "rb") as f:
-            data = json.loads(f.read(_MAX_RUN_JSON))
+            data = loads(f.read(_MAX_RUN_JSON))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict):
@@ -163,15 +165,23 @@ def require_folder(option: str, path: Path) -> None:
 
 
 def metrics_writer(path: Path) -> Callable[[Step], None]:
-    """A callback appending each new step to a JSONL file in verl's ``file`` logger format (emptied now)."""
+    """A callback appending each new step to a JSONL file in verl's ``file`` logger format (emptied now): a plain
+    file, opened once, never through a symlink (like ``run``'s other files); a UsageError when it cannot be."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        path.write_text("")
+        fd = os.open(path, flags, 0o644)
     except OSError as e:
-        raise UsageError(f"--json-metrics {path}: cannot write: {e.strerror}") from None
+        why = "a symbolic link: not followed" if e.errno == errno.ELOOP else f"cannot write: {e.strerror}"
+        raise UsageError(f"--json-metrics {path}: {why}; give a plain file's path") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"--json-metrics {path}: not a plain file; give a plain file's path")
+    os.ftruncate(fd, 0)
+    out = os.fdopen(fd, "a")
 
     def write(step: Step) -> None:
-        with open(path, "a") as f:
-            f.write(json.dumps({"step": step.step, "data": step.values}) + "\n")
+        out.write(json.dumps({"step": step.step, "data": step.values}) + "\n")
+        out.flush()
 
     return write
 

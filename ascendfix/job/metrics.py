@@ -11,7 +11,6 @@ stays close to grep's.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -19,6 +18,8 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ascendfix.jsonable import loads
 
 E2E = "perf/throughput"
 TOKENS = "perf/total_num_tokens"
@@ -126,7 +127,7 @@ def parse_json_record(line: bytes | str) -> Step | None | bool:
     if not line.strip():
         return None
     try:
-        record = json.loads(line)
+        record = loads(line)
         step, data = int(record["step"]), record["data"]
     except (ValueError, KeyError, TypeError):
         return False

@@ -5,8 +5,10 @@ the libraries a verl job runs: see :data:`JOB_PREFIXES`); every value whose name
 replaced, in the environment, the command line (``name=value``, ``--flag=value`` and ``--flag
 value``) and the Hydra overrides (from the command line and from the script), and so are the
 credentials inside any URL (``postgres://user:pw@host``, ``http://user:pw@proxy``), a secret-named query
-parameter (``?access_token=…``), a ``Bearer``/``Basic`` credential anywhere, and the value of a header
-argument of a secret-named header (``-H "Authorization: Bearer …"``).
+parameter (``?access_token=…``), a ``Bearer``/``Basic`` credential anywhere, the value of a header
+argument of a secret-named header (``-H "Authorization: Bearer …"``), and a secret-named key's value in
+any argument shape: a JSON or Python mapping (``--runtime-env-json '{"env_vars": {"WANDB_API_KEY": …}}'``,
+its quotes escaped or not) and ``KEY=VALUE`` inside a string.
 """
 
 from __future__ import annotations
@@ -57,6 +59,15 @@ _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 _SCHEME_CREDENTIALS = re.compile(r"(?i)\b(Bearer|Basic)(\s+)[A-Za-z0-9._~+/=:-]+")
 _QUERY_PARAMETER = re.compile(r"([?&;])([^=&#\s]+)=([^&#\s]*)")
 _HEADER = re.compile(r"^(\s*[A-Za-z0-9_-]+\s*:)\s*\S")
+# A key, its closing quote (escaped or not), ``:`` or ``=``, then its value: quoted (to the same quote) or a bare
+# word. Matched anywhere in an argument, so a mapping's pairs and ``KEY=VALUE`` inside a string are found alike;
+# a key starts only where no word goes on before it, so an argument is scanned in linear time.
+_PAIR = re.compile(
+    r"""(?<![\w./-])(?P<key>-{0,2}[A-Za-z_][\w.-]*)(?P<close>\\?["']?)(?P<sep>\s*[:=]\s*)"""
+    r"""(?:(?P<quote>\\?["'])(?P<quoted>.*?)(?P=quote)|(?P<bare>[^"'\\\s,;&{}\[\]]+))"""
+)
+_PLAIN_NAME = re.compile(r"[\w.+-]+")  # an option or variable name, not a word of JSON (``"--api-key``)
+_SCHEMES = frozenset({"bearer", "basic"})  # a credential's scheme: the credential after it is redacted instead
 
 
 def secret_name(name: str) -> bool:
@@ -75,11 +86,25 @@ def redact_value(value: str) -> str:
         return f"{header.group(1)} {REDACTED}"
     if "://" in value:
         value = _URL_CREDENTIALS.sub(rf"\1{REDACTED}@", value)
+    if ":" in value or "=" in value:
+        value = _PAIR.sub(_redact_pair, value)
     if "=" in value:
         value = _QUERY_PARAMETER.sub(
             lambda m: f"{m[1]}{m[2]}={REDACTED}" if secret_name(m[2]) and m[3] else m[0], value
         )
     return _SCHEME_CREDENTIALS.sub(rf"\1\2{REDACTED}", value)
+
+
+def _redact_pair(m: re.Match) -> str:
+    """A key and its value (:data:`_PAIR`): the value redacted when the key looks secret (quoted as the key is, so
+    JSON stays JSON), else a quoted value searched for pairs of its own (``{"cmd": "WANDB_API_KEY=…"}``)."""
+    head, quote = m["key"] + m["close"] + m["sep"], m["quote"] or ""
+    if not secret_name(m["key"]):
+        return head + quote + _PAIR.sub(_redact_pair, m["quoted"]) + quote if quote else m[0]
+    if (m["bare"] or "").lower() in _SCHEMES or not (m["quoted"] or m["bare"]):
+        return m[0]
+    quote = quote or m["close"]
+    return f"{head}{quote}{REDACTED}{quote}"
 
 
 def redact_variable(name: str, value: str | None) -> str | None:
@@ -113,7 +138,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             out.append(_redact_words(arg))
             continue
         name, sep, _ = arg.partition("=")
-        if secret_name(name) and (sep or name.startswith("-")):
+        if secret_name(name) and (sep or name.startswith("-")) and _PLAIN_NAME.fullmatch(name):
             out.append(f"{name}={REDACTED}" if sep else arg)
             hide_next = not sep
         else:

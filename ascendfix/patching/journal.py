@@ -8,7 +8,9 @@
   before and after, and keep each file's bytes and record as they were;
 - ``commit.json``: in the first root of a transaction only, written once every root's files
   and records are written: the commit point. A transaction whose marker is there is finished
-  forward by the next command, one whose marker is not is rolled back, in every root alike;
+  forward by the next command, one whose marker is not is rolled back, in every root alike. Only
+  what is read decides: while the first root cannot be stat'ed or its marker read, every journal
+  is kept and the command refused (:class:`Unseen`), naming the root to mount;
 - ``.gitignore``: the folder ignores itself, so a checkout's ``git status`` stays clean.
 
 Everything in the folder is untrusted input: every path in it must be a plain relative path
@@ -50,6 +52,12 @@ OnWait = Callable[[Path, "int | None"], None]
 
 class WriteError(RefusedError):
     """A write failed (disk full, read-only file, size limit, a file changed meanwhile)."""
+
+
+class Unseen(RefusedError):
+    """The root that holds a transaction's commit marker cannot be read: whether it committed is unknown (exit 2)."""
+
+    exit_code = 2
 
 
 class Changed(Exception):
@@ -185,20 +193,40 @@ class Store:
         return None if data is None else Journal.parse(self.journal_file, data, self.root)
 
     def marker(self) -> tuple[str, list[Path]] | None:
-        """The commit marker this root holds: its transaction's id and roots (None when there is none)."""
-        try:
-            data = self._read("commit.json")
-        except RefusedError:
-            return None
+        """The commit marker this root holds: its transaction's id and roots (None when there is none; a
+        marker that cannot be read is refused, never taken for none)."""
+        data = self._read("commit.json")
         if not isinstance(data, dict) or not isinstance(data.get("txid"), str):
             return None
         roots = data.get("roots")
         return data["txid"], [Path(r) for r in roots if isinstance(r, str)] if isinstance(roots, list) else []
 
-    def committed(self, txid: str) -> bool:
-        """This root holds the commit marker of transaction ``txid``."""
-        marker = self.marker()
-        return marker is not None and marker[0] == txid
+    def committed(self, journal: Journal, journal_file: Path) -> bool:
+        """Whether this root, the first of the transaction ``journal`` (read from ``journal_file``), holds that
+        transaction's commit marker: read, never guessed. False only when it holds the transaction's journal and
+        no marker (it is rolled back there last, see :func:`_roll_back_root`); a root that cannot be stat'ed or
+        read, or that holds neither (another image's folder at that path), raises :class:`Unseen` naming the root
+        to mount, so that no root of a committed transaction is ever rolled back."""
+        try:
+            info = os.stat(self.root)
+            if not stat.S_ISDIR(info.st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, "not a folder")
+            marker = self.marker()
+            if marker is not None and marker[0] == journal.txid:
+                return True
+            if self.root == journal_file.parent.parent:
+                return False
+            ours = self.journal()
+            if ours is not None and ours.txid == journal.txid:
+                return False
+            why = "it holds neither its commit marker nor its journal: not the folder the transaction wrote"
+        except (OSError, RefusedError) as e:
+            why = (e.strerror or str(e)) if isinstance(e, OSError) else str(e)
+        raise Unseen(
+            f"{journal_file}: an interrupted {journal.op} is finished forward or rolled back by its commit marker "
+            f"in {self.root}, which cannot be read ({why}); every journal is kept: mount the {self.root} it wrote "
+            "and run ascendfix again"
+        ) from None
 
     def sweep_temps(self) -> None:
         """Remove temp files a killed write left inside the state folder, and the folders that leaves empty."""
@@ -367,7 +395,10 @@ class Store:
             return
         self.sweep_temps()
         self.tree.remove_tree(f"{STATE_DIR}/undo")
-        marker = self.marker()
+        try:
+            marker = self.marker()
+        except RefusedError:
+            marker = None  # an unreadable marker is left as it is: it decides nothing here
         if marker is not None and not any(_journals(Store(r), marker[0]) for r in marker[1] if r != self.root):
             self.tree.unlink(f"{STATE_DIR}/commit.json")
         self._drop_if_empty()
@@ -394,6 +425,9 @@ def _recovered(roots: list[Path], restore: Restore) -> tuple[list[Store], list[s
         if store.needs_recovery():
             notes += _recover_root(store, restore)
         stores.append(store)
+    for store in stores:  # a first root keeps its journal until the others are rolled back: they may be now
+        if has_journal(store.root):
+            notes += [n for n in _recover_root(store, restore) if n not in notes]
     return stores, notes
 
 
@@ -414,7 +448,7 @@ def _recover_root(store: Store, restore: Restore) -> list[str]:
         store.tidy()
         return []
     first = Store(journal.roots[0]) if journal.roots else store
-    if journal.txid and first.committed(journal.txid):
+    if journal.txid and first.committed(journal, store.journal_file):
         store.finish(journal)
         store.tidy()
         if first.root != store.root:
@@ -422,14 +456,23 @@ def _recover_root(store: Store, restore: Restore) -> list[str]:
                 first.tidy()
         return []
     try:
-        notes = store.roll_back(journal, restore)
-        store.sweep_temps()
-        store._drop_journal()
+        return _roll_back_root(store, journal, restore)
     except OSError as e:
         raise WriteError(
             f"rolling back an interrupted {journal.op} in {store.root} failed: {e.strerror or e}; "
             "its journal is kept: the next ascendfix command finishes the rollback"
         ) from None
+
+
+def _roll_back_root(store: Store, journal: Journal, restore: Restore) -> list[str]:
+    """Roll ``store`` back and drop its journal, except in the first root of a transaction while another of its
+    roots may still journal it: so that while any root journals a transaction, its first root holds that
+    transaction's journal or marker, and a first root holding neither is never taken for "not committed"."""
+    notes = store.roll_back(journal, restore)
+    store.sweep_temps()
+    others = [Store(r) for r in journal.roots[1:] if r != store.root]
+    if not (journal.roots and journal.roots[0] == store.root and any(_journals(o, journal.txid) for o in others)):
+        store._drop_journal()
     return notes
 
 
@@ -501,10 +544,25 @@ def session(
     the temp files beside ``files`` (relative paths by root) and inside each state folder, then yield."""
     with locked(roots, on_wait):
         for store in _recovered(roots, restore)[0]:
+            _refuse_if_kept(store)
             for rel in files.get(store.root, []):
                 store.tree.remove_temps(rel)
             store.sweep_temps()
         yield Session(restore)
+
+
+def _refuse_if_kept(store: Store) -> None:
+    """A root that keeps an interrupted transaction's journal or commit marker until its other roots are seen is
+    not written: a new transaction would overwrite what decides the old one."""
+    journal = store.journal()
+    kept = (journal.txid, journal.roots, "journal") if journal else (*(store.marker() or ("", [])), "commit marker")
+    txid, roots, what = kept
+    unseen = [str(r) for r in roots if r != store.root and _journals(Store(r), txid)] if txid else []
+    if unseen:
+        raise Unseen(
+            f"{store.dir}: keeps the {what} of an interrupted transaction until ascendfix sees {', '.join(unseen)}; "
+            "nothing was written: mount it and run ascendfix again"
+        )
 
 
 def _transaction(op: str, plans: dict[Path, list[PlannedWrite]], restore: Restore) -> None:
@@ -555,13 +613,11 @@ def _roll_back_all(
 ) -> None:
     """Roll every opened root back after ``error``; raise the one line that says what happened."""
     stuck = None
-    for tx in opened.values():
+    for tx in reversed(opened.values()):  # the first root last: see _roll_back_root
         try:
             journal = tx.store.journal()
             if journal is not None:
-                tx.store.roll_back(journal, restore)
-                tx.store.sweep_temps()
-                tx.store._drop_journal()
+                _roll_back_root(tx.store, journal, restore)
         except (OSError, RefusedError) as e:
             stuck = stuck or e
     if stuck is not None:
