@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from ascendfix import cli
-from ascendfix.job import triage, triage_scan
+from ascendfix.job import triage
+from ascendfix.job.triage import scan as triage_scan
 from click.testing import CliRunner
 
 from tests import triage_fixtures as fixtures

@@ -1,4 +1,4 @@
-"""triage's table of fingerprints (``triage_codes.toml``): loading it, and finding which one a line matches.
+"""triage's table of fingerprints (``codes.toml``): loading it, and finding which one a line matches.
 
 A line is searched only for the fingerprints whose literal needles it holds (plus the few
 patterns that have none), most specific first.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ascendfix.errors import UsageError
 
-CODES = Path(__file__).with_name("triage_codes.toml")
+CODES = Path(__file__).with_name("codes.toml")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from ascendfix.job.triage_lines import Finding
+from ascendfix.job.triage.lines import Finding
 
 BURST_LINES = 30
 SKEW = timedelta(minutes=5)

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from ascendfix.job.triage_lines import DATED, Clock, Finding, first_stamp, parse
-from ascendfix.job.triage_table import Table
+from ascendfix.job.triage.lines import DATED, Clock, Finding, first_stamp, parse
+from ascendfix.job.triage.table import Table
 
 BLOCK = 1 << 22
 MAX_LINE = 1 << 16

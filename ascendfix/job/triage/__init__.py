@@ -3,10 +3,10 @@
 When a job on 128 NPUs fails, every rank prints errors and HCCL's own advice is to find the rank
 that failed first. :func:`triage` reads a folder of logs -- a Ray session's ``logs``, ``ascendfix
 run`` folders (``<time>/train.log``), CANN plog folders, per-node copies of them, a collected
-``dmesg -T`` or ``kern.log`` -- picks the lines that fingerprint a failure (``triage_codes.toml``,
-:mod:`ascendfix.job.triage_table`), reads each one's time, node, pid and rank
-(:mod:`ascendfix.job.triage_lines`), streaming (:mod:`ascendfix.job.triage_scan`), and orders them
-(:mod:`ascendfix.job.triage_order`): the earliest burst, after clock skew and the ranks the
+``dmesg -T`` or ``kern.log`` -- picks the lines that fingerprint a failure (``codes.toml``,
+:mod:`ascendfix.job.triage.table`), reads each one's time, node, pid and rank
+(:mod:`ascendfix.job.triage.lines`), streaming (:mod:`ascendfix.job.triage.scan`), and orders them
+(:mod:`ascendfix.job.triage.order`): the earliest burst, after clock skew and the ranks the
 timeouts point at, is the first failure; every other finding is counted as one of its likely
 consequences.
 
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ascendfix.errors import UsageError
-from ascendfix.job.triage_lines import MAX_MESSAGE, Finding, clean
-from ascendfix.job.triage_order import Tally, bursts
-from ascendfix.job.triage_scan import KERNEL_NEEDLES, NEEDLES, PREFILTER, FileScan, log_files
-from ascendfix.job.triage_table import CODES, Fingerprint, Table, fingerprints, needles
+from ascendfix.job.triage.lines import MAX_MESSAGE, Finding, clean
+from ascendfix.job.triage.order import Tally, bursts
+from ascendfix.job.triage.scan import KERNEL_NEEDLES, NEEDLES, PREFILTER, FileScan, log_files
+from ascendfix.job.triage.table import CODES, Fingerprint, Table, fingerprints, needles
 
 __all__ = [
     "CODES",

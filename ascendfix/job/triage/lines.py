@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ascendfix.job.triage_table import Fingerprint, Table
+from ascendfix.job.triage.table import Fingerprint, Table
 
 MAX_MESSAGE = 300
 _MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
