@@ -117,7 +117,7 @@ def run_json(logdir: Path) -> tuple[int, dict]:
 def test_a_multinode_session_names_the_port_that_went_down_first(tmp_path):
     code, data = run_json(session(tmp_path))
     assert code == 1
-    assert set(data) == {"logs", "first", "later", "by_code", "skipped", "clock_skew"}
+    assert set(data) == {"logs", "first", "later", "by_code", "skipped", "clock_skew", "discounted"}
     first = data["first"]
     assert set(first) == {"time", "file", "line", "node", "pid", "rank", "code", "message", "cause", "fix"}
     assert first["code"] == "EJ0002" and first["node"] == "10.0.0.4" and first["pid"] == 3007 and first["rank"] == 7
@@ -276,6 +276,7 @@ def test_healthy_logs_that_mention_errors_in_passing_exit_0(tmp_path):
         "by_code": {},
         "skipped": [],
         "clock_skew": {},
+        "discounted": [],
     }
     assert "no failure found" in invoke("triage", str(tmp_path)).output
 
@@ -462,7 +463,15 @@ EXAMPLES = {
     "worker id = cbe9, node id = 0c86, address = 10.0.0.9, exit_type = NODE_OUT_OF_MEMORY, exit_detail = 1 "
     "worker(s) were killed due to the node running low on memory.",
     "LINUX_OOM": "[12345.678901] Out of memory: Killed process 4101 (python3) total-vm:1000kB, anon-rss:900kB",
+    # CPython's fatal_error (pylifecycle.c) and Ray's logging.cc signal handler, as a Ray worker's .err has them
+    "PYTHON_FATAL": "Fatal Python error: Segmentation fault",
+    "NATIVE_SIGNAL": "[2026-12-03 12:08:14,628 E 1215 1215] logging.cc:474: *** SIGSEGV received at time=1796299694 "
+    "on cpu 1 ***",
+    "TORCHRUN_SIGTERM": "  exitcode  : -15 (pid: 12346)  (SIGTERM)",  # torch 2.13 errors/__init__.py:188
     "TORCHRUN_SIGNAL": "  exitcode  : -9 (pid: 12345)",
+    "TORCHRUN_EXIT": "E1203 11:56:13.177000 6435 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] "
+    "failed (exitcode: 1) local_rank: 1 (pid: 6576) of binary: /usr/bin/python",
+    "TORCHRUN_CHILD_FAILED": "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
     "GLOO_CONNECT": "RuntimeError: Gloo connectFullMesh failed with "
     "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
     "GLOO_PEER": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
@@ -501,13 +510,15 @@ def test_every_fingerprint_has_a_cause_a_fix_and_a_source():
 def test_each_fingerprint_fires_on_its_example_through_the_prefilter(tmp_path, code):
     line = EXAMPLES[code].encode()
     name = "kern.log" if code == "LINUX_OOM" else "a.log"  # the kernel's words are looked for in kernel logs
-    needles = triage.KERNEL_NEEDLES if code == "LINUX_OOM" else triage.NEEDLES
+    needles = triage_scan.needles_for(name)
     picked = triage.PREFILTER.search(line) or any(n in line for n in needles)
     assert picked, "the pre-filter would never show it this line"
-    above = "Traceback (most recent call last):\n" if code in ("python", "RAY_TASK_ERROR", "SLEEP_MODE_ALLOC") else ""
+    after = ("python", "RAY_TASK_ERROR", "SLEEP_MODE_ALLOC", "TORCHRUN_CHILD_FAILED")
+    above = "Traceback (most recent call last):\n" if code in after else ""
     write(tmp_path / name, above + EXAMPLES[code] + "\n")
     first = triage.triage(tmp_path).first
     inner = {"CANN": "EH9999", "ERR": "ERR02005", "python": "ValueError", "RAY_TASK_ERROR": "KeyError"}
+    inner |= {"NATIVE_SIGNAL": "SIGSEGV"}
     assert first.code == inner.get(code, {"EI0019": "EI0020"}.get(code, code))
 
 
@@ -700,9 +711,9 @@ def test_a_timeout_that_names_its_peer_is_that_peers_consequence_whatever_the_st
 
 def test_torchruns_root_cause_block_wins_over_rank_0s_lost_peer(tmp_path):
     first = first_of(fixtures.torchrun_sigkill(tmp_path))
-    # torch elastic's own line, stamped first, in one burst with the block below it (its host and rank)
+    # torch elastic's own line and the block below it, one burst: the entry names it (its time, host and rank)
     assert (first["code"], first["node"], first["pid"], first["rank"]) == ("TORCHRUN_SIGNAL", "node01", 12345, 3)
-    assert first["time"] == "2024-06-18T10:21:36.480000" and "dmesg" in first["fix"]
+    assert first["time"] == "2024-06-18T10:21:36" and "dmesg" in first["fix"] and "(SIGKILL)" in first["message"]
     lines = (tmp_path / "train.log").read_text().splitlines()
     (tmp_path / "train.log").write_text("\n".join(line for line in lines if "failed (exitcode" not in line) + "\n")
     first = first_of(tmp_path)  # the block alone: its time, host and rank

@@ -26,13 +26,14 @@ from typing import Any
 
 from ascendfix.errors import UsageError
 from ascendfix.job.triage.lines import MAX_MESSAGE, Finding, clean
-from ascendfix.job.triage.order import Tally, bursts
+from ascendfix.job.triage.order import Discount, Tally, bursts
 from ascendfix.job.triage.scan import KERNEL_NEEDLES, NEEDLES, PREFILTER, FileScan, log_files
 from ascendfix.job.triage.table import CODES, Fingerprint, Table, fingerprints, needles
 
 __all__ = [
     "CODES",
     "DEFAULT_LOGDIR",
+    "Discount",
     "KERNEL_NEEDLES",
     "MAX_MESSAGE",
     "NEEDLES",
@@ -65,6 +66,7 @@ class Triage:
     bytes_read: int
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path under LOGDIR, why), unread
     clock_skew: dict[str, float] = field(default_factory=dict)  # node -> seconds its stamps are behind
+    discounted: list[Discount] = field(default_factory=list)  # earlier findings not taken as the first, and why
 
     @property
     def failed(self) -> bool:
@@ -72,7 +74,7 @@ class Triage:
         return self.first is not None or bool(self.skipped)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"logs", "first", "later", "by_code", "skipped", "clock_skew"}``."""
+        """``{"logs", "first", "later", "by_code", "skipped", "clock_skew", "discounted"}``."""
         first = self.first.to_json() if self.first else None
         skipped = [{"path": path, "why": why} for path, why in self.skipped]
         return {
@@ -82,6 +84,7 @@ class Triage:
             "by_code": self.by_code,
             "skipped": skipped,
             "clock_skew": self.clock_skew,
+            "discounted": [d.to_json() for d in self.discounted],
         }
 
 
@@ -114,11 +117,12 @@ def triage(logdir: Path = DEFAULT_LOGDIR) -> Triage:
     if not files and not skipped:
         raise UsageError(f"{logdir}: no readable text log files here")
     offsets = tally.skew()
-    named, offset = tally.first(offsets)
-    first = named.named(offset) if named else None
-    later = tally.total - (named.size if named else 0)
+    first, size_first = tally.first(offsets)
     skew = {node: _seconds(delta) for node, delta in sorted(offsets.items())}
-    return Triage(clean(str(logdir)), first, later, dict(tally.by_code.most_common()), files, size, skipped, skew)
+    by_code = dict(tally.by_code.most_common())
+    return Triage(
+        clean(str(logdir)), first, tally.total - size_first, by_code, files, size, skipped, skew, tally.discounted
+    )
 
 
 def _seconds(delta: timedelta) -> float:

@@ -17,13 +17,16 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from ascendfix.job.triage.lines import DATED, Clock, Finding, first_stamp, parse
+from ascendfix.job.triage.lines import ANSI, DATED, MAX_MESSAGE, Clock, Finding, clean, first_stamp, parse
 from ascendfix.job.triage.table import Table
 
 BLOCK = 1 << 22
 MAX_LINE = 1 << 16
 LOOKBACK = 1 << 16
 ABOVE = 1024  # how far above a line a fingerprint's ``above`` pattern is looked for
+BELOW = 8192  # how far below a line a fingerprint's ``below`` pattern is looked for
+# the end of an entry of torchrun's report: its rules and the next entry's "[N]:"
+_ENTRY_END = re.compile(rb"^(?:={8,}|-{8,}|\[\d+\]:)\s*$", re.M)
 SNIFF = 8192
 _PARSED, _PARSED_LINE = 4096, 512  # distinct short lines whose parse is kept, per file (at most 2 MiB)
 
@@ -33,13 +36,15 @@ _PARSED, _PARSED_LINE = 4096, 512  # distinct short lines whose parse is kept, p
 PREFILTER = re.compile(rb"E(?:rror|RROR|xception|RR\d|[A-Z0-9]\d{4}|\d{3,4} \d| \d+ \d+\])")
 # the failures printed without any of these, searched with find, in the files that print them: Ray's
 # own logs, the driver's and the job's (the kernel's words in kernel logs only); a Ray worker's
-# stdout/stderr (worker-*.out/err, most of a session's bytes) holds none of them
+# stdout/stderr (worker-*.out/err, most of a session's bytes) holds none of them, only WORKER_NEEDLES
 NEEDLES = (
     b"NODE_OUT_OF_MEMORY",
     b"memory pressure (OOM)",
     b"cannot be scheduled right now",
     b"exitcode",  # torchrun's failure block and its "failed (exitcode: -9)"
 )
+# a Ray worker's own log: the native crash it prints without any of the pre-filter's words
+WORKER_NEEDLES = (b"Fatal Python error", b"*** SIG")
 KERNEL_NEEDLES = (b"of memory",)  # the OOM killer, "Out of memory: Killed process" / "Memory cgroup out of memory"
 KERNEL_LOG = re.compile(r"^(?:dmesg|kern|syslog|messages|journal)", re.I)
 RAY_WORKER_LOG = re.compile(r"^worker-[0-9a-f]+-[0-9a-f]+-\d+\.(?:out|err)$")
@@ -49,7 +54,7 @@ def needles_for(name: str) -> tuple[bytes, ...]:
     """The needles a file of this name is searched for, beside the pre-filter."""
     if KERNEL_LOG.match(name):
         return NEEDLES + KERNEL_NEEDLES
-    return () if RAY_WORKER_LOG.match(name) else NEEDLES
+    return WORKER_NEEDLES if RAY_WORKER_LOG.match(name) else NEEDLES + WORKER_NEEDLES
 
 
 def log_files(root: Path, skipped: list[tuple[str, str]]) -> Iterator[Path]:
@@ -156,6 +161,8 @@ class FileScan:
             above = finding.fingerprint.above
             if above is not None:
                 finding, time = _with_above(finding, above, block[max(0, start - ABOVE) : start], clock, time)
+            if finding.fingerprint.below is not None:
+                finding = _with_below(finding, block, end)
             line = lines.at(base + start, block, base)
             yield finding.placed(line, time)
         _dated_year(block, max(dated, len(block) - LOOKBACK), len(block), clock)
@@ -208,7 +215,24 @@ def _with_above(finding: Finding, above: re.Pattern[str], text: bytes, clock: Cl
         own = first_stamp(groups["stamp"].encode())
         time = (clock.time(own) if own else None) or time
     rank = int(groups["rank"]) if groups.get("rank") else finding.rank
-    return replace(finding, node=groups.get("node") or finding.node, rank=rank), time
+    role = "root" if groups.get("root") else finding.role
+    return replace(finding, node=groups.get("node") or finding.node, rank=rank, role=role), time
+
+
+def _with_below(finding: Finding, block: bytes, end: int) -> Finding:
+    """A finding completed from the entry below it: torchrun's report (the rank's error_file traceback names the
+    exception), faulthandler's stack (its innermost frame)."""
+    stop = _ENTRY_END.search(block, end + 1, end + 1 + BELOW)
+    text = ANSI.sub(b"", block[end + 1 : stop.start() if stop else end + 1 + BELOW]).decode("utf-8", "replace")
+    matches = list(finding.fingerprint.below.finditer(text))
+    if not matches:
+        return finding
+    g = matches[-1].groupdict()  # the last exception of a chained traceback is the one that ended the rank
+    message = clean(g.get("message") or finding.message)
+    if g.get("function"):
+        message += " · " + clean(f"in {g['function']} ({g['file']}:{g['line']})")
+    message = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
+    return replace(finding, code=g.get("code") or finding.code, message=message)
 
 
 class _Lines:

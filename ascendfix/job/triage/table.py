@@ -31,6 +31,8 @@ class Fingerprint:
     above: re.Pattern[str] | None = None  # searched in the lines just above: its groups stamp, node, rank
     info: bool = False  # also fires on an INFO/DEBUG line (Ray logs its OOM kills and pending requests so)
     handled: re.Pattern[bytes] | None = None  # the line right above its `after` line says the exception was handled
+    role: str = ""  # "consequence": it follows another failure (a lost peer, a launcher's SIGTERM), never first
+    below: re.Pattern[str] | None = None  # searched in the entry below the line: its last match's code and message
 
 
 @functools.cache
@@ -54,11 +56,22 @@ def fingerprints(path: Path = CODES) -> tuple[Fingerprint, ...]:
                 re.compile(e["above"], re.S) if "above" in e else None,
                 bool(e.get("info", False)),
                 re.compile(e["handled"].encode()) if "handled" in e else None,
+                _role(e.get("role", "")),
+                re.compile(e["below"], re.M) if "below" in e else None,
             )
             for e in table["fingerprint"]
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, re.error) as e:
         raise UsageError(f"{path}: not a valid fingerprint table: {e}") from None
+
+
+ROLES = ("", "consequence")
+
+
+def _role(value: str) -> str:
+    if value not in ROLES:
+        raise ValueError(f"role {value!r} is none of {ROLES[1:]}")
+    return value
 
 
 def needles(pattern: str) -> tuple[str, ...]:

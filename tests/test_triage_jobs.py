@@ -1,0 +1,148 @@
+"""`ascendfix triage` on jobs that really fail here: torchrun with gloo on CPU, and Ray jobs in the
+test's own network namespace and temp folder. Each test runs the job, then asserts the rank, pid,
+node and message triage names first, and what it counts as consequences.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from ascendfix import cli
+from ascendfix.job import triage
+from click.testing import CliRunner
+
+# a rank raises (or SIGKILLs itself, as the OOM killer does) at a step; the others are in an all_reduce
+TORCH_JOB = textwrap.dedent(
+    """
+    import datetime, os, signal, sys, time
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    @record
+    def main(how, bad, at):
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
+        rank = dist.get_rank()
+        with open(f"pid{rank}", "w") as f:
+            f.write(str(os.getpid()))
+        t = torch.ones(4)
+        for step in range(6):
+            if rank == bad and step == at:
+                time.sleep(0.2)  # the others are waiting in the collective
+                if how == "raise":
+                    raise ValueError(f"bad batch at step {step} on rank {rank}")
+                os.kill(os.getpid(), signal.SIGKILL)
+            dist.all_reduce(t)
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        if sys.argv[4] == "record":
+            main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+        else:
+            main.__wrapped__(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    """
+)
+
+
+def torchrun(work: Path, how: str, bad: int, *, ranks: int = 3, log_dir: bool = False, record: bool = False):
+    """Run the job under torchrun (its own rendezvous port); its console output is ``console/train.log``,
+    as `ascendfix run` keeps it; returns each rank's pid."""
+    pytest.importorskip("torch")
+    (work / "job.py").write_text(TORCH_JOB)
+    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+    if log_dir:
+        args += ["--log-dir", str(work / "ranks"), "--redirects", "3"]
+    args += ["job.py", how, str(bad), "1", "record" if record else "plain"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "MASTER_", "RANK", "WORLD"))}
+    proc = subprocess.run(args, cwd=work, env=env | {"OMP_NUM_THREADS": "1"}, capture_output=True, timeout=180)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    console = work / "console"
+    console.mkdir()
+    (console / "train.log").write_bytes(proc.stdout + proc.stderr)
+    assert b"Root Cause (first observed failure)" in proc.stderr
+    return {rank: int((work / f"pid{rank}").read_text()) for rank in range(ranks)}
+
+
+def first_of(logs: Path) -> tuple[dict, dict]:
+    """The CLI's JSON for ``logs`` (which must exit 1) and its first finding."""
+    result = CliRunner().invoke(cli.main, ["triage", str(logs), "--json"])
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1, data
+    return data, data["first"]
+
+
+@pytest.mark.slow
+def test_a_rank_that_raises_is_named_not_the_survivors_torchrun_sigtermed(tmp_path):
+    pids = torchrun(tmp_path, "raise", 1)
+    data, first = first_of(tmp_path / "console")
+    assert (first["rank"], first["pid"], first["node"]) == (1, pids[1], "localhost"), first
+    assert first["code"] == "ValueError" and "bad batch at step 1 on rank 1" in first["message"]
+    assert first["time"] is not None  # the root cause block's
+    # the survivors' lost peers and torchrun's SIGTERMs of them are counted as its consequences
+    assert data["by_code"]["GLOO_PEER"] == 2 and data["later"] >= 4
+    assert "TORCHRUN_SIGTERM" in data["by_code"]
+
+
+@pytest.mark.slow
+def test_a_rank_killed_by_sigkill_is_named_with_its_signal(tmp_path):
+    pids = torchrun(tmp_path, "kill", 2, log_dir=True)
+    for logs in (tmp_path / "console", tmp_path):  # torchrun's output alone, and with the ranks' own files
+        data, first = first_of(logs)
+        assert (first["code"], first["rank"], first["pid"]) == ("TORCHRUN_SIGNAL", 2, pids[2]), (logs, first)
+        assert "SIGKILL" in first["message"] and "dmesg" in first["fix"]
+
+
+@pytest.mark.slow
+def test_the_ranks_own_files_alone_name_the_rank_that_raised_over_its_lost_peers(tmp_path):
+    pids = torchrun(tmp_path, "raise", 2, log_dir=True)
+    data, first = first_of(tmp_path / "ranks")  # `--log-dir … --redirects 3`: no stamp in any of them
+    assert (first["code"], first["rank"]) == ("ValueError", 2), first
+    assert "bad batch at step 1 on rank 2" in first["message"] and first["file"].endswith("/2/stderr.log")
+    assert data["by_code"]["GLOO_PEER"] == 2
+    data, first = first_of(tmp_path)  # with torchrun's own output beside them: the pid too
+    assert (first["code"], first["rank"], first["pid"]) == ("ValueError", 2, pids[2]), first
+    assert "bad batch at step 1 on rank 2" in first["message"]
+
+
+@pytest.mark.slow
+def test_the_root_cause_blocks_error_file_traceback_names_the_exception(tmp_path):
+    """With @record and --redirects, torchrun's own output holds the ranks' tracebacks only in its block."""
+    pids = torchrun(tmp_path, "raise", 0, ranks=2, log_dir=True, record=True)
+    data, first = first_of(tmp_path / "console")
+    assert (first["code"], first["rank"], first["pid"]) == ("ValueError", 0, pids[0]), first
+    assert first["message"] == "ValueError: bad batch at step 1 on rank 0"
+
+
+# --- Ray jobs, each in a network namespace of its own ---------------------------------------------
+
+
+def ray_job(tmp_path_factory, script: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run a Ray job script under `unshare -n` (only `lo`, brought up), its Ray folder in pytest's temp dir;
+    the driver's output is kept in the session's logs as `train.log`, as `ascendfix run` keeps it."""
+    pytest.importorskip("ray")
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs unshare and ip for a network namespace")
+    work = tmp_path_factory.mktemp("r")  # short: Ray's socket paths must stay under 107 bytes
+    (work / "job.py").write_text(textwrap.dedent(script))
+    ray_dir = work / "ray"
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work), "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.run(
+        ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" job.py "$1"', sys.executable, str(ray_dir)],
+        cwd=work,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0 and "unshare" in proc.stderr and "Operation not permitted" in proc.stderr:
+        pytest.skip("no permission for a network namespace here")
+    logs = ray_dir / "session_latest" / "logs"
+    (logs / "train.log").write_text(proc.stdout + proc.stderr)
+    return proc, logs
