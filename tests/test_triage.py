@@ -21,6 +21,7 @@ import pytest
 from ascendfix import cli
 from ascendfix.job import triage
 from ascendfix.job.triage import scan as triage_scan
+from ascendfix.job.triage import table as triage_table
 from click.testing import CliRunner
 
 from tests import triage_fixtures as fixtures
@@ -531,6 +532,46 @@ def test_needles_are_the_literals_each_alternative_starts_with():
     assert triage.needles(r"EJ0002|up") == ()  # one alternative too short to search for: always run
     assert triage.needles(r"(?<=code is )507046(?!\d)|(?<=ret\()507046") == ("507046", "507046")  # lookbehind: before
     assert triage.needles(r"(?P<code>E[A-Z0-9]\d{4})") == () and triage.needles(r"^Error") == ()
+
+
+def merged(a: str, b: str) -> list[str]:
+    """The shortest texts that hold both needles where they share characters: one inside the other, or one
+    running on from the other's end."""
+    if a in b or b in a:
+        return [max(a, b, key=len)]
+    return [x + y[k:] for x, y in ((a, b), (b, a)) for k in range(min(len(x), len(y)) - 1, 0, -1) if x.endswith(y[:k])]
+
+
+def test_every_pair_of_overlapping_needles_resolves_to_the_most_specific_entry():
+    """Table.match finds what trying every pattern in the table's order finds, on every text in which two
+    entries' needles overlap (plus the context their patterns look for after them)."""
+    fps = triage.fingerprints()
+    table = triage_scan.Table(fps)
+    pairs = set()
+    for i, a in enumerate(fps):
+        for j, b in enumerate(fps[i + 1 :], i + 1):
+            for na in a.needles:
+                for nb in b.needles:
+                    if not triage_table.overlap(na, nb):
+                        continue
+                    pairs.add((a.code, b.code))
+                    for text in merged(na, nb):
+                        for tail in ("", " {'CPU': 1.0, 'GPU': 1.0}", ": 1"):
+                            want = next((k for k, fp in enumerate(fps) if fp.pattern.search(text + tail)), None)
+                            got = table.match(text + tail)
+                            assert (got[0] if got else None) == want, (a.code, b.code, text + tail)
+    assert ("RAY_UNSCHEDULABLE_GPU", "RAY_UNSCHEDULABLE") in pairs and len(pairs) >= 5, sorted(pairs)
+
+
+def test_the_v1_autoscalers_gpu_request_gives_the_trainer_device_fix(tmp_path):
+    """Ray 2.49.1 _private/autoscaler.py:846-850 (v1, what `ray start --head` runs) logs it in monitor.log."""
+    write(
+        tmp_path / "monitor.log",
+        "2025-08-05 14:02:26,872\tWARNING autoscaler.py:850 -- Error: No available node types can fulfill resource "
+        "request {'CPU': 1.0, 'GPU': 1.0}. Add suitable node types to this cluster to resolve this issue.\n",
+    )
+    first = first_of(tmp_path)
+    assert first["code"] == "RAY_UNSCHEDULABLE_GPU" and "trainer.device=npu" in first["fix"]
 
 
 # --- a real Ray job -------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from ascendfix import cli
-from ascendfix.job import triage
 from click.testing import CliRunner
 
 # a rank raises (or SIGKILLs itself, as the OOM killer does) at a step; the others are in an all_reduce
@@ -146,3 +145,114 @@ def ray_job(tmp_path_factory, script: str) -> tuple[subprocess.CompletedProcess,
     logs = ray_dir / "session_latest" / "logs"
     (logs / "train.log").write_text(proc.stdout + proc.stderr)
     return proc, logs
+
+
+SEGFAULT_JOB = """
+    import os, signal, sys
+    import ray
+
+    @ray.remote(num_cpus=0, max_restarts=0)
+    class Rollout:
+        def generate(self, n):
+            if n == 2:
+                with open("crashed", "w") as f:
+                    f.write(str(os.getpid()))
+                os.kill(os.getpid(), signal.SIGSEGV)  # what a bad kernel or extension does
+            return n
+
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])
+    actor = Rollout.remote()
+    for n in range(4):
+        print("step", ray.get(actor.generate.remote(n)), flush=True)
+"""
+
+CHAIN_JOB = """
+    import os, sys
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def inner(x):
+        with open("inner", "w") as f:
+            f.write(str(os.getpid()))
+        raise KeyError(f"missing sample {x}")
+
+    @ray.remote(num_cpus=0)
+    def middle(x):
+        return ray.get(inner.remote(x))
+
+    @ray.remote(num_cpus=0)
+    def outer(x):
+        return ray.get(middle.remote(x))
+
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])
+    print(ray.get(outer.remote(7)))
+"""
+
+# a clean job: an actor logs a download's timeout with logging.exception and retries it, as huggingface_hub
+# and wandb do; the driver ends normally
+RETRIED_JOB = """
+    import logging, sys
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Loader:
+        def __init__(self):
+            self.tries = 0
+
+        def fetch(self):
+            log = logging.getLogger("loader")
+            while True:
+                self.tries += 1
+                try:
+                    if self.tries == 1:
+                        raise TimeoutError("read timed out (hub)")
+                    return self.tries
+                except TimeoutError:
+                    log.exception("download failed, retrying (attempt %d)", self.tries)
+
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])
+    print("tries", ray.get(Loader.remote().fetch.remote()))
+    ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_a_ray_actors_segfault_is_named_with_its_pid_node_and_python_frame(tmp_path_factory):
+    proc, logs = ray_job(tmp_path_factory, SEGFAULT_JOB)
+    assert proc.returncode == 1 and "ActorDiedError" in proc.stderr, proc.stderr[-3000:]
+    pid = int((logs.parents[2] / "crashed").read_text())
+    data, first = first_of(logs)
+    assert (first["code"], first["pid"], first["node"]) == ("PYTHON_FATAL", pid, "127.0.0.1"), first
+    assert "Segmentation fault" in first["message"] and "in generate (" in first["message"]
+    assert first["file"].startswith("worker-") and first["file"].endswith(f"-{pid}.err")
+    assert data["by_code"]["SIGSEGV"] >= 1 and data["later"] >= 2  # the GCS's and the driver's reports of it
+    (logs / "train.log").unlink()  # the session's own logs alone: the same
+    _, alone = first_of(logs)
+    assert (alone["code"], alone["pid"], alone["file"]) == ("PYTHON_FATAL", pid, first["file"])
+
+
+@pytest.mark.slow
+def test_the_innermost_exception_of_a_ray_task_chain_is_named_with_its_task_and_pid(tmp_path_factory):
+    proc, logs = ray_job(tmp_path_factory, CHAIN_JOB)
+    assert proc.returncode == 1 and "KeyError: 'missing sample 7'" in proc.stderr, proc.stderr[-3000:]
+    pid = int((logs.parents[2] / "inner").read_text())
+    data, first = first_of(logs)
+    assert (first["code"], first["pid"], first["node"]) == ("KeyError", pid, "127.0.0.1"), first
+    assert first["message"] == "KeyError: 'missing sample 7' (in ray::inner())"
+    # the three wrappers (outer, middle, inner) and the exception; the innermost wrapper is in its burst
+    assert data["by_code"]["KeyError"] == 4 and data["later"] == 2
+
+
+@pytest.mark.slow
+def test_a_clean_ray_job_that_logged_and_retried_an_exception_is_no_failure(tmp_path_factory):
+    proc, logs = ray_job(tmp_path_factory, RETRIED_JOB)
+    assert proc.returncode == 0 and "tries 2" in proc.stdout, proc.stderr[-3000:]
+    assert "TimeoutError: read timed out (hub)" in proc.stderr  # relayed from the actor's worker-*.err
+    result = CliRunner().invoke(cli.main, ["triage", str(logs), "--json"])
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0 and data["first"] is None, data
+    discounted = {(d["code"], d["why"]) for d in data["discounted"]}
+    assert {code for code, _ in discounted} == {"TimeoutError"}, discounted
+    assert all("retr" in why for _, why in discounted)
+    human = CliRunner().invoke(cli.main, ["triage", str(logs)]).output
+    assert "discounted  TimeoutError" in human and "no failure found" in human

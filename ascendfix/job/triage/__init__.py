@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from ascendfix.errors import UsageError
-from ascendfix.job.triage.lines import MAX_MESSAGE, Finding, clean
-from ascendfix.job.triage.order import Discount, Tally, bursts
-from ascendfix.job.triage.scan import KERNEL_NEEDLES, NEEDLES, PREFILTER, FileScan, log_files
+from ascendfix.job.triage.lines import MAX_MESSAGE, Discount, Finding, clean
+from ascendfix.job.triage.order import Tally, bursts
+from ascendfix.job.triage.scan import KERNEL_NEEDLES, MAX_DISCOUNTED, NEEDLES, PREFILTER, FileScan, log_files
 from ascendfix.job.triage.table import CODES, Fingerprint, Table, fingerprints, needles
 
 __all__ = [
@@ -108,6 +108,7 @@ def triage(logdir: Path = DEFAULT_LOGDIR) -> Triage:
         scan = FileScan(path, clean(str(rel)), nodes[rel.parent], int(m.group(1)) if m else None, table)
         for burst in bursts(scan.findings(), index):
             tally.add(burst)
+        tally.discounted += scan.discounted[: max(0, MAX_DISCOUNTED - len(tally.discounted))]
         if scan.error is not None:
             skipped.append((clean(str(rel)), scan.error))
         if scan.text:

@@ -80,6 +80,20 @@ _INFO = re.compile(
 
 
 @dataclass(frozen=True)
+class Discount:
+    """A finding that was not taken as the first failure although it came earlier, and why."""
+
+    code: str
+    file: str
+    line: int
+    why: str
+
+    def to_json(self) -> dict[str, object]:
+        """``{"code", "file", "line", "why"}``."""
+        return {"code": self.code, "file": self.file, "line": self.line, "why": self.why}
+
+
+@dataclass(frozen=True)
 class Finding:
     """One failure line: where and when, which process, and what it says."""
 

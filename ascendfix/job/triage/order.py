@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from ascendfix.job.triage.lines import Finding
+from ascendfix.job.triage.lines import Discount, Finding
 
 BURST_LINES = 30
 SKEW = timedelta(minutes=5)
@@ -48,20 +48,6 @@ _HELD = 64  # untimed bursts of one file held until its first stamp
 _ROOTS = 16  # root bursts kept
 _PIDS = 4096  # pids whose node a message names, kept
 ROOT, OWN, CONSEQUENCE = 0, 1, 2  # a burst's tier: the launcher's root cause, a failure of its own, a consequence
-
-
-@dataclass(frozen=True)
-class Discount:
-    """A finding that was not taken as the first failure although it came earlier, and why."""
-
-    code: str
-    file: str
-    line: int
-    why: str
-
-    def to_json(self) -> dict[str, object]:
-        """``{"code", "file", "line", "why"}``."""
-        return {"code": self.code, "file": self.file, "line": self.line, "why": self.why}
 
 
 @dataclass

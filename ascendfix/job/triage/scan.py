@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from ascendfix.job.triage.lines import ANSI, DATED, MAX_MESSAGE, Clock, Finding, clean, first_stamp, parse
+from ascendfix.job.triage.lines import ANSI, DATED, MAX_MESSAGE, Clock, Discount, Finding, clean, first_stamp, parse
 from ascendfix.job.triage.table import Table
 
 BLOCK = 1 << 22
@@ -28,6 +28,7 @@ BELOW = 8192  # how far below a line a fingerprint's ``below`` pattern is looked
 # the end of an entry of torchrun's report: its rules and the next entry's "[N]:"
 _ENTRY_END = re.compile(rb"^(?:={8,}|-{8,}|\[\d+\]:)\s*$", re.M)
 SNIFF = 8192
+MAX_DISCOUNTED = 20  # discounted lines said per file
 _PARSED, _PARSED_LINE = 4096, 512  # distinct short lines whose parse is kept, per file (at most 2 MiB)
 
 # "E" then rror / RROR / xception / RR<digit> / a CANN code / a glog stamp / Ray's error level
@@ -91,6 +92,7 @@ class FileScan:
         self.text = False
         self.size = 0
         self.error: str | None = None  # why the file could not be read
+        self.discounted: list[Discount] = []  # lines a fingerprint fired on that are no failure, and why
 
     def findings(self) -> Iterator[Finding]:
         """Parse the file's failure lines in order; nothing for a binary, unreadable or non-regular file."""
@@ -150,8 +152,14 @@ class FileScan:
                     self.parsed[raw] = finding
             if finding is None or not self._below(finding.fingerprint.after, block, base, start):
                 continue
-            handled = finding.fingerprint.handled
-            if handled is not None and _handled(handled, finding.fingerprint.after, block, start):
+            fp = finding.fingerprint
+            said = _handled(fp.handled, fp.after, block, start) if fp.handled is not None else None
+            if said is not None:
+                why = f"logged by a program that went on: the line above its traceback says {said!r}"
+                self._discount(finding, lines.at(base + start, block, base), why)
+                continue
+            if fp.discount is not None and fp.discount.search(raw):
+                self._discount(finding, lines.at(base + start, block, base), fp.discount_why)
                 continue
             own = first_stamp(raw)
             if own is None or own.re not in DATED:  # a year-less stamp takes the year of a dated one above
@@ -169,6 +177,10 @@ class FileScan:
         for after in self.table.afters:
             self._below(after, block, base, len(block))  # remember the block's last one for the next
 
+    def _discount(self, finding: Finding, line: int, why: str) -> None:
+        if len(self.discounted) < MAX_DISCOUNTED:
+            self.discounted.append(Discount(finding.code, self.rel, line, why))
+
     def _below(self, after: bytes, block: bytes, base: int, start: int) -> bool:
         """Whether ``after`` is on a line above ``start`` (within LOOKBACK bytes); each byte is searched once."""
         if not after:
@@ -182,16 +194,20 @@ class FileScan:
         return base + start - self.seen.get(after, -LOOKBACK - 1) <= LOOKBACK
 
 
-def _handled(handled: re.Pattern[bytes], after: bytes, block: bytes, start: int) -> bool:
-    """Whether the line right above the nearest ``after`` line above ``start`` (in this block) matches
+def _handled(handled: re.Pattern[bytes], after: bytes, block: bytes, start: int) -> str | None:
+    """The line right above the nearest ``after`` line above ``start`` (in this block), when it matches
     ``handled``: a library that logs an exception it goes on from prints its traceback under such a line."""
     at = block.rfind(after, max(0, start - LOOKBACK), start)
     if at == -1:
-        return False
+        return None
     line_start = block.rfind(b"\n", 0, at) + 1  # the after line's own start
     if line_start == 0:
-        return False
-    return handled.search(block, block.rfind(b"\n", 0, line_start - 1) + 1, line_start - 1) is not None
+        return None
+    above = block[block.rfind(b"\n", 0, line_start - 1) + 1 : line_start - 1]
+    if handled.search(above) is None:
+        return None
+    said = clean(ANSI.sub(b"", above).decode("utf-8", "replace"))
+    return said if len(said) <= 120 else said[:119] + "…"
 
 
 def _dated_year(block: bytes, lo: int, hi: int, clock: Clock) -> None:

@@ -33,6 +33,8 @@ class Fingerprint:
     handled: re.Pattern[bytes] | None = None  # the line right above its `after` line says the exception was handled
     role: str = ""  # "consequence": it follows another failure (a lost peer, a launcher's SIGTERM), never first
     below: re.Pattern[str] | None = None  # searched in the entry below the line: its last match's code and message
+    discount: re.Pattern[bytes] | None = None  # a line it fires on that also matches this is no failure, ...
+    discount_why: str = ""  # ... for this reason, said in the output
 
 
 @functools.cache
@@ -58,6 +60,8 @@ def fingerprints(path: Path = CODES) -> tuple[Fingerprint, ...]:
                 re.compile(e["handled"].encode()) if "handled" in e else None,
                 _role(e.get("role", "")),
                 re.compile(e["below"], re.M) if "below" in e else None,
+                re.compile(e["discount"].encode()) if "discount" in e else None,
+                e["discount_why"] if "discount" in e else "",
             )
             for e in table["fingerprint"]
         )
@@ -125,6 +129,14 @@ def _alternatives(pattern: str) -> list[str]:
     return [*parts, pattern[start:]]
 
 
+def overlap(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` can share characters where they occur in a line: one holds the other, or one
+    ends with what the other starts with."""
+    if a in b or b in a:
+        return True
+    return any(a.endswith(b[:k]) or b.endswith(a[:k]) for k in range(1, min(len(a), len(b))))
+
+
 class Table:
     """The fingerprints, and which of them a line can match, by the needles it holds."""
 
@@ -137,8 +149,10 @@ class Table:
             for n in fp.needles:
                 owners.setdefault(n, set()).add(i)
         literals = sorted(owners, key=len, reverse=True)
-        # a literal found stands for every needle inside it too (the search reports the longest at a place)
-        self.owners = {lit: sorted({i for n in literals if n in lit for i in owners[n]}) for lit in literals}
+        # a literal found stands for every needle it overlaps too: the search reports one match at a place and
+        # goes on after it, so a needle inside it, or one that starts inside it and runs on ("… request" then
+        # "request {"), is not reported; their patterns are tried, most specific first
+        self.owners = {lit: sorted({i for n in literals if overlap(n, lit) for i in owners[n]}) for lit in literals}
         self.any_needle = re.compile("|".join(map(re.escape, literals)) or "(?!)")  # literals only: fast
 
     def match(self, text: str, info: bool = False) -> tuple[int, re.Match[str]] | None:
