@@ -434,17 +434,18 @@ EXAMPLES = {
     "ProcessStarsCoreErrorInfo: report error module_type=5, module_name=EZ9999",
     "EJ0001": "EJ0001: [PID: 468348] 2025-04-24-16:14:56.101.202 Failed to initialize the HCCP process. Reason: Maybe "
     "the last training process is running.",
+    "EI0009": "EI0009: [PID: 2] 2025-09-24-20:59:48.119.066 Transport init error. Reason: createLink para:rank[1]",
     "EJ0002": "RuntimeError: EJ0002: [PID: 38079] 2025-07-15-12:45:31.202.787 The network port is down.",
     "EJ0003": "[PID: 159] 2025-03-26-17:01:02.816.428 Communication_Error_Bind_IP_Port(EJ0003): Failed to bind the IP "
     "port.",
-    "EI0019": "EI0020: [PID: 3100] 2025-11-02-09:00:01.000.001 Failed to bind the socket, ip[10.0.0.4] port[60001].",
+    "EI0019": "EI0019: [PID: 3100] 2025-11-02-09:00:01.000.001 Failed to bind the socket, ip[10.0.0.4] port[60001].",
+    "EI0020": "EI0020: [PID: 3100] 2025-11-02-09:00:01.000.001 Failed to bind the NPU socket, port[16666].",
     "EI0005": "EI0005: [PID: 3101] 2025-11-02-09:00:01.000.001 The arguments for collective communication are "
     "inconsistent between ranks: count 1024 vs 2048.",
     "EI0011": "EI0011: [PID: 3102] 2025-11-02-09:00:01.000.001 Failed to allocate memory for HCCL buffers.",
     "EI0012": "EI0012: [PID: 3103] 2025-11-02-09:00:01.000.001 An SDMA task exception occurred.",
     "EI0013": "EI0013: [PID: 3104] 2025-11-02-09:00:01.000.001 An error CQE was received on the RDMA link.",
     "EI0015": "EI0015: [PID: 3105] 2025-11-02-09:00:01.000.001 Failed to detect the cluster information (rootInfo).",
-    "EI0009": "EI0009: [PID: 2] 2025-09-24-20:59:48.119.066 Transport init error. Reason: createLink para:rank[1]",
     "EI0006": "[PID: 749] 2025-12-29-03:16:15.787.356 Get_Socket_Timeout(EI0006): Getting socket times out.",
     "EI0002": "EI0002: [PID: 1] 2025-06-25-10:45:23.586.187 The wait execution of the Notify register times out.",
     "507046": "RuntimeError: AclrtSynchronizeStreamWithTimeout, error code is 507046",
@@ -520,7 +521,7 @@ def test_each_fingerprint_fires_on_its_example_through_the_prefilter(tmp_path, c
     first = triage.triage(tmp_path).first
     inner = {"CANN": "EH9999", "ERR": "ERR02005", "python": "ValueError", "RAY_TASK_ERROR": "KeyError"}
     inner |= {"NATIVE_SIGNAL": "SIGSEGV"}
-    assert first.code == inner.get(code, {"EI0019": "EI0020"}.get(code, code))
+    assert first.code == inner.get(code, code)
 
 
 def test_needles_are_the_literals_each_alternative_starts_with():
@@ -549,7 +550,7 @@ def test_every_pair_of_overlapping_needles_resolves_to_the_most_specific_entry()
     table = triage_scan.Table(fps)
     pairs = set()
     for i, a in enumerate(fps):
-        for j, b in enumerate(fps[i + 1 :], i + 1):
+        for b in fps[i + 1 :]:
             for na in a.needles:
                 for nb in b.needles:
                     if not triage_table.overlap(na, nb):
@@ -629,9 +630,44 @@ def fix_of(code: str) -> str:
     return next(fp.fix for fp in triage.fingerprints() if fp.code == code)
 
 
+def cause_of(code: str) -> str:
+    return next(fp.cause for fp in triage.fingerprints() if fp.code == code)
+
+
 def test_a_clean_ray_jobs_teardown_notices_are_no_failure(tmp_path):
     code, data = run_json(fixtures.clean_ray_teardown(tmp_path))
     assert code == 0 and data["first"] is None and data["by_code"] == {}
+
+
+def gcs_worker_exit(detail: str) -> str:
+    """The GCS's W-level notice of a worker's exit (gcs_worker_manager.cc:70, as Ray 2.5x prints it in
+    gcs_server.out; the exit detail's words are _raylet's: 'Worker exits with an exit code …',
+    'SystemExit is raised (sys.exit is called).')."""
+    return (
+        "[2026-12-03 12:08:14,741 W 813 813] (gcs_server) gcs_worker_manager.cc:70: Reporting worker exit, worker id "
+        "= f1427cf2663f81e6acdf9e7568d8b31f7f67dfbe46456036f129026a, node id = 1729f5314d37f741596f2879882c232abb95d"
+        f"e36beb4f42d6a57936e, address = 10.0.0.7, exit_type = SYSTEM_ERROR, exit_detail = {detail}\n"
+    )
+
+
+def test_the_gcss_notice_of_a_worker_told_to_exit_at_shutdown_is_discounted_and_said(tmp_path):
+    write(
+        tmp_path / "gcs_server.out",
+        gcs_worker_exit("Worker exits with an exit code 1. SystemExit is raised (sys.exit is called)."),
+    )
+    code, data = run_json(tmp_path)
+    assert code == 0 and data["first"] is None and data["by_code"] == {}
+    assert [(d["code"], d["file"], d["line"]) for d in data["discounted"]] == [
+        ("RAY_SYSTEM_ERROR", "gcs_server.out", 1)
+    ]
+    assert "SystemExit" in data["discounted"][0]["why"]
+    assert "discounted  RAY_SYSTEM_ERROR at gcs_server.out:1" in invoke("triage", str(tmp_path)).output
+
+
+def test_the_gcss_notice_of_a_crashed_worker_names_its_node_from_its_address(tmp_path):
+    write(tmp_path / "gcs_server.out", gcs_worker_exit("Worker unexpectedly exits with a connection error code 2."))
+    first = first_of(tmp_path)
+    assert (first["code"], first["node"]) == ("RAY_SYSTEM_ERROR", "10.0.0.7")
 
 
 def test_the_exception_ray_logs_from_its_npu_type_probe_and_goes_on_from_is_no_failure(tmp_path):
@@ -723,10 +759,73 @@ def test_a_request_no_node_can_fulfil_names_the_resources_asked(tmp_path):
     assert first["fix"] == fix_of("RAY_UNSCHEDULABLE")
 
 
-@pytest.mark.parametrize("code", ["107022", "507053", "507054", "507055", "507056", "507057", "507904"])
+@pytest.mark.parametrize("code", ["507053", "507054", "507056", "507904"])
 def test_hardware_faults_say_isolate_the_card_or_node(code):
     fp = next(fp for fp in triage.fingerprints() if fp.code == code)
     assert "Isolate the" in fp.fix and "do not retune" in fp.fix
+
+
+def test_the_advice_sends_the_operator_to_the_right_card():
+    """As CANN's aclError.md and torch_npu at the pinned commit say (shared/UPSTREAM.md)."""
+    assert "first fault on another rank" in fix_of("107022") and "do not isolate this card" in fix_of("107022")
+    assert "Isolate the peer card" in fix_of("507055") and "507053" in fix_of("507055")
+    assert "Reproduce the step on one card first" in fix_of("507057") and "out-of-bounds" in fix_of("507057")
+    assert fix_of("EI0012").startswith("Check the peer first") and "the peer process exited" in cause_of("EI0012")
+    assert "HCCL_NPU_SOCKET_PORT_RANGE" in fix_of("EI0020") and "ip_local_reserved_ports=" not in fix_of("EI0020")
+    for code in ("EJ0003", "EI0019"):
+        assert "ip_local_reserved_ports=60000-60031" in fix_of(code) and "60000-60015" not in fix_of(code)
+    assert "32 ports" in cause_of("EJ0003")
+
+
+def cann(code: str, pid: int, stamp: str, text: str) -> str:
+    """A CANN error message as torch_npu raises it (``EXXXXX: [PID: N] <stamp> <text>``, CANN's ErrorManager
+    format, as in vllm-ascend#1815 and #3162)."""
+    return f"RuntimeError: {code}: [PID: {pid}] {stamp} {text}\n"
+
+
+def test_a_newer_hcomms_transport_init_error_on_a_port_that_is_down_is_ei0009(tmp_path):
+    write(
+        tmp_path / "plog-1.log",
+        cann("EI0009", 51, "2025-09-24-20:59:48.119.066", "transport init error. Reason: The network port is down."),
+    )
+    assert first_of(tmp_path)["code"] == "EI0009"
+
+
+def test_a_force_stop_is_a_consequence_of_the_fault_on_another_card(tmp_path):
+    """Rank 3's card is force-stopped (107022) a second before rank 5's UCE is logged: the UCE is named."""
+    write(
+        tmp_path / "node01" / "train.log",
+        "[rank3]: " + cann("107022", 301, "2025-04-08-18:07:19.000.001", "FORCE STOP. The device task was aborted."),
+    )
+    write(
+        tmp_path / "node02" / "train.log",
+        "[rank5]: "
+        + cann("507053", 502, "2025-04-08-18:07:20.000.001", "UCE ERROR. Uncorrectable error in the device memory."),
+    )
+    code, data = run_json(tmp_path)
+    assert code == 1 and (data["first"]["code"], data["first"]["rank"], data["first"]["node"]) == (
+        "507053",
+        5,
+        "node02",
+    )
+    assert [(d["code"], d["file"]) for d in data["discounted"]] == [("107022", "node01/train.log")]
+
+
+def test_a_peers_memory_error_names_the_peer_when_its_log_is_here(tmp_path):
+    write(
+        tmp_path / "node01" / "train.log",
+        "[rank1]: " + cann("507055", 101, "2025-04-08-18:07:19.000.001", "SUSPECT MEM ERROR. error code is 507055"),
+    )
+    write(
+        tmp_path / "node02" / "train.log",
+        "[rank2]: "
+        + cann("507054", 202, "2025-04-08-18:07:19.500.001", "HBM MULTI BIT ECC ERROR. error code is 507054"),
+    )
+    first = first_of(tmp_path)
+    assert (first["code"], first["rank"], first["node"]) == ("507054", 2, "node02")
+    (tmp_path / "node02" / "train.log").unlink()
+    first = first_of(tmp_path)  # the peer's log missing: this rank's, with the advice to isolate the peer
+    assert first["code"] == "507055" and "Isolate the peer card" in first["fix"]
 
 
 def test_the_device_side_error_wins_over_a_slow_clocks_consequences_and_the_skew_is_said(tmp_path):
@@ -781,7 +880,7 @@ def test_vllms_sleep_mode_assertion_is_named_and_the_oom_advice_avoids_it(tmp_pa
 
 def test_the_advice_names_the_right_knobs():
     assert "ACL_STREAM_TIMEOUT" in fix_of("507046") and "ACL_DEVICE_SYNC_TIMEOUT" in fix_of("507046")
-    assert "sysctl -w net.ipv4.ip_local_reserved_ports=60000-60015" in fix_of("EJ0003")
+    assert "sysctl -w net.ipv4.ip_local_reserved_ports=60000-60031" in fix_of("EJ0003")
     for code in ("HCCL_WATCHDOG", "EI0002"):
         assert "HCCL_ASYNC_ERROR_HANDLING=0" in fix_of(code) and "HCCL_EXEC_TIMEOUT" in fix_of(code)
 
