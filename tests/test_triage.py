@@ -702,6 +702,7 @@ def test_a_traceback_after_the_npu_probes_own_is_still_named(tmp_path, then, lin
     [
         (fixtures.ray_oom, ("RAY_OOM", "10.0.0.9", None, None)),  # the dead worker's pid is not in the line
         (fixtures.raylet_oom, ("RAY_OOM", "10.0.0.11", None, None)),
+        (fixtures.relayed_oom, ("RAY_OOM", "10.0.0.9", 4242, None)),  # not the relaying TaskRunner's
     ],
 )
 def test_host_out_of_memory_is_named_when_ray_or_the_raylet_says_it(tmp_path, make, expected):
@@ -936,12 +937,14 @@ def test_a_growing_log_is_read_up_to_its_size_when_opened(tmp_path, monkeypatch)
 
 OOM_JOB = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     import ray
 
     @ray.remote(num_cpus=0, max_restarts=0)
     class Hog:  # holds more and more host memory until Ray's memory monitor kills it
         def grow(self):
+            with open("hog", "w") as f:
+                f.write(str(os.getpid()))
             chunks = []
             while True:
                 chunks.append(bytearray(64 << 20))
@@ -1008,6 +1011,7 @@ def test_a_real_ray_actor_killed_by_the_memory_monitor_is_named_out_of_memory(tm
     code, data = run_json(logs)
     assert code == 1 and data["first"]["code"] == "RAY_OOM", data
     assert data["first"]["node"] == "127.0.0.1" and data["skipped"] == []
+    assert data["first"]["pid"] == int((logs.parents[2] / "hog").read_text())  # the killed worker's
     assert "host memory" in data["first"]["fix"]
 
 

@@ -10,6 +10,7 @@ NUL in the first 8 KiB) are skipped, and a file or folder that cannot be read is
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import stat
@@ -43,6 +44,7 @@ NEEDLES = (
     b"memory pressure (OOM)",
     b"cannot be scheduled right now",
     b"exitcode",  # torchrun's failure block and its "failed (exitcode: -9)"
+    b"kill details",  # the raylet's INFO "Killing 1 worker(s), kill details: Memory on the node (IP: …"
 )
 # a Ray worker's own log: the native crash it prints without any of the pre-filter's words
 WORKER_NEEDLES = (b"Fatal Python error", b"*** SIG")
@@ -171,6 +173,8 @@ class FileScan:
                 finding, time = _with_above(finding, above, block[max(0, start - ABOVE) : start], clock, time)
             if finding.fingerprint.below is not None:
                 finding = _with_below(finding, block, end)
+            if finding.fingerprint.where is not None:
+                finding = _where(finding, block, cut)
             line = lines.at(base + start, block, base)
             yield finding.placed(line, time)
         _dated_year(block, max(dated, len(block) - LOOKBACK), len(block), clock)
@@ -233,6 +237,25 @@ def _with_above(finding: Finding, above: re.Pattern[str], text: bytes, clock: Cl
     rank = int(groups["rank"]) if groups.get("rank") else finding.rank
     role = "root" if groups.get("root") else finding.role
     return replace(finding, node=groups.get("node") or finding.node, rank=rank, role=role), time
+
+
+def _where(finding: Finding, block: bytes, start: int) -> Finding:
+    """A finding placed where its message says it happened (the node and pid its ``where`` groups name, the
+    first of each, in the line and the entry below it), over a relaying process's prefix."""
+    stop = _ENTRY_END.search(block, start, start + BELOW)
+    text = ANSI.sub(b"", block[start : stop.start() if stop else start + BELOW]).decode("utf-8", "replace")
+    node = pid = None
+    for m in finding.fingerprint.where.finditer(text):
+        node = node or m.groupdict().get("node")
+        pid = pid or m.groupdict().get("pid")
+    if node is not None:
+        try:
+            node = str(ipaddress.ip_address(node))
+        except ValueError:
+            node = None
+    if pid is not None:
+        finding = replace(finding, pid=int(pid), message_pid=True, pids=finding.pids | {int(pid)})
+    return replace(finding, node=node) if node is not None else finding
 
 
 def _with_below(finding: Finding, block: bytes, end: int) -> Finding:

@@ -35,6 +35,7 @@ class Fingerprint:
     below: re.Pattern[str] | None = None  # searched in the entry below the line: its last match's code and message
     discount: re.Pattern[bytes] | None = None  # a line it fires on that also matches this is no failure, ...
     discount_why: str = ""  # ... for this reason, said in the output
+    where: re.Pattern[str] | None = None  # in the line and the entry below: groups node, pid where it happened
 
 
 @functools.cache
@@ -62,6 +63,7 @@ def fingerprints(path: Path = CODES) -> tuple[Fingerprint, ...]:
                 re.compile(e["below"], re.M) if "below" in e else None,
                 re.compile(e["discount"].encode()) if "discount" in e else None,
                 e["discount_why"] if "discount" in e else "",
+                re.compile(e["where"]) if "where" in e else None,
             )
             for e in table["fingerprint"]
         )
