@@ -256,3 +256,55 @@ def test_a_clean_ray_job_that_logged_and_retried_an_exception_is_no_failure(tmp_
     assert all("retr" in why for _, why in discounted)
     human = CliRunner().invoke(cli.main, ["triage", str(logs)]).output
     assert "discounted  TimeoutError" in human and "no failure found" in human
+
+
+# --- one failure, read from each of its formats -----------------------------------------------------
+
+NETNS = ("unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh")  # only `lo`, brought up
+
+
+def named(logs: Path) -> tuple:
+    """The first failure's rank, code, message, pid and node."""
+    _, first = first_of(logs)
+    return first["rank"], first["code"], first["message"], first["pid"], first["node"]
+
+
+@pytest.mark.slow
+def test_a_torchrun_failure_is_the_same_from_its_run_folder_its_ranks_files_and_both(tmp_path, ascendfix_cli):
+    """`ascendfix run` keeps torchrun's console (runs/1/train.log); `--log-dir` keeps each rank's output."""
+    pytest.importorskip("torch")
+    (tmp_path / "job.py").write_text(TORCH_JOB)
+    torchrun_ = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3"]
+    torchrun_ += ["--log-dir", "ranks", "--redirects", "3", "job.py", "raise", "2", "1", "plain"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    args = ["run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1", *torchrun_]
+    proc = ascendfix_cli(*args, cwd=tmp_path, env=env, clean_env=True, timeout=180)
+    assert proc.returncode == 1 and (tmp_path / "runs" / "1" / "train.log").is_file(), proc.stderr[-3000:]
+    pid = int((tmp_path / "pid2").read_text())
+    run, ranks, both = (named(tmp_path / d) for d in ("runs", "ranks", "."))
+    assert run == both == (2, "ValueError", "ValueError: bad batch at step 1 on rank 2", pid, "localhost"), (run, both)
+    assert ranks[:3] == run[:3]  # no pid nor host in a rank's own output: the same rank and cause
+
+
+@pytest.mark.slow
+def test_a_ray_segfault_is_the_same_from_its_run_folder_its_session_and_its_driver_log(tmp_path_factory, ascendfix_cli):
+    pytest.importorskip("ray")
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs unshare and ip for a network namespace")
+    work = tmp_path_factory.mktemp("r")  # short: Ray's socket paths must stay under 107 bytes
+    (work / "job.py").write_text(textwrap.dedent(SEGFAULT_JOB))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work), "RAY_AUTH_MODE": "disabled"}
+    args = ["run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1", sys.executable, "job.py", work / "ray"]
+    proc = ascendfix_cli(*args, cwd=work, env=env, clean_env=True, prefix=NETNS, timeout=240)
+    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
+        pytest.skip("no permission for a network namespace here")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    pid = int((work / "crashed").read_text())
+    session = work / "ray" / "session_latest" / "logs"
+    driver = work / "driver"
+    driver.mkdir()
+    shutil.copy(work / "runs" / "1" / "train.log", driver / "job-driver-raysubmit_1.log")
+    found = {name: named(logs) for name, logs in (("run", work / "runs"), ("session", session), ("driver", driver))}
+    for name, (_, code, message, first_pid, node) in found.items():
+        assert (code, first_pid, node) == ("PYTHON_FATAL", pid, "127.0.0.1"), (name, found)
+        assert message.startswith("Fatal Python error: Segmentation fault · in generate ("), (name, message)
