@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 from ascendfix import cli
-from ascendfix.job import triage, triage_scan
+from ascendfix.job import triage
+from ascendfix.job.triage import scan as triage_scan
+from ascendfix.job.triage import table as triage_table
 from click.testing import CliRunner
 
 from tests import triage_fixtures as fixtures
@@ -116,7 +118,7 @@ def run_json(logdir: Path) -> tuple[int, dict]:
 def test_a_multinode_session_names_the_port_that_went_down_first(tmp_path):
     code, data = run_json(session(tmp_path))
     assert code == 1
-    assert set(data) == {"logs", "first", "later", "by_code", "skipped", "clock_skew"}
+    assert set(data) == {"logs", "first", "later", "by_code", "skipped", "clock_skew", "discounted"}
     first = data["first"]
     assert set(first) == {"time", "file", "line", "node", "pid", "rank", "code", "message", "cause", "fix"}
     assert first["code"] == "EJ0002" and first["node"] == "10.0.0.4" and first["pid"] == 3007 and first["rank"] == 7
@@ -275,6 +277,7 @@ def test_healthy_logs_that_mention_errors_in_passing_exit_0(tmp_path):
         "by_code": {},
         "skipped": [],
         "clock_skew": {},
+        "discounted": [],
     }
     assert "no failure found" in invoke("triage", str(tmp_path)).output
 
@@ -431,17 +434,18 @@ EXAMPLES = {
     "ProcessStarsCoreErrorInfo: report error module_type=5, module_name=EZ9999",
     "EJ0001": "EJ0001: [PID: 468348] 2025-04-24-16:14:56.101.202 Failed to initialize the HCCP process. Reason: Maybe "
     "the last training process is running.",
+    "EI0009": "EI0009: [PID: 2] 2025-09-24-20:59:48.119.066 Transport init error. Reason: createLink para:rank[1]",
     "EJ0002": "RuntimeError: EJ0002: [PID: 38079] 2025-07-15-12:45:31.202.787 The network port is down.",
     "EJ0003": "[PID: 159] 2025-03-26-17:01:02.816.428 Communication_Error_Bind_IP_Port(EJ0003): Failed to bind the IP "
     "port.",
-    "EI0019": "EI0020: [PID: 3100] 2025-11-02-09:00:01.000.001 Failed to bind the socket, ip[10.0.0.4] port[60001].",
+    "EI0019": "EI0019: [PID: 3100] 2025-11-02-09:00:01.000.001 Failed to bind the socket, ip[10.0.0.4] port[60001].",
+    "EI0020": "EI0020: [PID: 3100] 2025-11-02-09:00:01.000.001 Failed to bind the NPU socket, port[16666].",
     "EI0005": "EI0005: [PID: 3101] 2025-11-02-09:00:01.000.001 The arguments for collective communication are "
     "inconsistent between ranks: count 1024 vs 2048.",
     "EI0011": "EI0011: [PID: 3102] 2025-11-02-09:00:01.000.001 Failed to allocate memory for HCCL buffers.",
     "EI0012": "EI0012: [PID: 3103] 2025-11-02-09:00:01.000.001 An SDMA task exception occurred.",
     "EI0013": "EI0013: [PID: 3104] 2025-11-02-09:00:01.000.001 An error CQE was received on the RDMA link.",
     "EI0015": "EI0015: [PID: 3105] 2025-11-02-09:00:01.000.001 Failed to detect the cluster information (rootInfo).",
-    "EI0009": "EI0009: [PID: 2] 2025-09-24-20:59:48.119.066 Transport init error. Reason: createLink para:rank[1]",
     "EI0006": "[PID: 749] 2025-12-29-03:16:15.787.356 Get_Socket_Timeout(EI0006): Getting socket times out.",
     "EI0002": "EI0002: [PID: 1] 2025-06-25-10:45:23.586.187 The wait execution of the Notify register times out.",
     "507046": "RuntimeError: AclrtSynchronizeStreamWithTimeout, error code is 507046",
@@ -461,7 +465,15 @@ EXAMPLES = {
     "worker id = cbe9, node id = 0c86, address = 10.0.0.9, exit_type = NODE_OUT_OF_MEMORY, exit_detail = 1 "
     "worker(s) were killed due to the node running low on memory.",
     "LINUX_OOM": "[12345.678901] Out of memory: Killed process 4101 (python3) total-vm:1000kB, anon-rss:900kB",
+    # CPython's fatal_error (pylifecycle.c) and Ray's logging.cc signal handler, as a Ray worker's .err has them
+    "PYTHON_FATAL": "Fatal Python error: Segmentation fault",
+    "NATIVE_SIGNAL": "[2026-12-03 12:08:14,628 E 1215 1215] logging.cc:474: *** SIGSEGV received at time=1796299694 "
+    "on cpu 1 ***",
+    "TORCHRUN_SIGTERM": "  exitcode  : -15 (pid: 12346)  (SIGTERM)",  # torch 2.13 errors/__init__.py:188
     "TORCHRUN_SIGNAL": "  exitcode  : -9 (pid: 12345)",
+    "TORCHRUN_EXIT": "E1203 11:56:13.177000 6435 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] "
+    "failed (exitcode: 1) local_rank: 1 (pid: 6576) of binary: /usr/bin/python",
+    "TORCHRUN_CHILD_FAILED": "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
     "GLOO_CONNECT": "RuntimeError: Gloo connectFullMesh failed with "
     "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
     "GLOO_PEER": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
@@ -500,14 +512,16 @@ def test_every_fingerprint_has_a_cause_a_fix_and_a_source():
 def test_each_fingerprint_fires_on_its_example_through_the_prefilter(tmp_path, code):
     line = EXAMPLES[code].encode()
     name = "kern.log" if code == "LINUX_OOM" else "a.log"  # the kernel's words are looked for in kernel logs
-    needles = triage.KERNEL_NEEDLES if code == "LINUX_OOM" else triage.NEEDLES
+    needles = triage_scan.needles_for(name)
     picked = triage.PREFILTER.search(line) or any(n in line for n in needles)
     assert picked, "the pre-filter would never show it this line"
-    above = "Traceback (most recent call last):\n" if code in ("python", "RAY_TASK_ERROR", "SLEEP_MODE_ALLOC") else ""
+    after = ("python", "RAY_TASK_ERROR", "SLEEP_MODE_ALLOC", "TORCHRUN_CHILD_FAILED")
+    above = "Traceback (most recent call last):\n" if code in after else ""
     write(tmp_path / name, above + EXAMPLES[code] + "\n")
     first = triage.triage(tmp_path).first
     inner = {"CANN": "EH9999", "ERR": "ERR02005", "python": "ValueError", "RAY_TASK_ERROR": "KeyError"}
-    assert first.code == inner.get(code, {"EI0019": "EI0020"}.get(code, code))
+    inner |= {"NATIVE_SIGNAL": "SIGSEGV"}
+    assert first.code == inner.get(code, code)
 
 
 def test_needles_are_the_literals_each_alternative_starts_with():
@@ -519,6 +533,46 @@ def test_needles_are_the_literals_each_alternative_starts_with():
     assert triage.needles(r"EJ0002|up") == ()  # one alternative too short to search for: always run
     assert triage.needles(r"(?<=code is )507046(?!\d)|(?<=ret\()507046") == ("507046", "507046")  # lookbehind: before
     assert triage.needles(r"(?P<code>E[A-Z0-9]\d{4})") == () and triage.needles(r"^Error") == ()
+
+
+def merged(a: str, b: str) -> list[str]:
+    """The shortest texts that hold both needles where they share characters: one inside the other, or one
+    running on from the other's end."""
+    if a in b or b in a:
+        return [max(a, b, key=len)]
+    return [x + y[k:] for x, y in ((a, b), (b, a)) for k in range(min(len(x), len(y)) - 1, 0, -1) if x.endswith(y[:k])]
+
+
+def test_every_pair_of_overlapping_needles_resolves_to_the_most_specific_entry():
+    """Table.match finds what trying every pattern in the table's order finds, on every text in which two
+    entries' needles overlap (plus the context their patterns look for after them)."""
+    fps = triage.fingerprints()
+    table = triage_scan.Table(fps)
+    pairs = set()
+    for i, a in enumerate(fps):
+        for b in fps[i + 1 :]:
+            for na in a.needles:
+                for nb in b.needles:
+                    if not triage_table.overlap(na, nb):
+                        continue
+                    pairs.add((a.code, b.code))
+                    for text in merged(na, nb):
+                        for tail in ("", " {'CPU': 1.0, 'GPU': 1.0}", ": 1"):
+                            want = next((k for k, fp in enumerate(fps) if fp.pattern.search(text + tail)), None)
+                            got = table.match(text + tail)
+                            assert (got[0] if got else None) == want, (a.code, b.code, text + tail)
+    assert ("RAY_UNSCHEDULABLE_GPU", "RAY_UNSCHEDULABLE") in pairs and len(pairs) >= 5, sorted(pairs)
+
+
+def test_the_v1_autoscalers_gpu_request_gives_the_trainer_device_fix(tmp_path):
+    """Ray 2.49.1 _private/autoscaler.py:846-850 (v1, what `ray start --head` runs) logs it in monitor.log."""
+    write(
+        tmp_path / "monitor.log",
+        "2025-08-05 14:02:26,872\tWARNING autoscaler.py:850 -- Error: No available node types can fulfill resource "
+        "request {'CPU': 1.0, 'GPU': 1.0}. Add suitable node types to this cluster to resolve this issue.\n",
+    )
+    first = first_of(tmp_path)
+    assert first["code"] == "RAY_UNSCHEDULABLE_GPU" and "trainer.device=npu" in first["fix"]
 
 
 # --- a real Ray job -------------------------------------------------------------------------------
@@ -576,9 +630,44 @@ def fix_of(code: str) -> str:
     return next(fp.fix for fp in triage.fingerprints() if fp.code == code)
 
 
+def cause_of(code: str) -> str:
+    return next(fp.cause for fp in triage.fingerprints() if fp.code == code)
+
+
 def test_a_clean_ray_jobs_teardown_notices_are_no_failure(tmp_path):
     code, data = run_json(fixtures.clean_ray_teardown(tmp_path))
     assert code == 0 and data["first"] is None and data["by_code"] == {}
+
+
+def gcs_worker_exit(detail: str) -> str:
+    """The GCS's W-level notice of a worker's exit (gcs_worker_manager.cc:70, as Ray 2.5x prints it in
+    gcs_server.out; the exit detail's words are _raylet's: 'Worker exits with an exit code …',
+    'SystemExit is raised (sys.exit is called).')."""
+    return (
+        "[2026-12-03 12:08:14,741 W 813 813] (gcs_server) gcs_worker_manager.cc:70: Reporting worker exit, worker id "
+        "= f1427cf2663f81e6acdf9e7568d8b31f7f67dfbe46456036f129026a, node id = 1729f5314d37f741596f2879882c232abb95d"
+        f"e36beb4f42d6a57936e, address = 10.0.0.7, exit_type = SYSTEM_ERROR, exit_detail = {detail}\n"
+    )
+
+
+def test_the_gcss_notice_of_a_worker_told_to_exit_at_shutdown_is_discounted_and_said(tmp_path):
+    write(
+        tmp_path / "gcs_server.out",
+        gcs_worker_exit("Worker exits with an exit code 1. SystemExit is raised (sys.exit is called)."),
+    )
+    code, data = run_json(tmp_path)
+    assert code == 0 and data["first"] is None and data["by_code"] == {}
+    assert [(d["code"], d["file"], d["line"]) for d in data["discounted"]] == [
+        ("RAY_SYSTEM_ERROR", "gcs_server.out", 1)
+    ]
+    assert "SystemExit" in data["discounted"][0]["why"]
+    assert "discounted  RAY_SYSTEM_ERROR at gcs_server.out:1" in invoke("triage", str(tmp_path)).output
+
+
+def test_the_gcss_notice_of_a_crashed_worker_names_its_node_from_its_address(tmp_path):
+    write(tmp_path / "gcs_server.out", gcs_worker_exit("Worker unexpectedly exits with a connection error code 2."))
+    first = first_of(tmp_path)
+    assert (first["code"], first["node"]) == ("RAY_SYSTEM_ERROR", "10.0.0.7")
 
 
 def test_the_exception_ray_logs_from_its_npu_type_probe_and_goes_on_from_is_no_failure(tmp_path):
@@ -613,6 +702,7 @@ def test_a_traceback_after_the_npu_probes_own_is_still_named(tmp_path, then, lin
     [
         (fixtures.ray_oom, ("RAY_OOM", "10.0.0.9", None, None)),  # the dead worker's pid is not in the line
         (fixtures.raylet_oom, ("RAY_OOM", "10.0.0.11", None, None)),
+        (fixtures.relayed_oom, ("RAY_OOM", "10.0.0.9", 4242, None)),  # not the relaying TaskRunner's
     ],
 )
 def test_host_out_of_memory_is_named_when_ray_or_the_raylet_says_it(tmp_path, make, expected):
@@ -670,10 +760,73 @@ def test_a_request_no_node_can_fulfil_names_the_resources_asked(tmp_path):
     assert first["fix"] == fix_of("RAY_UNSCHEDULABLE")
 
 
-@pytest.mark.parametrize("code", ["107022", "507053", "507054", "507055", "507056", "507057", "507904"])
+@pytest.mark.parametrize("code", ["507053", "507054", "507056", "507904"])
 def test_hardware_faults_say_isolate_the_card_or_node(code):
     fp = next(fp for fp in triage.fingerprints() if fp.code == code)
     assert "Isolate the" in fp.fix and "do not retune" in fp.fix
+
+
+def test_the_advice_sends_the_operator_to_the_right_card():
+    """As CANN's aclError.md and torch_npu at the pinned commit say (shared/UPSTREAM.md)."""
+    assert "first fault on another rank" in fix_of("107022") and "do not isolate this card" in fix_of("107022")
+    assert "Isolate the peer card" in fix_of("507055") and "507053" in fix_of("507055")
+    assert "Reproduce the step on one card first" in fix_of("507057") and "out-of-bounds" in fix_of("507057")
+    assert fix_of("EI0012").startswith("Check the peer first") and "the peer process exited" in cause_of("EI0012")
+    assert "HCCL_NPU_SOCKET_PORT_RANGE" in fix_of("EI0020") and "ip_local_reserved_ports=" not in fix_of("EI0020")
+    for code in ("EJ0003", "EI0019"):
+        assert "ip_local_reserved_ports=60000-60031" in fix_of(code) and "60000-60015" not in fix_of(code)
+    assert "32 ports" in cause_of("EJ0003")
+
+
+def cann(code: str, pid: int, stamp: str, text: str) -> str:
+    """A CANN error message as torch_npu raises it (``EXXXXX: [PID: N] <stamp> <text>``, CANN's ErrorManager
+    format, as in vllm-ascend#1815 and #3162)."""
+    return f"RuntimeError: {code}: [PID: {pid}] {stamp} {text}\n"
+
+
+def test_a_newer_hcomms_transport_init_error_on_a_port_that_is_down_is_ei0009(tmp_path):
+    write(
+        tmp_path / "plog-1.log",
+        cann("EI0009", 51, "2025-09-24-20:59:48.119.066", "transport init error. Reason: The network port is down."),
+    )
+    assert first_of(tmp_path)["code"] == "EI0009"
+
+
+def test_a_force_stop_is_a_consequence_of_the_fault_on_another_card(tmp_path):
+    """Rank 3's card is force-stopped (107022) a second before rank 5's UCE is logged: the UCE is named."""
+    write(
+        tmp_path / "node01" / "train.log",
+        "[rank3]: " + cann("107022", 301, "2025-04-08-18:07:19.000.001", "FORCE STOP. The device task was aborted."),
+    )
+    write(
+        tmp_path / "node02" / "train.log",
+        "[rank5]: "
+        + cann("507053", 502, "2025-04-08-18:07:20.000.001", "UCE ERROR. Uncorrectable error in the device memory."),
+    )
+    code, data = run_json(tmp_path)
+    assert code == 1 and (data["first"]["code"], data["first"]["rank"], data["first"]["node"]) == (
+        "507053",
+        5,
+        "node02",
+    )
+    assert [(d["code"], d["file"]) for d in data["discounted"]] == [("107022", "node01/train.log")]
+
+
+def test_a_peers_memory_error_names_the_peer_when_its_log_is_here(tmp_path):
+    write(
+        tmp_path / "node01" / "train.log",
+        "[rank1]: " + cann("507055", 101, "2025-04-08-18:07:19.000.001", "SUSPECT MEM ERROR. error code is 507055"),
+    )
+    write(
+        tmp_path / "node02" / "train.log",
+        "[rank2]: "
+        + cann("507054", 202, "2025-04-08-18:07:19.500.001", "HBM MULTI BIT ECC ERROR. error code is 507054"),
+    )
+    first = first_of(tmp_path)
+    assert (first["code"], first["rank"], first["node"]) == ("507054", 2, "node02")
+    (tmp_path / "node02" / "train.log").unlink()
+    first = first_of(tmp_path)  # the peer's log missing: this rank's, with the advice to isolate the peer
+    assert first["code"] == "507055" and "Isolate the peer card" in first["fix"]
 
 
 def test_the_device_side_error_wins_over_a_slow_clocks_consequences_and_the_skew_is_said(tmp_path):
@@ -699,9 +852,9 @@ def test_a_timeout_that_names_its_peer_is_that_peers_consequence_whatever_the_st
 
 def test_torchruns_root_cause_block_wins_over_rank_0s_lost_peer(tmp_path):
     first = first_of(fixtures.torchrun_sigkill(tmp_path))
-    # torch elastic's own line, stamped first, in one burst with the block below it (its host and rank)
+    # torch elastic's own line and the block below it, one burst: the entry names it (its time, host and rank)
     assert (first["code"], first["node"], first["pid"], first["rank"]) == ("TORCHRUN_SIGNAL", "node01", 12345, 3)
-    assert first["time"] == "2024-06-18T10:21:36.480000" and "dmesg" in first["fix"]
+    assert first["time"] == "2024-06-18T10:21:36" and "dmesg" in first["fix"] and "(SIGKILL)" in first["message"]
     lines = (tmp_path / "train.log").read_text().splitlines()
     (tmp_path / "train.log").write_text("\n".join(line for line in lines if "failed (exitcode" not in line) + "\n")
     first = first_of(tmp_path)  # the block alone: its time, host and rank
@@ -728,7 +881,7 @@ def test_vllms_sleep_mode_assertion_is_named_and_the_oom_advice_avoids_it(tmp_pa
 
 def test_the_advice_names_the_right_knobs():
     assert "ACL_STREAM_TIMEOUT" in fix_of("507046") and "ACL_DEVICE_SYNC_TIMEOUT" in fix_of("507046")
-    assert "sysctl -w net.ipv4.ip_local_reserved_ports=60000-60015" in fix_of("EJ0003")
+    assert "sysctl -w net.ipv4.ip_local_reserved_ports=60000-60031" in fix_of("EJ0003")
     for code in ("HCCL_WATCHDOG", "EI0002"):
         assert "HCCL_ASYNC_ERROR_HANDLING=0" in fix_of(code) and "HCCL_EXEC_TIMEOUT" in fix_of(code)
 
@@ -784,12 +937,14 @@ def test_a_growing_log_is_read_up_to_its_size_when_opened(tmp_path, monkeypatch)
 
 OOM_JOB = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     import ray
 
     @ray.remote(num_cpus=0, max_restarts=0)
     class Hog:  # holds more and more host memory until Ray's memory monitor kills it
         def grow(self):
+            with open("hog", "w") as f:
+                f.write(str(os.getpid()))
             chunks = []
             while True:
                 chunks.append(bytearray(64 << 20))
@@ -856,6 +1011,7 @@ def test_a_real_ray_actor_killed_by_the_memory_monitor_is_named_out_of_memory(tm
     code, data = run_json(logs)
     assert code == 1 and data["first"]["code"] == "RAY_OOM", data
     assert data["first"]["node"] == "127.0.0.1" and data["skipped"] == []
+    assert data["first"]["pid"] == int((logs.parents[2] / "hog").read_text())  # the killed worker's
     assert "host memory" in data["first"]["fix"]
 
 

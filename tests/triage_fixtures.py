@@ -42,6 +42,26 @@ def ray_oom(logs: Path) -> Path:
     return logs
 
 
+def relayed_oom(logs: Path) -> Path:
+    """verl's TaskRunner (on the head, 10.0.0.2) relays the OutOfMemoryError of a worker on 10.0.0.9, in Ray
+    2.49's wording: 'Memory on the node (IP: …, ID: …) where the task (…, name=…, pid=N, memory used=…GB) was
+    running was …' (node_manager.cc's OOM kill message)."""
+    prefix = f"{CYAN}(TaskRunner pid=11069, ip=10.0.0.2){RESET} "
+    write(
+        logs / "job-driver-raysubmit_2.log",
+        prefix
+        + "Traceback (most recent call last):\n"
+        + prefix
+        + "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+        + prefix
+        + "Memory on the node (IP: 10.0.0.9, ID: 0c86) where the task (actor ID: 7c1e, name=WorkerDict."
+        "update_actor, pid=4242, memory used=401.3GB) was running was 1900.2GB / 2000GB (0.950), which exceeds the "
+        "memory usage threshold of 0.95. Ray killed this worker (ID: 9f9f) because it was the most recently "
+        "scheduled task.\n",
+    )
+    return logs
+
+
 def raylet_oom(logs: Path) -> Path:
     """The raylet's own count of the workers it killed, at node (ID, IP)."""
     write(

@@ -34,6 +34,8 @@ def triage_command(logdir: Path | None, as_json: bool) -> None:
             side = "behind" if seconds > 0 else "ahead of"
             skew = f"clock skew: node {node}'s stamps are {abs(seconds):.0f} s {side} the other nodes'"
             console.print(f"[yellow]{escape(skew)} for the same collective; its times are corrected[/]")
+        for d in data.discounted:
+            console.print(f"[dim]discounted  {escape(d.code)} at {escape(d.file)}:{d.line}: {escape(d.why)}[/]")
         first = data.first
         if first is None:
             console.print(f"no failure found: read {escape(read)}")

@@ -10,6 +10,7 @@ NUL in the first 8 KiB) are skipped, and a file or folder that cannot be read is
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import stat
@@ -17,14 +18,18 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from ascendfix.job.triage_lines import DATED, Clock, Finding, first_stamp, parse
-from ascendfix.job.triage_table import Table
+from ascendfix.job.triage.lines import ANSI, DATED, MAX_MESSAGE, Clock, Discount, Finding, clean, first_stamp, parse
+from ascendfix.job.triage.table import Table
 
 BLOCK = 1 << 22
 MAX_LINE = 1 << 16
 LOOKBACK = 1 << 16
 ABOVE = 1024  # how far above a line a fingerprint's ``above`` pattern is looked for
+BELOW = 8192  # how far below a line a fingerprint's ``below`` pattern is looked for
+# the end of an entry of torchrun's report: its rules and the next entry's "[N]:"
+_ENTRY_END = re.compile(rb"^(?:={8,}|-{8,}|\[\d+\]:)\s*$", re.M)
 SNIFF = 8192
+MAX_DISCOUNTED = 20  # discounted lines said per file
 _PARSED, _PARSED_LINE = 4096, 512  # distinct short lines whose parse is kept, per file (at most 2 MiB)
 
 # "E" then rror / RROR / xception / RR<digit> / a CANN code / a glog stamp / Ray's error level
@@ -33,13 +38,16 @@ _PARSED, _PARSED_LINE = 4096, 512  # distinct short lines whose parse is kept, p
 PREFILTER = re.compile(rb"E(?:rror|RROR|xception|RR\d|[A-Z0-9]\d{4}|\d{3,4} \d| \d+ \d+\])")
 # the failures printed without any of these, searched with find, in the files that print them: Ray's
 # own logs, the driver's and the job's (the kernel's words in kernel logs only); a Ray worker's
-# stdout/stderr (worker-*.out/err, most of a session's bytes) holds none of them
+# stdout/stderr (worker-*.out/err, most of a session's bytes) holds none of them, only WORKER_NEEDLES
 NEEDLES = (
     b"NODE_OUT_OF_MEMORY",
     b"memory pressure (OOM)",
     b"cannot be scheduled right now",
     b"exitcode",  # torchrun's failure block and its "failed (exitcode: -9)"
+    b"kill details",  # the raylet's INFO "Killing 1 worker(s), kill details: Memory on the node (IP: …"
 )
+# a Ray worker's own log: the native crash it prints without any of the pre-filter's words
+WORKER_NEEDLES = (b"Fatal Python error", b"*** SIG")
 KERNEL_NEEDLES = (b"of memory",)  # the OOM killer, "Out of memory: Killed process" / "Memory cgroup out of memory"
 KERNEL_LOG = re.compile(r"^(?:dmesg|kern|syslog|messages|journal)", re.I)
 RAY_WORKER_LOG = re.compile(r"^worker-[0-9a-f]+-[0-9a-f]+-\d+\.(?:out|err)$")
@@ -49,7 +57,7 @@ def needles_for(name: str) -> tuple[bytes, ...]:
     """The needles a file of this name is searched for, beside the pre-filter."""
     if KERNEL_LOG.match(name):
         return NEEDLES + KERNEL_NEEDLES
-    return () if RAY_WORKER_LOG.match(name) else NEEDLES
+    return WORKER_NEEDLES if RAY_WORKER_LOG.match(name) else NEEDLES + WORKER_NEEDLES
 
 
 def log_files(root: Path, skipped: list[tuple[str, str]]) -> Iterator[Path]:
@@ -86,6 +94,7 @@ class FileScan:
         self.text = False
         self.size = 0
         self.error: str | None = None  # why the file could not be read
+        self.discounted: list[Discount] = []  # lines a fingerprint fired on that are no failure, and why
 
     def findings(self) -> Iterator[Finding]:
         """Parse the file's failure lines in order; nothing for a binary, unreadable or non-regular file."""
@@ -145,8 +154,14 @@ class FileScan:
                     self.parsed[raw] = finding
             if finding is None or not self._below(finding.fingerprint.after, block, base, start):
                 continue
-            handled = finding.fingerprint.handled
-            if handled is not None and _handled(handled, finding.fingerprint.after, block, start):
+            fp = finding.fingerprint
+            said = _handled(fp.handled, fp.after, block, start) if fp.handled is not None else None
+            if said is not None:
+                why = f"logged by a program that went on: the line above its traceback says {said!r}"
+                self._discount(finding, lines.at(base + start, block, base), why)
+                continue
+            if fp.discount is not None and fp.discount.search(raw):
+                self._discount(finding, lines.at(base + start, block, base), fp.discount_why)
                 continue
             own = first_stamp(raw)
             if own is None or own.re not in DATED:  # a year-less stamp takes the year of a dated one above
@@ -156,11 +171,19 @@ class FileScan:
             above = finding.fingerprint.above
             if above is not None:
                 finding, time = _with_above(finding, above, block[max(0, start - ABOVE) : start], clock, time)
+            if finding.fingerprint.below is not None:
+                finding = _with_below(finding, block, end)
+            if finding.fingerprint.where is not None:
+                finding = _where(finding, block, cut)
             line = lines.at(base + start, block, base)
             yield finding.placed(line, time)
         _dated_year(block, max(dated, len(block) - LOOKBACK), len(block), clock)
         for after in self.table.afters:
             self._below(after, block, base, len(block))  # remember the block's last one for the next
+
+    def _discount(self, finding: Finding, line: int, why: str) -> None:
+        if len(self.discounted) < MAX_DISCOUNTED:
+            self.discounted.append(Discount(finding.code, self.rel, line, why))
 
     def _below(self, after: bytes, block: bytes, base: int, start: int) -> bool:
         """Whether ``after`` is on a line above ``start`` (within LOOKBACK bytes); each byte is searched once."""
@@ -175,16 +198,20 @@ class FileScan:
         return base + start - self.seen.get(after, -LOOKBACK - 1) <= LOOKBACK
 
 
-def _handled(handled: re.Pattern[bytes], after: bytes, block: bytes, start: int) -> bool:
-    """Whether the line right above the nearest ``after`` line above ``start`` (in this block) matches
+def _handled(handled: re.Pattern[bytes], after: bytes, block: bytes, start: int) -> str | None:
+    """The line right above the nearest ``after`` line above ``start`` (in this block), when it matches
     ``handled``: a library that logs an exception it goes on from prints its traceback under such a line."""
     at = block.rfind(after, max(0, start - LOOKBACK), start)
     if at == -1:
-        return False
+        return None
     line_start = block.rfind(b"\n", 0, at) + 1  # the after line's own start
     if line_start == 0:
-        return False
-    return handled.search(block, block.rfind(b"\n", 0, line_start - 1) + 1, line_start - 1) is not None
+        return None
+    above = block[block.rfind(b"\n", 0, line_start - 1) + 1 : line_start - 1]
+    if handled.search(above) is None:
+        return None
+    said = clean(ANSI.sub(b"", above).decode("utf-8", "replace"))
+    return said if len(said) <= 120 else said[:119] + "…"
 
 
 def _dated_year(block: bytes, lo: int, hi: int, clock: Clock) -> None:
@@ -208,7 +235,43 @@ def _with_above(finding: Finding, above: re.Pattern[str], text: bytes, clock: Cl
         own = first_stamp(groups["stamp"].encode())
         time = (clock.time(own) if own else None) or time
     rank = int(groups["rank"]) if groups.get("rank") else finding.rank
-    return replace(finding, node=groups.get("node") or finding.node, rank=rank), time
+    role = "root" if groups.get("root") else finding.role
+    return replace(finding, node=groups.get("node") or finding.node, rank=rank, role=role), time
+
+
+def _where(finding: Finding, block: bytes, start: int) -> Finding:
+    """A finding placed where its message says it happened (the node and pid its ``where`` groups name, the
+    first of each, in the line and the entry below it), over a relaying process's prefix."""
+    stop = _ENTRY_END.search(block, start, start + BELOW)
+    text = ANSI.sub(b"", block[start : stop.start() if stop else start + BELOW]).decode("utf-8", "replace")
+    node = pid = None
+    for m in finding.fingerprint.where.finditer(text):
+        node = node or m.groupdict().get("node")
+        pid = pid or m.groupdict().get("pid")
+    if node is not None:
+        try:
+            node = str(ipaddress.ip_address(node))
+        except ValueError:
+            node = None
+    if pid is not None:
+        finding = replace(finding, pid=int(pid), message_pid=True, pids=finding.pids | {int(pid)})
+    return replace(finding, node=node) if node is not None else finding
+
+
+def _with_below(finding: Finding, block: bytes, end: int) -> Finding:
+    """A finding completed from the entry below it: torchrun's report (the rank's error_file traceback names the
+    exception), faulthandler's stack (its innermost frame)."""
+    stop = _ENTRY_END.search(block, end + 1, end + 1 + BELOW)
+    text = ANSI.sub(b"", block[end + 1 : stop.start() if stop else end + 1 + BELOW]).decode("utf-8", "replace")
+    matches = list(finding.fingerprint.below.finditer(text))
+    if not matches:
+        return finding
+    g = matches[-1].groupdict()  # the last exception of a chained traceback is the one that ended the rank
+    message = clean(g.get("message") or finding.message)
+    if g.get("function"):
+        message += " · " + clean(f"in {g['function']} ({g['file']}:{g['line']})")
+    message = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
+    return replace(finding, code=g.get("code") or finding.code, message=message)
 
 
 class _Lines:

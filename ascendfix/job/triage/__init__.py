@@ -3,10 +3,10 @@
 When a job on 128 NPUs fails, every rank prints errors and HCCL's own advice is to find the rank
 that failed first. :func:`triage` reads a folder of logs -- a Ray session's ``logs``, ``ascendfix
 run`` folders (``<time>/train.log``), CANN plog folders, per-node copies of them, a collected
-``dmesg -T`` or ``kern.log`` -- picks the lines that fingerprint a failure (``triage_codes.toml``,
-:mod:`ascendfix.job.triage_table`), reads each one's time, node, pid and rank
-(:mod:`ascendfix.job.triage_lines`), streaming (:mod:`ascendfix.job.triage_scan`), and orders them
-(:mod:`ascendfix.job.triage_order`): the earliest burst, after clock skew and the ranks the
+``dmesg -T`` or ``kern.log`` -- picks the lines that fingerprint a failure (``codes.toml``,
+:mod:`ascendfix.job.triage.table`), reads each one's time, node, pid and rank
+(:mod:`ascendfix.job.triage.lines`), streaming (:mod:`ascendfix.job.triage.scan`), and orders them
+(:mod:`ascendfix.job.triage.order`): the earliest burst, after clock skew and the ranks the
 timeouts point at, is the first failure; every other finding is counted as one of its likely
 consequences.
 
@@ -25,14 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from ascendfix.errors import UsageError
-from ascendfix.job.triage_lines import MAX_MESSAGE, Finding, clean
-from ascendfix.job.triage_order import Tally, bursts
-from ascendfix.job.triage_scan import KERNEL_NEEDLES, NEEDLES, PREFILTER, FileScan, log_files
-from ascendfix.job.triage_table import CODES, Fingerprint, Table, fingerprints, needles
+from ascendfix.job.triage.lines import MAX_MESSAGE, Discount, Finding, clean
+from ascendfix.job.triage.order import Tally, bursts
+from ascendfix.job.triage.scan import KERNEL_NEEDLES, MAX_DISCOUNTED, NEEDLES, PREFILTER, FileScan, log_files
+from ascendfix.job.triage.table import CODES, Fingerprint, Table, fingerprints, needles
 
 __all__ = [
     "CODES",
     "DEFAULT_LOGDIR",
+    "Discount",
     "KERNEL_NEEDLES",
     "MAX_MESSAGE",
     "NEEDLES",
@@ -65,6 +66,7 @@ class Triage:
     bytes_read: int
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path under LOGDIR, why), unread
     clock_skew: dict[str, float] = field(default_factory=dict)  # node -> seconds its stamps are behind
+    discounted: list[Discount] = field(default_factory=list)  # earlier findings not taken as the first, and why
 
     @property
     def failed(self) -> bool:
@@ -72,7 +74,7 @@ class Triage:
         return self.first is not None or bool(self.skipped)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"logs", "first", "later", "by_code", "skipped", "clock_skew"}``."""
+        """``{"logs", "first", "later", "by_code", "skipped", "clock_skew", "discounted"}``."""
         first = self.first.to_json() if self.first else None
         skipped = [{"path": path, "why": why} for path, why in self.skipped]
         return {
@@ -82,6 +84,7 @@ class Triage:
             "by_code": self.by_code,
             "skipped": skipped,
             "clock_skew": self.clock_skew,
+            "discounted": [d.to_json() for d in self.discounted],
         }
 
 
@@ -105,6 +108,7 @@ def triage(logdir: Path = DEFAULT_LOGDIR) -> Triage:
         scan = FileScan(path, clean(str(rel)), nodes[rel.parent], int(m.group(1)) if m else None, table)
         for burst in bursts(scan.findings(), index):
             tally.add(burst)
+        tally.discounted += scan.discounted[: max(0, MAX_DISCOUNTED - len(tally.discounted))]
         if scan.error is not None:
             skipped.append((clean(str(rel)), scan.error))
         if scan.text:
@@ -114,11 +118,12 @@ def triage(logdir: Path = DEFAULT_LOGDIR) -> Triage:
     if not files and not skipped:
         raise UsageError(f"{logdir}: no readable text log files here")
     offsets = tally.skew()
-    named, offset = tally.first(offsets)
-    first = named.named(offset) if named else None
-    later = tally.total - (named.size if named else 0)
+    first, size_first = tally.first(offsets)
     skew = {node: _seconds(delta) for node, delta in sorted(offsets.items())}
-    return Triage(clean(str(logdir)), first, later, dict(tally.by_code.most_common()), files, size, skipped, skew)
+    by_code = dict(tally.by_code.most_common())
+    return Triage(
+        clean(str(logdir)), first, tally.total - size_first, by_code, files, size, skipped, skew, tally.discounted
+    )
 
 
 def _seconds(delta: timedelta) -> float:

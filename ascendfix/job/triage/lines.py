@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import signal
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ascendfix.job.triage_table import Fingerprint, Table
+from ascendfix.job.triage.table import Fingerprint, Table
 
 MAX_MESSAGE = 300
 _MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
@@ -38,7 +39,7 @@ _SYSLOG_STAMP = re.compile(rb"^(" + _MONTHS.encode() + rb") +(\d{1,2}) (\d\d):(\
 STAMPS = (YEAR_STAMP, _GLOG_STAMP, _VLLM_STAMP, _DMESG_STAMP, _SYSLOG_STAMP)
 DATED = (YEAR_STAMP, _DMESG_STAMP)  # the stamps that carry their year
 
-_ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
+ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 _RAY_PREFIX = re.compile(r"^\((?P<inner>[^()]{0,200})\) ?")
 _RAY_PID = re.compile(r"(?:^|[\s,])pid=(\d+)")
@@ -50,7 +51,10 @@ _LINE_PID = re.compile(
     r"\[PID: ?(\d+)\]|\(PID:(\d+)|^\[[A-Z]+\] [A-Z_]+\((\d+),|Worker PID: (\d+)|ray::\S+ \(pid=(\d+)"
     r"|Killed process (\d+)|\(pid: (\d+)\)"
 )
-_LINE_IP = re.compile(r"Worker IP address: ([0-9A-Fa-f.:]+)|\b(?:IP|ip)[:=] ?([0-9A-Fa-f.:]*[0-9A-Fa-f])")
+_LINE_IP = re.compile(
+    r"Worker IP address: ([0-9A-Fa-f.:]+)|\b(?:IP|ip)[:=] ?([0-9A-Fa-f.:]*[0-9A-Fa-f])"
+    r"|\baddress = ([0-9A-Fa-f.:]*[0-9A-Fa-f])"  # the GCS's "Reporting worker exit, …, address = 10.0.0.5"
+)
 _POINTER = re.compile(r"remote rank: ?\[(\d+)\]|dst_?[Rr]ank ?[\[:=] ?(\d+)|remoteUserrank\[(\d+)\]")
 _SOURCE = re.compile(r"src_?[Rr]ank ?[\[:=] ?(\d+)")
 _SYSLOG_HOST = re.compile(r"^(?:[A-Z][a-z]{2} [ \d]\d [\d:]{8}|20\d\d-\d\d-\d\dT\S+) (\S+) kernel: ")
@@ -76,6 +80,20 @@ _INFO = re.compile(
 
 
 @dataclass(frozen=True)
+class Discount:
+    """A finding that was not taken as the first failure although it came earlier, and why."""
+
+    code: str
+    file: str
+    line: int
+    why: str
+
+    def to_json(self) -> dict[str, object]:
+        """``{"code", "file", "line", "why"}``."""
+        return {"code": self.code, "file": self.file, "line": self.line, "why": self.why}
+
+
+@dataclass(frozen=True)
 class Finding:
     """One failure line: where and when, which process, and what it says."""
 
@@ -93,6 +111,8 @@ class Finding:
     message_pid: bool = False  # ``pid`` is the one the message names (it wins over a relaying prefix's)
     points_to: int | None = None  # the rank it says it waited for (``remote rank: [N]``, dstRank)
     origin: str | None = None  # the Ray prefix's process (``WorkerDict pid=3007``, ``raylet``): who relayed it
+    role: str = ""  # "root": the launcher's first observed failure; "consequence": it follows another failure
+    task: str | None = None  # the Ray task a wrapper names (``ray::inner()``)
 
     def placed(self, line: int, time: datetime | None) -> Finding:
         """This finding at a line and time (a parsed line is shared by its repeats: each gets its own copy)."""
@@ -165,7 +185,7 @@ def first_stamp(line: bytes) -> re.Match[bytes] | None:
 def parse(raw: bytes, table: Table, file: str, file_pid: int | None, node: str | None) -> Finding | None:
     """The finding on one line (its line number and time not yet set), or None when no fingerprint fires."""
     if b"\x1b" in raw:
-        raw = _ANSI.sub(b"", raw)
+        raw = ANSI.sub(b"", raw)
     text = raw.decode("utf-8", "replace")
     inner = None
     ray = _RAY_PREFIX.match(text)
@@ -198,6 +218,10 @@ def parse(raw: bytes, table: Table, file: str, file_pid: int | None, node: str |
     where = node_prefix or _ip(_LINE_IP.search(text)) or (host.group(1) if host else None) or node
     pid = next((p for p in (message_pid, prefix_pid, file_pid) if p is not None), None)
     content = clean(content)
+    groups = m.groupdict()
+    signal_number = groups.get("signal") or groups.get("signal2")
+    if signal_number and "SIG" not in content:
+        content += f" ({_signal_name(int(signal_number))})"
     message = content if len(content) <= MAX_MESSAGE else content[: MAX_MESSAGE - 1] + "…"
     return Finding(
         None,
@@ -206,7 +230,7 @@ def parse(raw: bytes, table: Table, file: str, file_pid: int | None, node: str |
         where,
         pid,
         rank,
-        m.groupdict().get("code") or fp.code,
+        groups.get("code") or fp.code,
         message,
         fp,
         priority,
@@ -214,7 +238,16 @@ def parse(raw: bytes, table: Table, file: str, file_pid: int | None, node: str |
         message_pid is not None,
         _pointer(text, rank),
         inner.split(",")[0].strip() if inner is not None else None,
+        "root" if groups.get("root") else fp.role,
+        groups.get("task"),
     )
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _pointer(text: str, rank: int | None) -> int | None:

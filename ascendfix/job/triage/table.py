@@ -1,4 +1,4 @@
-"""triage's table of fingerprints (``triage_codes.toml``): loading it, and finding which one a line matches.
+"""triage's table of fingerprints (``codes.toml``): loading it, and finding which one a line matches.
 
 A line is searched only for the fingerprints whose literal needles it holds (plus the few
 patterns that have none), most specific first.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ascendfix.errors import UsageError
 
-CODES = Path(__file__).with_name("triage_codes.toml")
+CODES = Path(__file__).with_name("codes.toml")
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,11 @@ class Fingerprint:
     above: re.Pattern[str] | None = None  # searched in the lines just above: its groups stamp, node, rank
     info: bool = False  # also fires on an INFO/DEBUG line (Ray logs its OOM kills and pending requests so)
     handled: re.Pattern[bytes] | None = None  # the line right above its `after` line says the exception was handled
+    role: str = ""  # "consequence": it follows another failure (a lost peer, a launcher's SIGTERM), never first
+    below: re.Pattern[str] | None = None  # searched in the entry below the line: its last match's code and message
+    discount: re.Pattern[bytes] | None = None  # a line it fires on that also matches this is no failure, ...
+    discount_why: str = ""  # ... for this reason, said in the output
+    where: re.Pattern[str] | None = None  # in the line and the entry below: groups node, pid where it happened
 
 
 @functools.cache
@@ -54,11 +59,25 @@ def fingerprints(path: Path = CODES) -> tuple[Fingerprint, ...]:
                 re.compile(e["above"], re.S) if "above" in e else None,
                 bool(e.get("info", False)),
                 re.compile(e["handled"].encode()) if "handled" in e else None,
+                _role(e.get("role", "")),
+                re.compile(e["below"], re.M) if "below" in e else None,
+                re.compile(e["discount"].encode()) if "discount" in e else None,
+                e["discount_why"] if "discount" in e else "",
+                re.compile(e["where"]) if "where" in e else None,
             )
             for e in table["fingerprint"]
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, re.error) as e:
         raise UsageError(f"{path}: not a valid fingerprint table: {e}") from None
+
+
+ROLES = ("", "consequence")
+
+
+def _role(value: str) -> str:
+    if value not in ROLES:
+        raise ValueError(f"role {value!r} is none of {ROLES[1:]}")
+    return value
 
 
 def needles(pattern: str) -> tuple[str, ...]:
@@ -112,6 +131,14 @@ def _alternatives(pattern: str) -> list[str]:
     return [*parts, pattern[start:]]
 
 
+def overlap(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` can share characters where they occur in a line: one holds the other, or one
+    ends with what the other starts with."""
+    if a in b or b in a:
+        return True
+    return any(a.endswith(b[:k]) or b.endswith(a[:k]) for k in range(1, min(len(a), len(b))))
+
+
 class Table:
     """The fingerprints, and which of them a line can match, by the needles it holds."""
 
@@ -124,8 +151,10 @@ class Table:
             for n in fp.needles:
                 owners.setdefault(n, set()).add(i)
         literals = sorted(owners, key=len, reverse=True)
-        # a literal found stands for every needle inside it too (the search reports the longest at a place)
-        self.owners = {lit: sorted({i for n in literals if n in lit for i in owners[n]}) for lit in literals}
+        # a literal found stands for every needle it overlaps too: the search reports one match at a place and
+        # goes on after it, so a needle inside it, or one that starts inside it and runs on ("… request" then
+        # "request {"), is not reported; their patterns are tried, most specific first
+        self.owners = {lit: sorted({i for n in literals if overlap(n, lit) for i in owners[n]}) for lit in literals}
         self.any_needle = re.compile("|".join(map(re.escape, literals)) or "(?!)")  # literals only: fast
 
     def match(self, text: str, info: bool = False) -> tuple[int, re.Match[str]] | None:

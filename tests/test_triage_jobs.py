@@ -1,0 +1,310 @@
+"""`ascendfix triage` on jobs that really fail here: torchrun with gloo on CPU, and Ray jobs in the
+test's own network namespace and temp folder. Each test runs the job, then asserts the rank, pid,
+node and message triage names first, and what it counts as consequences.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from ascendfix import cli
+from click.testing import CliRunner
+
+# a rank raises (or SIGKILLs itself, as the OOM killer does) at a step; the others are in an all_reduce
+TORCH_JOB = textwrap.dedent(
+    """
+    import datetime, os, signal, sys, time
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    @record
+    def main(how, bad, at):
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
+        rank = dist.get_rank()
+        with open(f"pid{rank}", "w") as f:
+            f.write(str(os.getpid()))
+        t = torch.ones(4)
+        for step in range(6):
+            if rank == bad and step == at:
+                time.sleep(0.2)  # the others are waiting in the collective
+                if how == "raise":
+                    raise ValueError(f"bad batch at step {step} on rank {rank}")
+                os.kill(os.getpid(), signal.SIGKILL)
+            dist.all_reduce(t)
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        if sys.argv[4] == "record":
+            main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+        else:
+            main.__wrapped__(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    """
+)
+
+
+def torchrun(work: Path, how: str, bad: int, *, ranks: int = 3, log_dir: bool = False, record: bool = False):
+    """Run the job under torchrun (its own rendezvous port); its console output is ``console/train.log``,
+    as `ascendfix run` keeps it; returns each rank's pid."""
+    pytest.importorskip("torch")
+    (work / "job.py").write_text(TORCH_JOB)
+    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+    if log_dir:
+        args += ["--log-dir", str(work / "ranks"), "--redirects", "3"]
+    args += ["job.py", how, str(bad), "1", "record" if record else "plain"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "MASTER_", "RANK", "WORLD"))}
+    proc = subprocess.run(args, cwd=work, env=env | {"OMP_NUM_THREADS": "1"}, capture_output=True, timeout=180)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    console = work / "console"
+    console.mkdir()
+    (console / "train.log").write_bytes(proc.stdout + proc.stderr)
+    assert b"Root Cause (first observed failure)" in proc.stderr
+    return {rank: int((work / f"pid{rank}").read_text()) for rank in range(ranks)}
+
+
+def first_of(logs: Path) -> tuple[dict, dict]:
+    """The CLI's JSON for ``logs`` (which must exit 1) and its first finding."""
+    result = CliRunner().invoke(cli.main, ["triage", str(logs), "--json"])
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1, data
+    return data, data["first"]
+
+
+@pytest.mark.slow
+def test_a_rank_that_raises_is_named_not_the_survivors_torchrun_sigtermed(tmp_path):
+    pids = torchrun(tmp_path, "raise", 1)
+    data, first = first_of(tmp_path / "console")
+    assert (first["rank"], first["pid"], first["node"]) == (1, pids[1], "localhost"), first
+    assert first["code"] == "ValueError" and "bad batch at step 1 on rank 1" in first["message"]
+    assert first["time"] is not None  # the root cause block's
+    # the survivors' lost peers and torchrun's SIGTERMs of them are counted as its consequences
+    assert data["by_code"]["GLOO_PEER"] == 2 and data["later"] >= 4
+    assert "TORCHRUN_SIGTERM" in data["by_code"]
+
+
+@pytest.mark.slow
+def test_a_rank_killed_by_sigkill_is_named_with_its_signal(tmp_path):
+    pids = torchrun(tmp_path, "kill", 2, log_dir=True)
+    for logs in (tmp_path / "console", tmp_path):  # torchrun's output alone, and with the ranks' own files
+        data, first = first_of(logs)
+        assert (first["code"], first["rank"], first["pid"]) == ("TORCHRUN_SIGNAL", 2, pids[2]), (logs, first)
+        assert "SIGKILL" in first["message"] and "dmesg" in first["fix"]
+
+
+@pytest.mark.slow
+def test_the_ranks_own_files_alone_name_the_rank_that_raised_over_its_lost_peers(tmp_path):
+    pids = torchrun(tmp_path, "raise", 2, log_dir=True)
+    data, first = first_of(tmp_path / "ranks")  # `--log-dir … --redirects 3`: no stamp in any of them
+    assert (first["code"], first["rank"]) == ("ValueError", 2), first
+    assert "bad batch at step 1 on rank 2" in first["message"] and first["file"].endswith("/2/stderr.log")
+    assert data["by_code"]["GLOO_PEER"] == 2
+    data, first = first_of(tmp_path)  # with torchrun's own output beside them: the pid too
+    assert (first["code"], first["rank"], first["pid"]) == ("ValueError", 2, pids[2]), first
+    assert "bad batch at step 1 on rank 2" in first["message"]
+
+
+@pytest.mark.slow
+def test_the_root_cause_blocks_error_file_traceback_names_the_exception(tmp_path):
+    """With @record and --redirects, torchrun's own output holds the ranks' tracebacks only in its block."""
+    pids = torchrun(tmp_path, "raise", 0, ranks=2, log_dir=True, record=True)
+    data, first = first_of(tmp_path / "console")
+    assert (first["code"], first["rank"], first["pid"]) == ("ValueError", 0, pids[0]), first
+    assert first["message"] == "ValueError: bad batch at step 1 on rank 0"
+
+
+# --- Ray jobs, each in a network namespace of its own ---------------------------------------------
+
+
+def ray_job(tmp_path_factory, script: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run a Ray job script under `unshare -n` (only `lo`, brought up), its Ray folder in pytest's temp dir;
+    the driver's output is kept in the session's logs as `train.log`, as `ascendfix run` keeps it."""
+    pytest.importorskip("ray")
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs unshare and ip for a network namespace")
+    work = tmp_path_factory.mktemp("r")  # short: Ray's socket paths must stay under 107 bytes
+    (work / "job.py").write_text(textwrap.dedent(script))
+    ray_dir = work / "ray"
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work), "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.run(
+        ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" job.py "$1"', sys.executable, str(ray_dir)],
+        cwd=work,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0 and "unshare" in proc.stderr and "Operation not permitted" in proc.stderr:
+        pytest.skip("no permission for a network namespace here")
+    logs = ray_dir / "session_latest" / "logs"
+    (logs / "train.log").write_text(proc.stdout + proc.stderr)
+    return proc, logs
+
+
+SEGFAULT_JOB = """
+    import os, signal, sys
+    import ray
+
+    @ray.remote(num_cpus=0, max_restarts=0)
+    class Rollout:
+        def generate(self, n):
+            if n == 2:
+                with open("crashed", "w") as f:
+                    f.write(str(os.getpid()))
+                os.kill(os.getpid(), signal.SIGSEGV)  # what a bad kernel or extension does
+            return n
+
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])
+    actor = Rollout.remote()
+    for n in range(4):
+        print("step", ray.get(actor.generate.remote(n)), flush=True)
+"""
+
+CHAIN_JOB = """
+    import os, sys
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def inner(x):
+        with open("inner", "w") as f:
+            f.write(str(os.getpid()))
+        raise KeyError(f"missing sample {x}")
+
+    @ray.remote(num_cpus=0)
+    def middle(x):
+        return ray.get(inner.remote(x))
+
+    @ray.remote(num_cpus=0)
+    def outer(x):
+        return ray.get(middle.remote(x))
+
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])
+    print(ray.get(outer.remote(7)))
+"""
+
+# a clean job: an actor logs a download's timeout with logging.exception and retries it, as huggingface_hub
+# and wandb do; the driver ends normally
+RETRIED_JOB = """
+    import logging, sys
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Loader:
+        def __init__(self):
+            self.tries = 0
+
+        def fetch(self):
+            log = logging.getLogger("loader")
+            while True:
+                self.tries += 1
+                try:
+                    if self.tries == 1:
+                        raise TimeoutError("read timed out (hub)")
+                    return self.tries
+                except TimeoutError:
+                    log.exception("download failed, retrying (attempt %d)", self.tries)
+
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])
+    print("tries", ray.get(Loader.remote().fetch.remote()))
+    ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_a_ray_actors_segfault_is_named_with_its_pid_node_and_python_frame(tmp_path_factory):
+    proc, logs = ray_job(tmp_path_factory, SEGFAULT_JOB)
+    assert proc.returncode == 1 and "ActorDiedError" in proc.stderr, proc.stderr[-3000:]
+    pid = int((logs.parents[2] / "crashed").read_text())
+    data, first = first_of(logs)
+    assert (first["code"], first["pid"], first["node"]) == ("PYTHON_FATAL", pid, "127.0.0.1"), first
+    assert "Segmentation fault" in first["message"] and "in generate (" in first["message"]
+    assert first["file"].startswith("worker-") and first["file"].endswith(f"-{pid}.err")
+    assert data["by_code"]["SIGSEGV"] >= 1 and data["later"] >= 2  # the GCS's and the driver's reports of it
+    (logs / "train.log").unlink()  # the session's own logs alone: the same
+    _, alone = first_of(logs)
+    assert (alone["code"], alone["pid"], alone["file"]) == ("PYTHON_FATAL", pid, first["file"])
+
+
+@pytest.mark.slow
+def test_the_innermost_exception_of_a_ray_task_chain_is_named_with_its_task_and_pid(tmp_path_factory):
+    proc, logs = ray_job(tmp_path_factory, CHAIN_JOB)
+    assert proc.returncode == 1 and "KeyError: 'missing sample 7'" in proc.stderr, proc.stderr[-3000:]
+    pid = int((logs.parents[2] / "inner").read_text())
+    data, first = first_of(logs)
+    assert (first["code"], first["pid"], first["node"]) == ("KeyError", pid, "127.0.0.1"), first
+    assert first["message"] == "KeyError: 'missing sample 7' (in ray::inner())"
+    # the three wrappers (outer, middle, inner) and the exception; the innermost wrapper is in its burst
+    assert data["by_code"]["KeyError"] == 4 and data["later"] == 2
+
+
+@pytest.mark.slow
+def test_a_clean_ray_job_that_logged_and_retried_an_exception_is_no_failure(tmp_path_factory):
+    proc, logs = ray_job(tmp_path_factory, RETRIED_JOB)
+    assert proc.returncode == 0 and "tries 2" in proc.stdout, proc.stderr[-3000:]
+    assert "TimeoutError: read timed out (hub)" in proc.stderr  # relayed from the actor's worker-*.err
+    result = CliRunner().invoke(cli.main, ["triage", str(logs), "--json"])
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0 and data["first"] is None, data
+    discounted = {(d["code"], d["why"]) for d in data["discounted"]}
+    assert {code for code, _ in discounted} == {"TimeoutError"}, discounted
+    assert all("retr" in why for _, why in discounted)
+    human = CliRunner().invoke(cli.main, ["triage", str(logs)]).output
+    assert "discounted  TimeoutError" in human and "no failure found" in human
+
+
+# --- one failure, read from each of its formats -----------------------------------------------------
+
+NETNS = ("unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh")  # only `lo`, brought up
+
+
+def named(logs: Path) -> tuple:
+    """The first failure's rank, code, message, pid and node."""
+    _, first = first_of(logs)
+    return first["rank"], first["code"], first["message"], first["pid"], first["node"]
+
+
+@pytest.mark.slow
+def test_a_torchrun_failure_is_the_same_from_its_run_folder_its_ranks_files_and_both(tmp_path, ascendfix_cli):
+    """`ascendfix run` keeps torchrun's console (runs/1/train.log); `--log-dir` keeps each rank's output."""
+    pytest.importorskip("torch")
+    (tmp_path / "job.py").write_text(TORCH_JOB)
+    torchrun_ = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3"]
+    torchrun_ += ["--log-dir", "ranks", "--redirects", "3", "job.py", "raise", "2", "1", "plain"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    args = ["run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1", *torchrun_]
+    proc = ascendfix_cli(*args, cwd=tmp_path, env=env, clean_env=True, timeout=180)
+    assert proc.returncode == 1 and (tmp_path / "runs" / "1" / "train.log").is_file(), proc.stderr[-3000:]
+    pid = int((tmp_path / "pid2").read_text())
+    run, ranks, both = (named(tmp_path / d) for d in ("runs", "ranks", "."))
+    assert run == both == (2, "ValueError", "ValueError: bad batch at step 1 on rank 2", pid, "localhost"), (run, both)
+    assert ranks[:3] == run[:3]  # no pid nor host in a rank's own output: the same rank and cause
+
+
+@pytest.mark.slow
+def test_a_ray_segfault_is_the_same_from_its_run_folder_its_session_and_its_driver_log(tmp_path_factory, ascendfix_cli):
+    pytest.importorskip("ray")
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs unshare and ip for a network namespace")
+    work = tmp_path_factory.mktemp("r")  # short: Ray's socket paths must stay under 107 bytes
+    (work / "job.py").write_text(textwrap.dedent(SEGFAULT_JOB))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work), "RAY_AUTH_MODE": "disabled"}
+    args = ["run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1", sys.executable, "job.py", work / "ray"]
+    proc = ascendfix_cli(*args, cwd=work, env=env, clean_env=True, prefix=NETNS, timeout=240)
+    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
+        pytest.skip("no permission for a network namespace here")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    pid = int((work / "crashed").read_text())
+    session = work / "ray" / "session_latest" / "logs"
+    driver = work / "driver"
+    driver.mkdir()
+    shutil.copy(work / "runs" / "1" / "train.log", driver / "job-driver-raysubmit_1.log")
+    found = {name: named(logs) for name, logs in (("run", work / "runs"), ("session", session), ("driver", driver))}
+    for name, (_, code, message, first_pid, node) in found.items():
+        assert (code, first_pid, node) == ("PYTHON_FATAL", pid, "127.0.0.1"), (name, found)
+        assert message.startswith("Fatal Python error: Segmentation fault · in generate ("), (name, message)
