@@ -262,7 +262,8 @@ def test_a_chunk_without_storage_and_a_stray_data_file(dcp):
     _rewrite_metadata(dcp, lambda metadata: metadata.storage_data.pop(MetadataIndex("b", [0, 2])))
     shutil.copy(dcp / "__0_0.distcp", dcp / "__9_0.distcp")
     code, report = ckpt_check(dcp)
-    assert kinds(report) == {("no-storage", "b"), ("orphan", "__9_0.distcp")}
+    assert kinds(report) == {("no-storage", "b")}
+    assert [(w["kind"], w["file"]) for w in report["warnings"]] == [("extra-file", "__9_0.distcp")]
     assert "[0, 2]" in next(p["detail"] for p in report["problems"] if p["kind"] == "no-storage")
 
 
@@ -879,13 +880,47 @@ def test_a_copy_still_running_and_a_megatron_plan_without_its_files(mcore):
     assert "a copy is still running" in report["problems"][0]["detail"]
 
 
+def _older(path: Path, hours: float) -> None:
+    """Give ``path`` the mtime of a file saved ``hours`` before, as ``cp -p`` and rsync keep it."""
+    os.utime(path, (path.stat().st_atime, path.stat().st_mtime - hours * 3600))
+
+
 @pytest.mark.slow
-def test_a_data_file_from_another_save_is_a_warning(dcp):
-    stale = dcp / "__3_0.distcp"
-    os.utime(stale, (stale.stat().st_atime, stale.stat().st_mtime - 86400))
+def test_a_data_file_from_another_save_is_named_at_any_file_count(dcp):
+    _older(dcp / "__3_0.distcp", 38)
     code, report = ckpt_check(dcp)
-    assert code == 0
-    assert [(w["kind"], w["file"]) for w in report["warnings"]] == [("stray-mtime", "__3_0.distcp")]
+    assert code == 1
+    assert kinds(report) == {("mixed-save", "__3_0.distcp")}
+    (mixed,) = [p for p in report["problems"] if p["kind"] == "mixed-save"]
+    assert mixed["detail"].startswith("written 38.0 h before .metadata (the save's last file): a file of another save")
+    assert report["warnings"] == []  # named once
+    code, proven = ckpt_check(dcp, "--bytes")
+    assert (code, kinds(proven)) == (1, {("mixed-save", "__3_0.distcp")})
+
+
+@pytest.mark.slow
+def test_a_file_written_within_the_hour_before_the_metadata_is_the_saves_own(dcp):
+    _older(dcp / "__3_0.distcp", 0.9)
+    assert ckpt_check(dcp)[0] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stale", ["__1_0.distcp", "common.pt"])
+def test_a_two_file_megatron_save_mixed_from_two_saves_is_named(mcore, stale):
+    """The guide's converter writes two data files, common.pt and metadata.json: a stale one is named too."""
+    assert sorted(p.name for p in mcore.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    _older(mcore / stale, 38)
+    code, report = ckpt_check(mcore)
+    assert code == 1
+    assert kinds(report) == {("mixed-save", stale)}
+
+
+@pytest.mark.slow
+def test_an_extra_copy_of_a_data_file_is_a_warning_naming_it(mcore):
+    shutil.copy2(mcore / "__1_0.distcp", mcore / "__1_0 (copy).distcp")
+    code, report = ckpt_check(mcore)
+    assert (code, report["problems"]) == (0, [])
+    assert [(w["kind"], w["file"]) for w in report["warnings"]] == [("extra-file", "__1_0 (copy).distcp")]
 
 
 def _hostile(folder: Path, data: bytes) -> dict:

@@ -266,3 +266,121 @@ def test_an_interrupted_adoption_may_roll_the_hand_edit_back(trees):
         edited = (root / rel).read_bytes()
         assert prove(rel, edited)
         assert not prove(rel, edited + b"# more\n")
+
+
+# Every spelling of the guide's text a team may type: (patch, file, where it goes, the hand edit).
+SPELLINGS = [
+    ("torch-shard-overlap-check", upstream.SHARD_INTERNALS, SHARDS_DOC_END, "    return None\n"),
+    ("torch-shard-overlap-check", upstream.SHARD_INTERNALS, SHARDS_DOC_END, "    pass\n    return\n"),
+    ("torch-shard-overlap-check", upstream.SHARD_INTERNALS, SHARDS_DOC_END, "    return  # guide 6.1\n"),
+    ("torch-shard-overlap-check", upstream.SHARD_INTERNALS, SHARDS_DOC_END, "    # guide 6.1\n    return None\n"),
+    ("torch-global-plan-check", upstream.DEFAULT_PLANNER, PLANNER_DEF, "    return True  # guide 6.2\n"),
+    ("torch-global-plan-check", upstream.DEFAULT_PLANNER, PLANNER_DEF, "    pass\n    return True\n"),
+]
+PROBE_LINE = "is_cuda_available = torch.cuda.is_available()\n"
+SPELLINGS_5_1 = [
+    "is_cuda_available = False\n",
+    "# is_cuda_available = torch.cuda.is_available()\nis_cuda_available = False\n",
+    "is_cuda_available = False  # torch.cuda.is_available()\n",
+]
+
+
+def adopt_and_revert(profile: Path, verl: Path, site: Path, pid: str, pristine: dict[str, str], guide: str) -> None:
+    """status says hand-edited (the guide's section), apply adopts it, status then applied, revert gives upstream's
+    bytes back."""
+    selection = engine.select(
+        Site(manifest.load_profile(str(profile)), "npu", roots={"verl": verl, "torch": site}), (pid,)
+    )
+    (status,) = engine.status(selection)
+    assert (status.state, status.guide, status.hint) == ("hand-edited", guide, "ascendfix apply"), status.reason
+    (applied,) = engine.apply(selection)
+    assert (applied.state, applied.action) == ("applied", "adopted")
+    assert engine.status(selection)[0].state == "applied"
+    (reverted,) = engine.revert(selection)
+    assert reverted.action == "reverted"
+    assert shas(verl, site, pristine) == pristine
+
+
+@pytest.mark.parametrize(("pid", "rel", "anchor", "hand"), SPELLINGS)
+def test_every_spelling_of_the_guides_early_return_is_adopted(trees, pid, rel, anchor, hand):
+    profile, verl, site, pristine = trees
+    path = site / rel
+    path.write_text(path.read_text().replace(anchor, anchor + hand, 1))
+    adopt_and_revert(profile, verl, site, pid, pristine, "6.1" if "shard" in pid else "6.2")
+
+
+@pytest.mark.parametrize("hand", SPELLINGS_5_1)
+def test_every_spelling_of_the_guides_5_1_is_adopted(trees, hand):
+    profile, verl, site, pristine = trees
+    path = verl / DEVICE
+    assert path.read_text().count(PROBE_LINE) == 1
+    path.write_text(path.read_text().replace(PROBE_LINE, hand))
+    adopt_and_revert(profile, verl, site, "verl-cuda-probe-off", pristine, "5.1")
+
+
+@pytest.mark.parametrize("hand", ["    return None\n", "    pass\n    return\n", "    return  # guide 6.1\n"])
+def test_a_hand_return_above_what_ascendfix_wrote_is_never_applied(trees, hand):
+    profile, verl, site, pristine = trees
+    selection = engine.select(
+        Site(manifest.load_profile(str(profile)), "npu", roots={"torch": site}), ("torch-shard-overlap-check",)
+    )
+    engine.apply(selection)
+    shards = site / upstream.SHARD_INTERNALS
+    shards.write_text(shards.read_text().replace(SHARDS_DOC_END, SHARDS_DOC_END + hand, 1))
+    (status,) = engine.status(selection)
+    assert (status.state, status.reason_code) == ("drifted", "hand-edit-and-more")
+    with pytest.raises(RefusedError):
+        engine.apply(selection)
+
+
+def test_a_hand_return_of_another_value_is_refused_naming_the_line_and_the_value(trees):
+    profile, verl, site, pristine = trees
+    planner = site / upstream.DEFAULT_PLANNER
+    planner.write_text(planner.read_text().replace(PLANNER_DEF, PLANNER_DEF + "    return False\n", 1))
+    line = 1 + planner.read_text().splitlines().index("    return False")
+    (status,) = [s for s in engine.status(select(profile, verl, site)) if s.id == "torch-global-plan-check"]
+    assert (status.state, status.reason_code) == ("drifted", "hand-edit-and-more")
+    assert (
+        f"line {line} returns False before _validate_global_plan() runs, where its callers need True" in status.reason
+    )
+    assert status.hint == f"in {upstream.DEFAULT_PLANNER}: make line {line} `return True`; then ascendfix apply"
+
+
+def test_a_tab_indented_hand_return_names_its_line_and_revert_leaves_it(trees, ascendfix_cli):
+    profile, verl, site, pristine = trees
+    shards = site / upstream.SHARD_INTERNALS
+    shards.write_text(shards.read_text().replace(SHARDS_DOC_END, SHARDS_DOC_END + "\treturn\n", 1))
+    line = 1 + shards.read_text().splitlines().index("\treturn")
+    (status,) = [s for s in engine.status(select(profile, verl, site)) if s.id == "torch-shard-overlap-check"]
+    assert status.state == "drifted"
+    assert f"line {line}: inconsistent use of tabs and spaces in indentation" in status.reason
+    assert status.hint == (
+        f"in {upstream.SHARD_INTERNALS}: indent line {line} with spaces, as the lines around it; then ascendfix apply"
+    )
+    before = sha(shards)
+    reverted = ascendfix_cli("revert", "--profile", profile, "--root", f"torch={site}", "--root", f"verl={verl}")
+    assert reverted.returncode == 0, reverted.stdout + reverted.stderr
+    assert sha(shards) == before  # nothing of ascendfix's was there
+
+
+def test_a_hand_edit_saved_with_crlf_is_refused_saying_line_endings(trees):
+    profile, verl, site, pristine = trees
+    shards = site / upstream.SHARD_INTERNALS
+    text = shards.read_text().replace(SHARDS_DOC_END, SHARDS_DOC_END + "    return\n", 1)
+    shards.write_bytes(text.replace("\n", "\r\n").encode())
+    (status,) = [s for s in engine.status(select(profile, verl, site)) if s.id == "torch-shard-overlap-check"]
+    assert (status.state, status.reason_code) == ("drifted", "hand-edit-and-more")
+    assert "saved with CRLF line endings" in status.reason and "no line differs but the line endings" in status.reason
+    assert status.hint.startswith(f"convert {upstream.SHARD_INTERNALS} to LF line endings")
+
+
+def test_a_hand_return_with_the_body_deleted_says_more_than_the_return_differs(trees):
+    profile, verl, site, pristine = trees
+    shards = site / upstream.SHARD_INTERNALS
+    text = shards.read_text()
+    start = text.index(SHARDS_DOC_END) + len(SHARDS_DOC_END)
+    shards.write_text(text[:start] + "    return\n" + text[text.index("\ndef ", start) :])
+    (status,) = [s for s in engine.status(select(profile, verl, site)) if s.id == "torch-shard-overlap-check"]
+    assert (status.state, status.reason_code) == ("drifted", "hand-edit-and-more")
+    assert "so something other than line 82 differs from upstream's (a line changed, added or deleted)" in status.reason
+    assert "not exactly its text" not in status.reason

@@ -2,7 +2,7 @@
 
 :func:`check` reads ``.metadata`` (never running its pickle), then checks every storage entry's file
 (present, a plain file inside the folder, at least ``offset + length`` bytes; no two entries sharing
-bytes, no entry that belongs to no item, no ``.distcp`` file that no entry names), every tensor
+bytes, no entry that belongs to no item; a ``.distcp`` that no entry names is a warning), every tensor
 (:mod:`ascendfix.checkpoint.geometry`; every chunk has an entry) and, for a Megatron checkpoint,
 ``metadata.json`` and ``common.pt`` (:mod:`ascendfix.checkpoint.megatron`). ``quick`` (``run``'s
 preflight) keeps the files, sizes and the metadata's presence and leaves out the tensors' geometry
@@ -24,7 +24,6 @@ from ascendfix.checkpoint.megatron import ModelShape
 from ascendfix.checkpoint.report import CheckReport, Problem
 from ascendfix.errors import AscendfixError, UsageError
 
-DATA_SUFFIX = ".distcp"
 _SHOWN = 3
 
 
@@ -65,7 +64,9 @@ def _check(folder: Path, model: ModelShape | None, quick: bool, prove: bool, sha
     with pickles.no_collection():
         names = _names(folder)
         problems = leftovers.partial_copies(names)
-        warnings = tuple(leftovers.stray_mtimes(folder, names))
+        mixed = leftovers.mixed_save(folder, names)
+        problems += mixed
+        warnings = tuple(leftovers.stray_mtimes(folder, names, {p.subject for p in mixed}))
         bounded.note(layout.METADATA)
         try:
             metadata = layout.read(folder)
@@ -85,6 +86,7 @@ def _check(folder: Path, model: ModelShape | None, quick: bool, prove: bool, sha
         records = _expected(metadata) if prove else None
         file_problems, files, size, proven, unproven = _files(folder, metadata.entries, records, share)
         problems += tensor_problems + file_problems
+        warnings += tuple(leftovers.extra_files(names, set(metadata.entries.paths)))
         if model is not None:
             problems += megatron.config_problems(readable, model)
         chunks = sum(len(t.offsets) for t in metadata.tensors)
@@ -172,7 +174,7 @@ def _stored_once(name: str, chunks: list, offsets: list) -> list[Problem]:
 def _files(
     folder: Path, entries: layout.Entries, expected: list | None = None, share: frozenset | None = None
 ) -> tuple[list[Problem], int, int, int, list]:
-    """Each entry's file: inside the folder, a plain file, long enough; no shared bytes; no stray data file;
+    """Each entry's file: inside the folder, a plain file, long enough; no shared bytes;
     each entry's zip frame there (:mod:`ascendfix.checkpoint.frames`), and with ``expected`` (each entry's
     chunk) its bytes proven (of the files in ``share`` only, when given); the files read in parallel.
     Returns the problems, the file count, their bytes, the bytes proven and the warnings of records saved
@@ -197,12 +199,6 @@ def _files(
     total = sum(f.size for f in found)
     proven = sum(f.proven for f in found)
     unproven = [w for f in found if f.unproven for w in [_no_crc(f.path, f.unproven)]]
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        names = []
-    for name in sorted(n for n in names if n.endswith(DATA_SUFFIX) and n not in by_file):
-        problems.append(Problem("orphan", "file", name, "no storage entry names this data file (an older save?)"))
     return problems, len(by_file), total, proven, unproven
 
 

@@ -3,8 +3,13 @@
 - A partial copy: rsync writes each file as ``.NAME.XXXXXX`` beside it and renames it when done;
   ``*.tmp`` and ``*.partial`` are other copiers' (and torch's own ``.metadata.tmp`` before its rename).
   Any of them means a copy (or the save) is still running, or died: a problem.
-- A ``.distcp`` whose modification time lies far outside the others': it may come from another save,
-  which no check of the bytes can tell (each file is a well-formed save on its own): a warning.
+- A data file or ``common.pt`` more than an hour older than the save's ``.metadata`` or ``metadata.json``,
+  which are written last: it comes from another save (a copy that keeps mtimes, ``cp -p`` or rsync, keeps
+  that), which no check of the bytes can tell (each file is a well-formed save on its own), and torch's
+  ``dcp.load`` and megatron's ``load`` take it silently: a problem, at any file count.
+- A ``.distcp`` whose modification time lies far outside the others': it may come from another save: a warning.
+- A ``.distcp`` no storage entry names (``__1_0 (copy).distcp``): not part of the save, which torch never
+  reads: a warning naming it.
 """
 
 from __future__ import annotations
@@ -37,15 +42,54 @@ def partial_copies(names: list[str]) -> list[Problem]:
     return problems
 
 
-def stray_mtimes(folder: Path, names: list[str]) -> list[Problem]:
-    """A warning for each ``.distcp`` written far from the others' time (at least 4 files to compare)."""
+_LAST = (".metadata", "metadata.json")  # written when every data file is: the save's own time
+_DATA = ("common.pt",)
+
+
+def _mtimes(folder: Path, names: list[str]) -> dict[str, float]:
     times = {}
     for name in names:
-        if name.endswith(".distcp"):
-            try:
-                times[name] = os.lstat(folder / name).st_mtime
-            except OSError:
-                continue
+        try:
+            times[name] = os.lstat(folder / name).st_mtime
+        except OSError:
+            continue
+    return times
+
+
+def mixed_save(folder: Path, names: list[str]) -> list[Problem]:
+    """A problem for each data file, ``common.pt`` or metadata file more than an hour older than the newest of the
+    save's ``.metadata`` and ``metadata.json``: a file of another save."""
+    times = _mtimes(folder, [n for n in names if n.endswith(".distcp") or n in _DATA or n in _LAST])
+    last = [(times[n], n) for n in _LAST if n in times]
+    if not last:
+        return []
+    newest, written = max(last)
+    problems = []
+    for name in sorted(times):
+        apart = newest - times[name]
+        if apart > FAR_SECONDS:
+            detail = (
+                f"written {_hours(apart)} before {written} (the save's last file): a file of another save, which "
+                "torch and megatron load silently; copy this save's own (or the folder was copied without keeping "
+                "mtimes: cp -p and rsync -a keep them)"
+            )
+            problems.append(Problem("mixed-save", "file", name, detail))
+    return problems
+
+
+def extra_files(names: list[str], named: set[str]) -> list[Problem]:
+    """A warning for each ``.distcp`` in the folder that no storage entry names: not part of the save."""
+    return [
+        Problem("extra-file", "file", name, "no storage entry names it: not part of this save (torch never reads it)")
+        for name in sorted(names)
+        if name.endswith(".distcp") and name not in named
+    ]
+
+
+def stray_mtimes(folder: Path, names: list[str], skip: set[str] = frozenset()) -> list[Problem]:
+    """A warning for each ``.distcp`` written far from the others' time (at least 4 files to compare), but those in
+    ``skip`` (already named)."""
+    times = _mtimes(folder, [n for n in names if n.endswith(".distcp")])
     if len(times) < 4:
         return []
     ordered = sorted(times.values())
@@ -55,7 +99,7 @@ def stray_mtimes(folder: Path, names: list[str]) -> list[Problem]:
     warnings = []
     for name in sorted(times):
         apart = times[name] - median
-        if abs(apart) > far:
+        if abs(apart) > far and name not in skip:
             when = "before" if apart < 0 else "after"
             detail = f"written {_hours(abs(apart))} {when} the others: it may come from another save"
             warnings.append(Problem("stray-mtime", "file", name, detail))

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from ascendfix.patching.journal import digest
 from ascendfix.profile.records import HandEdit, Patch, PatchFile
 from ascendfix.states import ReasonCode, State
-from ascendfix.transforms.base import TransformError, marker
+from ascendfix.transforms.base import HandEditError, TransformError, marker
 
 EXCERPT_CHANGES = 3  # the most changes a refusal quotes
 
@@ -58,13 +58,17 @@ def adoptable(patch: Patch, pfile: PatchFile, code: bytes) -> bool:
 
 def _match(patch: Patch, pfile: PatchFile, edit: HandEdit, code: bytes, checkout: Path | None) -> Found | None:
     form = edit.form.build()
+    rel, section = pfile.path, f"the guide's {edit.guide}"
     try:
         back = form.revert(code, patch.id)
+    except HandEditError as e:  # the function returns first, but not as the guide's edit can be adopted
+        reason = f"{rel}: {e.problem}; not {section} hand edit as ascendfix can adopt it"
+        hint = f"in {rel}: {e.fix}; then ascendfix apply" if e.fix else ""
+        return Found(edit, State.DRIFTED, reason, reason_code=ReasonCode.HAND_EDIT_AND_MORE, hint=hint)
     except TransformError:
         return None
     if back.done == 0:
         return None
-    rel, section = pfile.path, f"the guide's {edit.guide}"
     edited = _lines(changed_lines(back.code, code))
     if marker(patch.id).encode() in code:
         reason = (
@@ -77,11 +81,12 @@ def _match(patch: Patch, pfile: PatchFile, edit: HandEdit, code: bytes, checkout
         return _partial(patch, pfile, edit, code, back.done, back.pending, edited)
     original = back.code
     try:
-        again = form.apply(original, patch.id).code
+        again = None if form.reproduces(original, code, patch.id) else form.apply(original, patch.id).code
     except TransformError:
-        again = None
-    if again != code:
-        reason = f"{rel}: {edited} look like {section} hand edit, but not exactly its text: {edit.text!r}"
+        again = b""
+    if again is not None:
+        what = f"it differs at {differences(again, code)}" if again else "its inverse cannot be proven"
+        reason = f"{rel}: {edited} look like {section} hand edit, but not its text ({edit.text!r}): {what}"
         return Found(edit, State.DRIFTED, reason, reason_code=ReasonCode.HAND_EDIT_AND_MORE)
     label = pfile.preimage_label(digest(original))
     if label is None:
@@ -119,6 +124,14 @@ def _and_more(
 ) -> Found:
     """The hand edit and something else: what else differs, from upstream's bytes where they can be read."""
     section = f"the guide's {edit.guide}"
+    crlf = pfile.preimage_label(digest(original.replace(b"\r\n", b"\n"))) if b"\r\n" in original else None
+    if crlf is not None:
+        reason = (
+            f"{pfile.path} holds {section} hand edit ({edited}), saved with CRLF line endings: with LF line endings "
+            f"it would be {crlf}'s, so no line differs but the line endings"
+        )
+        hint = f"convert {pfile.path} to LF line endings (dos2unix, or sed -i 's/\\r$//'); then ascendfix apply"
+        return Found(edit, State.DRIFTED, reason, reason_code=ReasonCode.HAND_EDIT_AND_MORE, hint=hint)
     known = "; ".join(label for _, label in pfile.preimages) or "none listed"
     upstream = _from_git(checkout, pfile) if checkout is not None else None
     expected = _forward(patch, edit, upstream) if upstream is not None else None
@@ -128,7 +141,8 @@ def _and_more(
     else:
         what = (
             f"with the hand edit undone it is still not a known original (sha256 {digest(original)[:12]}; "
-            f"known: {known}), so a line other than {edited} differs from upstream's"
+            f"known: {known}), so something other than {edited} differs from upstream's (a line changed, added or "
+            "deleted)"
         )
     reason = f"{pfile.path} holds {section} hand edit ({edited}) and something else: {what}"
     return Found(edit, State.DRIFTED, reason, reason_code=ReasonCode.HAND_EDIT_AND_MORE)
@@ -185,6 +199,8 @@ def differences(before: bytes, after: bytes) -> str:
     old = before.decode("utf-8", "replace").splitlines()
     new = after.decode("utf-8", "replace").splitlines()
     changes = [op for op in _opcodes(old, new) if op[0] != "equal"]
+    if not changes:
+        return "no line: only the line endings differ" if before != after else "no line"
     parts = []
     for _, i1, i2, j1, j2 in changes[:EXCERPT_CHANGES]:
         where = f"line {j1 + 1}" if j2 - j1 <= 1 else f"lines {j1 + 1}-{j2}"

@@ -131,6 +131,9 @@ def _revert_patch(patch: Patch, target: Target, store: Store, records: dict[str,
                 notes.append(reason)
                 continue
             # what ascendfix wrote, but the backup is gone: undo it through the markers below
+        elif marker(patch.id).encode() not in code:  # nothing of ascendfix's in it (whatever else is)
+            files.append(FileStatus(pfile.path, sha, State.NOT_APPLIED))
+            continue
         outcome, problem = undo_patch(patch, code)
         if outcome is None:
             files.append(FileStatus(pfile.path, sha, State.DRIFTED, f"{pfile.path}: {problem}"))

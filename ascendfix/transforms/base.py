@@ -16,6 +16,14 @@ class TransformError(Exception):
     """The file is not one this transform understands (unparsable, unexpected shape)."""
 
 
+class HandEditError(TransformError):
+    """A hand edit's site in a form that cannot be adopted: the line, what is wrong there, and what to do."""
+
+    def __init__(self, line: int, problem: str, fix: str):
+        super().__init__(problem)
+        self.line, self.problem, self.fix = line, problem, fix
+
+
 class Outcome(NamedTuple):
     """What a transform found and produced for one file.
 
@@ -52,6 +60,11 @@ class Transform:
 
     def _rewrite(self, source: bytes, patch_id: str, forward: bool) -> Outcome:
         raise NotImplementedError
+
+    def reproduces(self, original: bytes, code: bytes, patch_id: str) -> bool:
+        """Whether ``code`` is this transform's forward over ``original``: byte for byte, unless a form's inverse
+        recognises several harmless spellings of a done site (a hand edit's)."""
+        return self.apply(original, patch_id).code == code
 
     def apply(self, source: bytes, patch_id: str) -> Outcome:
         """Patch every pending site (marking each edited line); done sites are left as they are."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from collections.abc import Callable, Iterator
 
@@ -16,6 +17,12 @@ def parse(source: bytes) -> cst.Module:
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as e:
+        try:  # Python's own line and words where it has them (libcst says "line 1, column 0" of a TabError)
+            compile(source, "<file>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        except SyntaxError as py:
+            raise TransformError(f"not valid Python (line {py.lineno}: {py.msg})") from None
+        except ValueError:
+            pass
         raise TransformError(f"not valid Python (line {e.raw_line}, column {e.raw_column})") from None
     except (UnicodeDecodeError, LookupError, SyntaxError) as e:
         raise TransformError(f"cannot decode: {e}") from None
