@@ -19,9 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-from ascendfix.cluster import smoke as raysmoke
-from ascendfix.cluster import smoke_links, smoke_node, smoke_rank
-from ascendfix.cluster.smoke_report import BusbwFloor, Check, Collective, Node, SmokeReport, busbw_gbps
+from ascendfix.cluster.smoke import driver as raysmoke
+from ascendfix.cluster.smoke import links as smoke_links
+from ascendfix.cluster.smoke import node as smoke_node
+from ascendfix.cluster.smoke import rank as smoke_rank
+from ascendfix.cluster.smoke.report import BusbwFloor, Check, Collective, Node, SmokeReport, busbw_gbps
 from ascendfix.doctor.nic import Interface
 from ascendfix.job.preflight import Seams, run_preflight
 from ascendfix.profile import manifest
@@ -206,7 +208,7 @@ def test_a_rank_checks_and_times_each_op_of_the_sweep_with_real_torch():
     spec = {"backend": "gloo", "rank": 0, "world": 1, "addr": "127.0.0.1", "port": free_ports(1)[0]}
     ops = [[op, size] for op in raysmoke.DEVICE_OPS for size in raysmoke.sizes(1 << 20)]
     spec.update(ops=ops, timeout=60)
-    code = f"import json\nfrom ascendfix.cluster.smoke_rank import Rank\nprint(json.dumps(Rank().run({spec!r})))"
+    code = f"import json\nfrom ascendfix.cluster.smoke.rank import Rank\nprint(json.dumps(Rank().run({spec!r})))"
     answer = _one_rank(code)
     assert [(r["op"], r["bytes"]) for r in answer["results"]] == [(op, size) for op, size in ops]
     assert raysmoke.sizes(1 << 20) == [16384, 131072, 1 << 20]
@@ -219,7 +221,7 @@ def test_a_pair_exchanges_a_message_larger_than_the_mtu_with_real_torch():
     spec = {"backend": "gloo", "addr": "127.0.0.1", "port": free_ports(1)[0], "bytes": 1 << 16, "timeout": 60}
     sides = [
         cli.start(
-            code="import json, sys\nfrom ascendfix.cluster.smoke_rank import Rank\n"
+            code="import json, sys\nfrom ascendfix.cluster.smoke.rank import Rank\n"
             f"print(json.dumps(Rank().pair({spec | {'rank': rank}!r})))",
             stdout=subprocess.PIPE,
             text=True,
@@ -236,7 +238,7 @@ def test_a_rank_without_torch_or_torch_npu_says_the_job_needs_them():
         if hidden == "torch_npu":
             pytest.importorskip("torch", reason="torch (CPU) is needed to reach the torch_npu import")
         code = (
-            f"import json, sys\nsys.modules[{hidden!r}] = None\nfrom ascendfix.cluster.smoke_rank import Rank\n"
+            f"import json, sys\nsys.modules[{hidden!r}] = None\nfrom ascendfix.cluster.smoke.rank import Rank\n"
             f"print(json.dumps(Rank().run({spec | {'timeout': 5}!r})))"
         )
         error = _one_rank(code)["error"]
@@ -256,7 +258,7 @@ def test_the_failing_ranks_problem_carries_hcclS_first_error_code_line():
     assert smoke_rank.hccl_error_line(EI0006).startswith("EI0006: [PID: 1234] ")
     assert smoke_rank.hccl_error_line("RuntimeError: plain\n") == ""
     code = (
-        "import json\nfrom ascendfix.cluster.smoke_rank import Rank\n"
+        "import json\nfrom ascendfix.cluster.smoke.rank import Rank\n"
         "class Failing(Rank):\n"
         f"    def _setup(self, backend):\n        self.phase = 'all_reduce'\n        raise RuntimeError({EI0006!r})\n"
         "print(json.dumps(Failing().run({'backend': 'hccl'})))"

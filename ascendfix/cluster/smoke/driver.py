@@ -2,14 +2,14 @@
 
 Within one wall-time bound (``--timeout``), in phases that each take a share of what is left:
 1. a Ray task pinned to each node checks what the job's collectives will bind to there
-   (:mod:`smoke_node`); the NPUs' TLS switches are compared across nodes;
+   (:mod:`node`); the NPUs' TLS switches are compared across nodes;
 2. with ``--for SCRIPT``, the job's placement: one STRICT_PACK placement group of
    ``n_gpus_per_node`` × ``{"CPU": 1, "<NPU|GPU>": 1}`` per node, as verl asks
    (``single_controller/ray/base.py:110-117``); a node where none lands is named with what is free there;
 3. gloo ``all_reduce`` with one rank per node (the channel of verl's CPU barrier), then the link
-   phase (:mod:`smoke_links`) pair by pair, which names the node a bad link belongs to;
+   phase (:mod:`links`) pair by pair, which names the node a bad link belongs to;
 4. hccl (npu) or nccl (cuda) ``all_reduce``, ``all_gather``, ``reduce_scatter`` and ``all_to_all``
-   (the MoE job's traffic) over a size sweep, one rank per accelerator (:mod:`smoke_rank`), HCCL's
+   (the MoE job's traffic) over a size sweep, one rank per accelerator (:mod:`rank`), HCCL's
    timeouts set below the phase's bound so HCCL names the broken peer before the smoke gives up;
    when it fails, stalls, or its bus bandwidth is below the floor (``--min-busbw``; on npu by default half
    the NPU ports' speed), the link phase over it.
@@ -24,11 +24,12 @@ import re
 import time
 from collections.abc import Mapping
 
-from ascendfix.cluster import fanout, smoke_links
+from ascendfix.cluster import fanout
 from ascendfix.cluster import wait as raywait
-from ascendfix.cluster.smoke_node import node_checks
-from ascendfix.cluster.smoke_rank import Rank
-from ascendfix.cluster.smoke_report import (
+from ascendfix.cluster.smoke import links
+from ascendfix.cluster.smoke.node import node_checks
+from ascendfix.cluster.smoke.rank import Rank
+from ascendfix.cluster.smoke.report import (
     CONTROL,
     FAIL,
     OK,
@@ -287,8 +288,8 @@ class _Job:
             return self._ranks([(nid, 0)], env)[0][1]
 
         nbytes = max(self.nbytes, 4 * self.mtu)
-        results = smoke_links.run_pairs(self.ray, pool, make, self.by_id, backend, nbytes, max(bound, 1.0), _gather)
-        smoke_links.blame(results, self.by_id, backend)
+        results = links.run_pairs(self.ray, pool, make, self.by_id, backend, nbytes, max(bound, 1.0), _gather)
+        links.blame(results, self.by_id, backend)
         named = [n.label for n in self.by_id.values() if _failed(n, f"{backend} link")]
         if not named:
             return

@@ -15,7 +15,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from ascendfix.cluster.smoke_report import FAIL, OK, WARN, Check, Node
+from ascendfix.cluster.smoke.report import FAIL, OK, WARN, Check, Node
 
 Pair = tuple[str, str]
 

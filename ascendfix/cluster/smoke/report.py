@@ -1,7 +1,7 @@
 """What ``ray smoke`` reports: each node's checks, each collective's outcome, the problems they add up to.
 
-Plain data only; the node task, the rank actors and the driver fill it in (``smoke_node``,
-``smoke_rank``, ``smoke``). A check's status is doctor's own :class:`~ascendfix.doctor.model.Status`.
+Plain data only; the node task, the rank actors and the driver fill it in (``node``,
+``rank``, ``driver``). A check's status is doctor's own :class:`~ascendfix.doctor.model.Status`.
 """
 
 from __future__ import annotations
