@@ -11,9 +11,11 @@ bandwidth is named too; a failing or slow link neither explains is named on both
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from ascendfix.cluster.smoke.report import FAIL, OK, WARN, Check, Node
 
@@ -31,30 +33,70 @@ def rounds(nodes: Sequence[str]) -> list[list[Pair]]:
     return [r for r in out if r]
 
 
-def blame(results: Mapping[Pair, dict], by_id: Mapping[str, Node], backend: str) -> None:
-    """Add each node's link findings to its checks: the node in every failing pair, slow nodes, stray links
-    (a pair the bound left no time for counts for nothing)."""
-    failing = {pair: r for pair, r in results.items() if "error" in r}
+def untried(answer: Mapping) -> str:
+    """Why one side's answer says nothing of the link (the pair never met: the store did not gather both
+    ends, or the run gave it no time), or "" when it does."""
+    if answer.get("untried"):
+        return str(answer["untried"])
+    error = str(answer.get("error", ""))
+    return error if _NEVER_MET.search(error) else ""
+
+
+@dataclass
+class Verdict:
+    """What the link phase could not settle: the pairs it never really ran, and the nodes the failing pairs
+    point at when they do not single one out (each given a warning rather than blamed)."""
+
+    untried: dict[Pair, str] = field(default_factory=dict)  # pair -> why
+    suspects: list[str] = field(default_factory=list)  # node ids
+
+
+def blame(results: Mapping[Pair, dict], by_id: Mapping[str, Node], backend: str) -> Verdict:
+    """Add each node's link findings to its checks, deciding only from the pairs that really ran: the node in
+    every failing pair, slow nodes, stray links. When untried pairs leave the failing ones pointing at more
+    than one node, those nodes are suspects (a warning each), not failures."""
+    verdict = Verdict({pair: why for pair, r in results.items() if (why := untried(r))})
+    ran = {pair: r for pair, r in results.items() if pair not in verdict.untried}
+    failing = {pair: r for pair, r in ran.items() if "error" in r}
+    carries = {nid for pair, r in ran.items() if r.get("ok") for nid in pair}
     named: set[str] = set()
     if failing:
         common = set.intersection(*(set(p) for p in failing))
-        # both ends of the only failing pair(s): the one whose links to others carry is not the bad one
-        # (a bound that cut the phase short can leave the bad node's other pairs untried)
-        carries = {nid for pair, r in results.items() if r.get("ok") for nid in pair}
+        # of both ends of the only failing pair(s), the one whose links to others carry is not the bad one
         if len(common) > 1 and common - carries:
             common -= carries
-        for nid in common:
-            peers = sorted(by_id[b if a == nid else a].label for a, b in failing)
-            first = next(iter(failing.values()))["error"]
-            why = f"its {backend} link fails with {', '.join(peers)} (every failing pair has it): {first}"
-            by_id[nid].checks.append(Check(f"{backend} link", "failed", FAIL, why))
-            named.add(nid)
-        if not common:
+        first = next(iter(failing.values()))["error"]
+        if len(common) == 1 or (common and not verdict.untried):
+            for nid in common:
+                peers = sorted(by_id[b if a == nid else a].label for a, b in failing)
+                why = f"its {backend} link fails with {', '.join(peers)} (every failing pair has it): {first}"
+                by_id[nid].checks.append(Check(f"{backend} link", "failed", FAIL, why))
+                named.add(nid)
+        elif not verdict.untried:
             for (a, b), r in failing.items():
                 for nid, peer in ((a, b), (b, a)):
                     why = f"the {backend} link to {by_id[peer].label} fails: {r['error']}"
                     by_id[nid].checks.append(Check(f"{backend} link", "failed", FAIL, why))
-    speeds = {pair: r["bytes"] / r["seconds"] / 1e9 for pair, r in results.items() if r.get("seconds")}
+        else:  # the untried pairs would have told which end is bad
+            ends = {nid for pair in failing for nid in pair}
+            verdict.suspects = sorted(common or (ends - carries) or ends)
+            for nid in verdict.suspects:
+                peers = sorted(by_id[b if a == nid else a].label for a, b in failing if nid in (a, b))
+                left = sorted(by_id[b if a == nid else a].label for a, b in verdict.untried if nid in (a, b))
+                why = (
+                    f"suspect: its {backend} link fails with {', '.join(peers)}; untried with "
+                    f"{', '.join(left) or 'none'}, so the other end may be the bad one: {first}"
+                )
+                by_id[nid].checks.append(Check(f"{backend} link", "suspect", WARN, why))
+                named.add(nid)
+    _speeds(ran, by_id, backend, named)
+    return verdict
+
+
+def _speeds(ran: Mapping[Pair, dict], by_id: Mapping[str, Node], backend: str, named: set[str]) -> None:
+    """A node whose links carry less than half the nodes' median is named; a link below half the median that
+    no named node explains warns on both its ends."""
+    speeds = {pair: r["bytes"] / r["seconds"] / 1e9 for pair, r in ran.items() if r.get("seconds")}
     if len(speeds) < 2:
         return
     median = statistics.median(speeds.values())
@@ -80,6 +122,37 @@ def blame(results: Mapping[Pair, dict], by_id: Mapping[str, Node], backend: str)
                 by_id[nid].checks.append(Check(f"{backend} link", f"{speed:.3f} GB/s", WARN, why))
 
 
+class Clock:
+    """The link phase's time: its end, and what one round needs on this cluster, measured as it runs.
+
+    A pair needs at least ``CONNECT_FACTOR`` × the longest connection (``init_process_group`` of both ends)
+    measured so far (``PAIR_FLOOR_S`` before any); a round gets its share of what is left, never less.
+    """
+
+    def __init__(self, bound: float, connect_s: float = 0.0) -> None:
+        self.end = time.monotonic() + bound
+        self.connect_s = connect_s
+        self.round_s = 0.0  # the longest round that ran
+
+    def left(self) -> float:
+        """Seconds left in the phase."""
+        return self.end - time.monotonic()
+
+    def pair_s(self) -> float:
+        """The least time a pair may be started with."""
+        return max(PAIR_FLOOR_S, CONNECT_FACTOR * self.connect_s)
+
+    def needed(self, rounds: int) -> float:
+        """About how long ``rounds`` more rounds take: the longest round seen, or a pair's least time."""
+        return rounds * max(self.round_s, self.pair_s() / PAIR_SHARE)
+
+
+PAIR_FLOOR_S = 4.0  # a pair's least timeout before any connection was measured
+CONNECT_FACTOR = 3.0  # a pair's timeout, at least, in connections (a loaded node connects slower)
+PAIR_SHARE = 0.6  # of a round's time, the pair's own timeout (the rest: its actors' answers)
+_NEVER_MET = re.compile(r"clients joined|waiting for clients|trying to connect to \(", re.I)
+
+
 def run_pairs(
     ray,
     pool: dict[str, object],
@@ -87,43 +160,66 @@ def run_pairs(
     by_id: Mapping[str, Node],
     backend: str,
     nbytes: int,
-    bound: float,
+    clock: Clock,
     gather: Callable,
 ) -> dict[Pair, dict]:
-    """Every pair's exchange within ``bound`` seconds in all, with each node's rank actor from ``pool``
-    (``make(node)`` starts one where there is none, or the old one hung and was killed).
-    ``{pair: {"ok", "seconds", "bytes"}, {"error"} or {"untried"}}``."""
-    end = time.monotonic() + bound
+    """Every pair's exchange before ``clock`` runs out, with each node's rank actor from ``pool`` (``make(node)``
+    starts one where there is none, or the old one hung and was killed). A pair whose actors are not up, or
+    that would get less than :meth:`Clock.pair_s`, is untried, not started.
+    ``{pair: {"ok", "seconds", "bytes", "connect_s"}, {"error"} or {"untried": why}}``."""
     plan = rounds(sorted(by_id))
     results: dict[Pair, dict] = {}
     for i, pairs in enumerate(plan):
-        left = end - time.monotonic()
-        if left <= 1:
-            results.update({pair: {"untried": True} for pair in pairs})  # the smoke's --timeout ran out
-            continue
+        began, least = time.monotonic(), clock.pair_s() / PAIR_SHARE
+        share = max(clock.left() / (len(plan) - i), least)
         members = {nid for pair in pairs for nid in pair}
         for nid in members - set(pool):
             pool[nid] = make(nid)
-        gather(ray, {nid: pool[nid].ready.remote(backend) for nid in members}, left / (len(plan) - i) / 2)
-        share = max(end - time.monotonic(), 1.0) / (len(plan) - i)
-        meet = gather(ray, {a: pool[a].rendezvous.remote() for a, _ in pairs}, share / 2)
+        up = gather(ray, {nid: pool[nid].ready.remote(backend) for nid in members}, share / 2)
+        meet = gather(ray, {a: pool[a].rendezvous.remote() for a, b in pairs if _up(up, a, b)}, share / 4)
+        timeout = min(max((began + share - time.monotonic()) * PAIR_SHARE, clock.pair_s()), clock.left() * PAIR_SHARE)
         refs = {}
         for a, b in pairs:
-            if isinstance(meet[a], dict):
-                results[(a, b)] = {"error": f"rendezvous on {by_id[a].label}: {meet[a]['error']}"}
-                continue
-            addr, port = meet[a]
-            spec = {"backend": backend, "addr": addr, "port": port, "bytes": nbytes}
-            spec["timeout"] = max(share * 0.6, 1.0)
-            refs[(a, b, 0)] = pool[a].pair.remote({**spec, "rank": 0})
-            refs[(a, b, 1)] = pool[b].pair.remote({**spec, "rank": 1})
-        answers = gather(ray, refs, max(share, 1.0))
+            if clock.left() < least:
+                results[(a, b)] = {
+                    "untried": f"not started: {max(clock.left(), 0):.0f} s left, a pair needs {least:.0f} s here"
+                }
+            elif not _up(up, a, b):
+                late = ", ".join(by_id[n].label for n in (a, b) if up.get(n) is not True)
+                results[(a, b)] = {"untried": f"the rank on {late} was not up in time"}
+            elif not isinstance(meet.get(a), (tuple, list)):
+                results[(a, b)] = {"untried": f"rendezvous on {by_id[a].label}: no answer"}
+            else:
+                addr, port = meet[a]
+                spec = {"backend": backend, "addr": addr, "port": port, "bytes": nbytes, "timeout": timeout}
+                refs[(a, b, 0)] = pool[a].pair.remote({**spec, "rank": 0})
+                refs[(a, b, 1)] = pool[b].pair.remote({**spec, "rank": 1})
+        answers = gather(ray, refs, timeout / PAIR_SHARE)
         for (a, b, side), answer in sorted(answers.items()):
             node = b if side else a
-            if answer.get("stuck") and node in pool:
+            if answer.get("stuck") and node in pool:  # hung in the link: its replacement starts now
                 ray.kill(pool.pop(node))
-            if "error" in answer and (a, b) not in results:
-                results[(a, b)] = {"error": f"{by_id[node].label}: {answer['error']}"}
+                pool[node] = make(node)
+                pool[node].ready.remote(backend)
         for a, b in pairs:
-            results.setdefault((a, b), answers.get((a, b, 0), {"error": "no answer"}))
+            if (a, b) not in results:
+                results[(a, b)] = _outcome([answers[(a, b, 0)], answers[(a, b, 1)]], (by_id[a], by_id[b]))
+                clock.connect_s = max(clock.connect_s, results[(a, b)].get("connect_s", 0.0))
+        clock.round_s = max(clock.round_s, time.monotonic() - began)
     return results
+
+
+def _up(up: Mapping[str, object], *nodes: str) -> bool:
+    return all(up.get(n) is True for n in nodes)
+
+
+def _outcome(sides: list[dict], nodes: tuple[Node, Node]) -> dict:
+    """A pair's result from its two sides' answers: untried when either says the two never met."""
+    never = next((f"{n.label}: {why}" for s, n in zip(sides, nodes, strict=True) if (why := untried(s))), "")
+    if never:
+        return {"untried": never}
+    failed = next((f"{n.label}: {s['error']}" for s, n in zip(sides, nodes, strict=True) if "error" in s), "")
+    if failed:
+        return {"error": failed}
+    connect = min(s.get("connect_s", 0.0) for s in sides)  # the end that came last: the connection alone
+    return {**sides[0], "connect_s": connect}
