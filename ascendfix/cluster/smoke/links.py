@@ -175,7 +175,8 @@ def run_pairs(
         members = {nid for pair in pairs for nid in pair}
         for nid in members - set(pool):
             pool[nid] = make(nid)
-        up = gather(ray, {nid: pool[nid].ready.remote(backend) for nid in members}, share / 2)
+        slack = clock.left() - clock.needed(len(plan) - i)  # what the rounds left need not: for ranks starting
+        up = gather(ray, {nid: pool[nid].ready.remote(backend) for nid in members}, max(share / 2, slack))
         meet = gather(ray, {a: pool[a].rendezvous.remote() for a, b in pairs if _up(up, a, b)}, share / 4)
         timeout = min(max((began + share - time.monotonic()) * PAIR_SHARE, clock.pair_s()), clock.left() * PAIR_SHARE)
         refs = {}
