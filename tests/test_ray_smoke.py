@@ -952,3 +952,31 @@ def test_a_cluster_that_wants_a_token_refuses_in_one_line_with_the_fix(tmp_path,
     finally:
         left = c.stop()
         assert not left, f"Ray processes still running after SIGTERM to ray start --block: {left}"
+
+
+def test_a_node_whose_checks_got_no_time_is_untried_not_failed():
+    answers = {"a": _Ref({"checks": [], "tls": {}, "speed": {}, "mtu": 1500}), "b": _Ref(None, hangs=True)}
+
+    class _Task:
+        def options(self, scheduling_strategy):
+            self.nid = scheduling_strategy
+            return self
+
+        def remote(self, *args):
+            return answers[self.nid]
+
+    class _Ray(_FakeRay):
+        def remote(self, **kw):
+            return lambda fn: _Task()
+
+        def get_runtime_context(self):
+            return type("Context", (), {"gcs_address": "10.0.0.1:6166"})()
+
+    job = raysmoke._Job.__new__(raysmoke._Job)
+    job.ray, job.by_id, job.accelerators = _Ray(), _nodes("a", "b"), {"a": 0, "b": 0}
+    job.profile, job.device, job.budget = manifest.load_profile("verl-796871d"), "npu", raysmoke.Budget(60)
+    job.on = lambda nid: nid
+    assert job._node_checks("gloo") == 1500
+    (check,) = job.by_id["b"].checks
+    assert (check.item, check.value, check.status) == ("checks", "untried", "warn") and job.by_id["b"].ok
+    assert check.message.startswith("untried: no answer within ")

@@ -174,6 +174,10 @@ class _Job:
         }
         tls, speed, mtus = {}, {}, []
         for nid, answer in _gather(ray, refs, self.budget.share(0.25, 60.0)).items():
+            if answer.get("stuck"):  # not given its time (a busy node): untried; its ranks still prove it
+                why = f"untried: {answer['error']} (a busy node, or too short a --timeout)"
+                by_id[nid].checks.append(Check("checks", "untried", WARN, why))
+                continue
             if "error" in answer:
                 by_id[nid].checks.append(Check("checks", "no answer", FAIL, answer["error"]))
                 continue
