@@ -98,7 +98,7 @@ def test_hccls_ports_warn_in_the_ephemeral_range_unless_reserved(tmp_path):
 
 PROBE = """
 import json, os, sys
-from ascendfix.cluster.smoke_node import interface_check
+from ascendfix.cluster.smoke.node import interface_check
 from ascendfix.doctor import nic
 from ascendfix.job.preflight import nic_problems
 from ascendfix.profile import manifest

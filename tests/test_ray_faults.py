@@ -2,13 +2,14 @@
 management bridge for Ray and a separate data bridge for gloo (``GLOO_SOCKET_IFNAME=data``), both in a
 "switch" namespace. One fault at a time on node3's data port, made at the switch:
 
-- its port silently dropping (the bridge port disabled: node3's link stays up, its frames go nowhere);
+- its port silently dropping (the bridge port disabled: node3's link stays up, its frames go nowhere), under
+  a tight ``--timeout``, three times: node3 alone, or the links left untried, with no healthy node failed;
 - an MTU blackhole (every data interface at 9000, node3's switch port at 1500, and the nodes' GSO off: a
   bridge forwards a GSO super-packet whole past a port's MTU, where a real NIC puts MTU-sized frames on the
   wire, so with GSO on some of node3's transfers would pass);
 - its link throttled 5× (tbf: 50 Mbit/s, the others 250 Mbit/s).
 
-Each must name exactly node3, within ``--timeout``. Needs ip (iproute2), tc, unshare and nsenter; a
+The others must name exactly node3, within ``--timeout``. Needs ip (iproute2), tc, unshare and nsenter; a
 missing one skips, saying which.
 """
 
@@ -26,6 +27,7 @@ from tests.cluster import LocalCluster, Netns, ray_of_this_interpreter, team_pro
 NODES = ("head", "w1", "w2", "w3")
 FAULTY = 3  # node3: w3
 TIMEOUT = 150
+TIGHT = 60  # the issue's --timeout, at which a slow restart once left the last pairs 2 s
 RATE, SLOW_RATE = "250mbit", "50mbit"
 
 
@@ -93,10 +95,10 @@ def cluster(fabric, tmp_path_factory):
         assert not left, f"Ray processes still running after SIGTERM to ray start --block: {left}"
 
 
-def _smoke(c: LocalCluster) -> tuple[dict, float]:
+def _smoke(c: LocalCluster, timeout: float = TIMEOUT) -> tuple[dict, float]:
     start = time.monotonic()
     args = ["ray", "smoke", "--profile", str(c.profile), "--device", "npu", "--backend", "gloo", "--size", "1"]
-    result = c.ascendfix(*args, "--address", c.address, "--nodes", "4", "--timeout", str(TIMEOUT), "--json")
+    result = c.ascendfix(*args, "--address", c.address, "--nodes", "4", "--timeout", str(timeout), "--json")
     took = time.monotonic() - start
     assert result.stdout, result.stderr
     print(result.stdout)  # shown when the test fails
@@ -121,15 +123,25 @@ def test_a_healthy_fabric_names_nobody(cluster):
 
 
 @pytest.mark.slow
-def test_a_silently_dropping_data_port_names_its_node_within_the_timeout(cluster, fabric):
+@pytest.mark.parametrize("attempt", [1, 2, 3])
+def test_a_silently_dropping_data_port_under_a_tight_timeout_blames_no_healthy_node(cluster, fabric, attempt):
+    """The issue's case: ``--timeout 60``, the healthy nodes' ranks hung in the first gloo step and restarted.
+    Either node3 alone is named, or the links the bound left untried are, with no healthy node failed."""
     fabric.switch.run("bridge", "link", "set", "dev", fabric.port(FAULTY), "state", "0", check=True)
     try:
-        report, took = _smoke(cluster)
+        report, took = _smoke(cluster, TIGHT)
     finally:
         fabric.switch.run("bridge", "link", "set", "dev", fabric.port(FAULTY), "state", "3", check=True)
-    assert report["code"] == 1 and _named(report) == {_mgmt_ip(FAULTY)}, report["problems"]
-    assert any(p["item"] == "gloo link" and "every failing pair" in p["message"] for p in report["problems"])
-    assert took < TIMEOUT + 30, took
+    named, faulty = _named(report), _mgmt_ip(FAULTY)
+    assert report["code"] == 1 and named <= {faulty}, report["problems"]
+    if named:
+        assert any(p["item"] == "gloo link" and "every failing pair" in p["message"] for p in report["problems"])
+    else:
+        assert report["untried_links"] and report["timeout_needed_s"] > TIGHT, report
+        (why,) = [p["message"] for p in report["problems"] if not p["node_id"]]
+        assert "links untried" in why and f"--timeout {report['timeout_needed_s']:g} would" in why
+        assert all(s.startswith(f"{faulty} ") for s in report["suspects"]) or faulty in why, report["suspects"]
+    assert took < TIGHT + 30, took
 
 
 @pytest.mark.slow

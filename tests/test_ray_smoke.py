@@ -13,15 +13,18 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import secrets
 import subprocess
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from ascendfix.cluster import smoke as raysmoke
-from ascendfix.cluster import smoke_links, smoke_node, smoke_rank
-from ascendfix.cluster.smoke_report import BusbwFloor, Check, Collective, Node, SmokeReport, busbw_gbps
+from ascendfix.cluster.smoke import driver as raysmoke
+from ascendfix.cluster.smoke import links as smoke_links
+from ascendfix.cluster.smoke import node as smoke_node
+from ascendfix.cluster.smoke import rank as smoke_rank
+from ascendfix.cluster.smoke.report import BusbwFloor, Check, Collective, Node, SmokeReport, busbw_gbps
 from ascendfix.doctor.nic import Interface
 from ascendfix.job.preflight import Seams, run_preflight
 from ascendfix.profile import manifest
@@ -31,6 +34,7 @@ from tests import cli
 from tests.cluster import (
     NEEDS_RAY,
     LocalCluster,
+    fake_npu_smi,
     free_ports,
     local_cluster,
     private_netns,
@@ -206,7 +210,7 @@ def test_a_rank_checks_and_times_each_op_of_the_sweep_with_real_torch():
     spec = {"backend": "gloo", "rank": 0, "world": 1, "addr": "127.0.0.1", "port": free_ports(1)[0]}
     ops = [[op, size] for op in raysmoke.DEVICE_OPS for size in raysmoke.sizes(1 << 20)]
     spec.update(ops=ops, timeout=60)
-    code = f"import json\nfrom ascendfix.cluster.smoke_rank import Rank\nprint(json.dumps(Rank().run({spec!r})))"
+    code = f"import json\nfrom ascendfix.cluster.smoke.rank import Rank\nprint(json.dumps(Rank().run({spec!r})))"
     answer = _one_rank(code)
     assert [(r["op"], r["bytes"]) for r in answer["results"]] == [(op, size) for op, size in ops]
     assert raysmoke.sizes(1 << 20) == [16384, 131072, 1 << 20]
@@ -219,7 +223,7 @@ def test_a_pair_exchanges_a_message_larger_than_the_mtu_with_real_torch():
     spec = {"backend": "gloo", "addr": "127.0.0.1", "port": free_ports(1)[0], "bytes": 1 << 16, "timeout": 60}
     sides = [
         cli.start(
-            code="import json, sys\nfrom ascendfix.cluster.smoke_rank import Rank\n"
+            code="import json, sys\nfrom ascendfix.cluster.smoke.rank import Rank\n"
             f"print(json.dumps(Rank().pair({spec | {'rank': rank}!r})))",
             stdout=subprocess.PIPE,
             text=True,
@@ -236,7 +240,7 @@ def test_a_rank_without_torch_or_torch_npu_says_the_job_needs_them():
         if hidden == "torch_npu":
             pytest.importorskip("torch", reason="torch (CPU) is needed to reach the torch_npu import")
         code = (
-            f"import json, sys\nsys.modules[{hidden!r}] = None\nfrom ascendfix.cluster.smoke_rank import Rank\n"
+            f"import json, sys\nsys.modules[{hidden!r}] = None\nfrom ascendfix.cluster.smoke.rank import Rank\n"
             f"print(json.dumps(Rank().run({spec | {'timeout': 5}!r})))"
         )
         error = _one_rank(code)["error"]
@@ -256,7 +260,7 @@ def test_the_failing_ranks_problem_carries_hcclS_first_error_code_line():
     assert smoke_rank.hccl_error_line(EI0006).startswith("EI0006: [PID: 1234] ")
     assert smoke_rank.hccl_error_line("RuntimeError: plain\n") == ""
     code = (
-        "import json\nfrom ascendfix.cluster.smoke_rank import Rank\n"
+        "import json\nfrom ascendfix.cluster.smoke.rank import Rank\n"
         "class Failing(Rank):\n"
         f"    def _setup(self, backend):\n        self.phase = 'all_reduce'\n        raise RuntimeError({EI0006!r})\n"
         "print(json.dumps(Failing().run({'backend': 'hccl'})))"
@@ -278,7 +282,17 @@ def test_the_report_names_each_bad_node_in_its_json():
     good = Node("a" * 56, "10.0.0.1", "node-a", [Check("GLOO_SOCKET_IFNAME", "eth0", "ok", "eth0 up")])
     report = SmokeReport("10.0.0.1:6166", [good, bad], [Collective("gloo", "all_reduce", 4, False)], ["1 of 3 nodes"])
     data = json.loads(json.dumps(report.to_json()))
-    assert list(data) == ["address", "nodes", "collectives", "busbw_floor", "problems"]
+    assert list(data) == [
+        "address",
+        "nodes",
+        "collectives",
+        "busbw_floor",
+        "untried_links",
+        "suspects",
+        "timeout_needed_s",
+        "problems",
+    ]
+    assert data["untried_links"] == [] and data["suspects"] == [] and data["timeout_needed_s"] is None
     assert data["busbw_floor"] is None  # no device phase ran
     report.busbw_floor = BusbwFloor(12.5, "half the 200 Gb/s NPU port speed (hccn_tool -speed -g)")
     assert report.to_json()["busbw_floor"] == {"busbw_gbps": 12.5, "source": report.busbw_floor.source}
@@ -364,7 +378,9 @@ class _Method:
 class _FakeRank:
     """An actor's handle whose methods answer at once: it took ``seconds`` per op."""
 
-    def __init__(self, seconds: float, result_ok: bool = True, error: str = "", hangs: bool = False):
+    def __init__(
+        self, seconds: float, result_ok: bool = True, error: str = "", hangs: bool = False, where: str = "all_reduce"
+    ):
         def run(spec):
             if error:
                 return {"error": error}
@@ -372,7 +388,7 @@ class _FakeRank:
 
         self.rendezvous = _Method(("10.0.0.1", 29500))
         self.run = _Method(run, hangs)
-        self.where = _Method("all_reduce")
+        self.where = _Method(where)
 
 
 class _FakeRay:
@@ -579,6 +595,153 @@ def test_when_the_pairs_name_a_node_the_other_nodes_ranks_only_waited(monkeypatc
     assert rank.status == "warn" and rank.message.endswith("(the link phase names 10.0.0.3 cccccccc)")
 
 
+# recorded outcomes: the issue's silent drop on node d at --timeout 60, the last round left 2 s
+NEVER_MET = (
+    "init_process_group(gloo) at 10.0.0.1:41000: DistStoreError: Timed out after 2 seconds waiting for clients. "
+    "1/2 clients joined."
+)
+DROPPED = "init_process_group(gloo) at 10.0.0.1:41001: DistNetworkError: Connect timeout [10.20.0.4]:3001"
+
+
+def test_a_pair_whose_store_never_gathered_both_ends_is_untried_not_a_bad_link():
+    by_id = _nodes("a", "b", "c", "d")
+    results = _pairs(by_id, failing="d")
+    results[("b", "c")] = {"untried": f"10.0.0.1 aaaaaaaa: {NEVER_MET}"}
+    assert smoke_links.untried({"error": NEVER_MET}) == NEVER_MET and not smoke_links.untried({"error": DROPPED})
+    verdict = smoke_links.blame(results, by_id, "gloo")
+    assert [n.hostname for n in by_id.values() if not n.ok] == ["d"]  # before: all four
+    assert list(verdict.untried) == [("b", "c")] and verdict.suspects == []
+
+
+def test_a_pairs_two_sides_make_one_outcome():
+    a, b = _nodes("a", "b").values()
+    ok = {"ok": True, "seconds": 0.01, "bytes": 10**6}
+    assert smoke_links._outcome([{**ok, "connect_s": 2.0}, {**ok, "connect_s": 0.5}], (a, b))["connect_s"] == 0.5
+    never = smoke_links._outcome([{"error": NEVER_MET}, {"error": "no answer within 9 s", "stuck": True}], (a, b))
+    assert never == {"untried": f"10.0.0.1 aaaaaaaa: {NEVER_MET}"}
+    assert smoke_links._outcome([ok, {"error": DROPPED}], (a, b)) == {"error": f"10.0.0.2 bbbbbbbb: {DROPPED}"}
+
+
+def test_when_the_bound_ran_out_before_the_culprit_is_isolated_the_failing_pairs_ends_are_suspects_only():
+    """Only the first round ran: (a, d) failed, (b, c) carried; which end of (a, d) is bad is not known."""
+    by_id = _nodes("a", "b", "c", "d")
+    first = smoke_links.rounds(sorted(by_id))[0]
+    assert sorted(first) == [("a", "d"), ("b", "c")]
+    results = {p: {"untried": "not started: 3 s left, a pair needs 7 s here"} for p in _pairs(by_id)}
+    results[("a", "d")] = {"error": f"10.0.0.4 dddddddd: {DROPPED}"}
+    results[("b", "c")] = {"ok": True, "seconds": 1e-3, "bytes": 10**6, "connect_s": 0.2}
+    verdict = smoke_links.blame(results, by_id, "gloo")
+    assert all(n.ok for n in by_id.values())  # nobody failed on this evidence
+    assert verdict.suspects == ["a", "d"] and len(verdict.untried) == 4
+    (suspect,) = [c for c in by_id["d"].checks if c.item == "gloo link"]
+    assert suspect.status == "warn" and suspect.value == "suspect"
+    assert suspect.message.startswith("suspect: its gloo link fails with 10.0.0.1 aaaaaaaa; untried with 10.0.0.2")
+    nothing = _nodes("a", "b", "c")  # nothing failed, some untried: no suspect
+    results = {p: {"untried": "the rank on 10.0.0.1 aaaaaaaa was not up in time"} for p in _pairs(nothing)}
+    assert smoke_links.blame(results, nothing, "gloo").suspects == [] and all(n.ok for n in nothing.values())
+
+
+def test_the_report_names_the_untried_links_the_suspects_and_the_timeout_that_would_finish(monkeypatch):
+    by_id = _nodes("a", "b", "c", "d")
+    for node in by_id.values():  # every rank of the collective hung
+        node.checks.append(Check("gloo rank", "failed", "fail", "rank 0: no answer within 18 s (stuck in all_reduce)"))
+    results = {p: {"untried": "not started: 3 s left, a pair needs 7 s here"} for p in _pairs(by_id)}
+    results[("a", "d")] = {"error": f"10.0.0.4 dddddddd: {DROPPED}"}
+    results[("b", "c")] = {"ok": True, "seconds": 1e-3, "bytes": 10**6, "connect_s": 0.2}
+
+    def run_pairs(ray, pool, make, by_id, backend, nbytes, clock, gather):
+        clock.round_s = 12.0  # the one round that ran took 12 s
+        return results
+
+    job = raysmoke._Job.__new__(raysmoke._Job)
+    job.by_id, job.mtu, job.nbytes, job.ray, job.budget = by_id, 1500, 1 << 20, _FakeRay(), raysmoke.Budget(60)
+    job.report = SmokeReport("10.0.0.1:6166", list(by_id.values()))
+    monkeypatch.setattr(smoke_links, "run_pairs", run_pairs)
+    job._links("gloo", {}, {}, 30.0)
+    data = json.loads(json.dumps(job.report.to_json()))
+    assert data["suspects"] == ["10.0.0.1 aaaaaaaa", "10.0.0.4 dddddddd"]
+    assert {frozenset(u["nodes"]) for u in data["untried_links"]} == {
+        frozenset({f"10.0.0.{x} {name * 8}", f"10.0.0.{y} {other * 8}"})
+        for (x, name), (y, other) in [
+            ((1, "a"), (3, "c")),
+            ((2, "b"), (4, "d")),
+            ((1, "a"), (2, "b")),
+            ((3, "c"), (4, "d")),
+        ]
+    }
+    assert data["timeout_needed_s"] == 90.0  # 60 s, and two more rounds of 12 s, rounded up
+    assert [p["node_id"] for p in data["problems"]] == [""]  # no node failed: the ranks only waited
+    (why,) = [p["message"] for p in data["problems"]]
+    assert why.startswith("the gloo link phase ran out of time (--timeout 60) before it isolated a node: 4 of 6")
+    assert why.endswith(
+        "the failing links point at 10.0.0.1 aaaaaaaa, 10.0.0.4 dddddddd; --timeout 90 would try them all"
+    )
+    (rank,) = [c for c in by_id["b"].checks if c.item == "gloo rank"]
+    assert rank.status == "warn" and rank.message.endswith(
+        "(the link phase points at (not isolated) 10.0.0.1 aaaaaaaa, 10.0.0.4 dddddddd)"
+    )
+
+
+class _PairRank:
+    """A link-phase actor: ``up`` whether it answers ready; its pair answers ``answer``."""
+
+    def __init__(self, up: bool = True, answer: dict | None = None):
+        self.ready = _Method(True, hangs=not up)
+        self.rendezvous = _Method(("10.0.0.1", 29500))
+        self.specs = []
+
+        def pair(spec):
+            self.specs.append(spec)
+            return answer or {"ok": True, "seconds": 1e-3, "bytes": 10**6, "connect_s": 1.5}
+
+        self.pair = _Method(pair)
+
+
+def test_a_pair_starts_only_with_both_ranks_up_and_the_time_a_connection_takes():
+    by_id = _nodes("a", "b", "c", "d")
+    pool = {"a": _PairRank(), "b": _PairRank(), "c": _PairRank(up=False), "d": _PairRank()}
+    clock = smoke_links.Clock(60.0)
+    results = smoke_links.run_pairs(_FakeRay(), pool, None, by_id, "gloo", 1 << 20, clock, raysmoke._gather)
+    assert {p for p, r in results.items() if "untried" in r} == {p for p in results if "c" in p}
+    assert all(
+        "the rank on 10.0.0.3 cccccccc was not up in time" == r["untried"] for p, r in results.items() if "c" in p
+    )
+    assert clock.connect_s == 1.5 and clock.pair_s() == 4.5  # measured: three connections
+    assert all(spec["timeout"] >= 4.5 for spec in pool["a"].specs)
+    late = smoke_links.Clock(5.0, connect_s=3.0)  # a pair needs 9 s here: none is started
+    results = smoke_links.run_pairs(_FakeRay(), pool, None, by_id, "gloo", 1 << 20, late, raysmoke._gather)
+    assert all(r["untried"].startswith("not started: 5 s left, a pair needs 15 s here") for r in results.values())
+
+
+def test_a_hung_collective_leaves_the_link_phase_the_time_its_pairs_need(monkeypatch):
+    job = raysmoke._Job.__new__(raysmoke._Job)
+    job.by_id, job.ray, job.nbytes = _nodes("a", "b", "c", "d"), _FakeRay(), 1 << 20
+    job._ranks = lambda nodes, env: [(nid, _FakeRank(0.1)) for nid, _ in nodes]
+    bounds = {}
+
+    def collective(ray, ranks, backend, ops, bound, by_id):
+        bounds["collective"] = bound
+        return [], set(range(len(ranks)))  # every rank hung for all of it
+
+    monkeypatch.setattr(raysmoke, "_collective", collective)
+    job._links = lambda backend, pool, env, bound: bounds.setdefault("links", bound)
+    job._gloo(55.0)
+    assert bounds["collective"] <= 55.0 / 3
+    assert bounds["links"] >= smoke_links.Clock(0).needed(3)  # three rounds of four nodes, each its least time
+
+
+def test_a_rank_still_importing_when_the_others_gave_up_is_untried_and_left_running():
+    by_id = _nodes("a", "b")
+    ranks = [("a", _FakeRank(0.1, hangs=True, where="init_process_group(gloo) at 10.0.0.1:1")),
+             ("b", _FakeRank(0.1, hangs=True, where="import torch"))]  # fmt: skip
+    (reduce,), stuck = raysmoke._collective(_FakeRay(), ranks, "gloo", [("all_reduce", 4096)], 30.0, by_id)
+    assert not reduce.ok and stuck == {0}  # b is not killed: its run returns once torch is imported
+    assert [(c.value, c.status) for c in by_id["b"].checks] == [("untried", "warn")]
+    assert by_id["b"].checks[0].message.startswith("untried, not up in time on this busy node: rank 1: no answer")
+    assert [(c.value, c.status) for c in by_id["a"].checks] == [("waited", "warn")]
+    assert by_id["a"].checks[0].message.startswith("waited for rank(s) 1, which were not up in time: rank 0:")
+
+
 def test_healthy_links_name_nobody():
     by_id = _nodes("a", "b", "c", "d")
     smoke_links.blame(_pairs(by_id), by_id, "gloo")
@@ -757,3 +920,63 @@ def test_smoke_for_a_script_names_the_node_whose_cpus_cannot_hold_the_jobs_place
         finally:
             left = c.stop()
             assert not left, f"Ray processes still running after SIGTERM to ray start --block: {left}"
+
+
+@pytest.mark.slow
+def test_a_cluster_that_wants_a_token_refuses_in_one_line_with_the_fix(tmp_path, netns):
+    """The head started where ~/.ray/auth_token exists (Ray turns token authentication on by itself); ray smoke,
+    ray wait and a --ray command from a home without the token each say so in one line, with the fix."""
+    ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'ascendfix[ray]'")
+    if not hasattr(ray.exceptions, "AuthenticationError"):
+        pytest.skip(f"ray {ray.__version__} has no token authentication (Ray >= 2.5x)")
+    token_home, plain_home = tmp_path / "token-home", tmp_path / "plain-home"
+    (token_home / ".ray").mkdir(parents=True)
+    plain_home.mkdir()
+    (token_home / ".ray" / "auth_token").write_text(secrets.token_hex(32))
+    c = LocalCluster(tmp_path, team_profile(tmp_path), fake_npu_smi(tmp_path), netns)
+    del c.env["RAY_AUTH_MODE"]
+    try:
+        c.start("head", extra_env={"HOME": str(token_home)})
+        c.wait_for_head()
+        env, profile = {**c.env, "HOME": str(plain_home)}, ("--profile", str(c.profile), "--device", "npu")
+        for args in (
+            ("ray", "smoke", *profile, "--address", c.address, "--nodes", "1", "--backend", "gloo"),
+            ("ray", "wait", *profile, "--address", c.address, "--nodes", "1", "--timeout", "5"),
+            ("doctor", *profile, "--ray", c.address),
+        ):
+            result = c.ascendfix(*args, env=env)
+            lines = result.stderr.strip().splitlines()
+            assert result.returncode == 2 and len(lines) == 1, result.stdout + result.stderr
+            assert f"{c.address}: the Ray cluster refused this connection's authentication" in lines[0]
+            assert "export RAY_AUTH_MODE=token" in lines[0] and "RAY_AUTH_MODE=disabled" in lines[0]
+    finally:
+        left = c.stop()
+        assert not left, f"Ray processes still running after SIGTERM to ray start --block: {left}"
+
+
+def test_a_node_whose_checks_got_no_time_is_untried_not_failed():
+    answers = {"a": _Ref({"checks": [], "tls": {}, "speed": {}, "mtu": 1500}), "b": _Ref(None, hangs=True)}
+
+    class _Task:
+        def options(self, scheduling_strategy):
+            self.nid = scheduling_strategy
+            return self
+
+        def remote(self, *args):
+            return answers[self.nid]
+
+    class _Ray(_FakeRay):
+        def remote(self, **kw):
+            return lambda fn: _Task()
+
+        def get_runtime_context(self):
+            return type("Context", (), {"gcs_address": "10.0.0.1:6166"})()
+
+    job = raysmoke._Job.__new__(raysmoke._Job)
+    job.ray, job.by_id, job.accelerators = _Ray(), _nodes("a", "b"), {"a": 0, "b": 0}
+    job.profile, job.device, job.budget = manifest.load_profile("verl-796871d"), "npu", raysmoke.Budget(60)
+    job.on = lambda nid: nid
+    assert job._node_checks("gloo") == 1500
+    (check,) = job.by_id["b"].checks
+    assert (check.item, check.value, check.status) == ("checks", "untried", "warn") and job.by_id["b"].ok
+    assert check.message.startswith("untried: no answer within ")

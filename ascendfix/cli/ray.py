@@ -225,8 +225,8 @@ def ray_smoke(
     --timeout bounds it all.
     Exit 0 when every node and collective passed, 1 naming each node that did not.
     """
-    from ascendfix.cluster import smoke as raysmoke
     from ascendfix.cluster import start as raystart
+    from ascendfix.cluster.smoke import driver as raysmoke
 
     prof = manifest.load_profile(profile)
     device = require_device(device)

@@ -11,14 +11,21 @@ when asked for: it is the optional extra ``ascendfix[ray]``.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from ascendfix.errors import UsageError, is_error_object
 
 INSTALL_HINT = "ray is not installed: pip install 'ascendfix[ray]'"
+# what Ray >= 2.5x's GCS answers a client without the cluster's token (ray/_private/authentication/
+# grpc_authentication_server_interceptor.py; ray.exceptions.AuthenticationError in ray.init's cause)
+_REFUSED = ("AuthenticationError", "InvalidAuthToken", "Invalid or missing authentication token")
 
 
 def node_label(address: str, node_id: str) -> str:
@@ -121,7 +128,7 @@ def run(argv: list[str], address: str | None = None, timeout: float = 60.0, loca
     if address:
         _reachable(address)
     try:
-        ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False, configure_logging=False)
+        init(ray, address, f"--ray {address or ''}".rstrip())
     except (ConnectionError, ValueError, RuntimeError) as e:
         if not address:
             raise UsageError("--ray: no Ray cluster runs on this machine (start one, or pass --ray ADDRESS)") from None
@@ -150,6 +157,53 @@ def run(argv: list[str], address: str | None = None, timeout: float = 60.0, loca
         return answers
     finally:
         ray.shutdown()
+
+
+def init(ray, address: str | None, where: str) -> None:
+    """``ray.init`` to ``address`` (None: the local cluster), Ray's own native log kept off the terminal; a
+    UsageError naming ``where`` when the cluster refuses this side's authentication. Other failures propagate."""
+    try:
+        with _native_stderr_quiet():
+            ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False, configure_logging=False)
+    except Exception as e:
+        if refused(e):
+            raise UsageError(f"{where}: {AUTH_REFUSED}") from None
+        raise
+
+
+AUTH_REFUSED = (
+    "the Ray cluster refused this connection's authentication: it runs with token authentication "
+    "(RAY_AUTH_MODE=token) and this side sent no matching token; fix: export RAY_AUTH_MODE=token with the "
+    "cluster's token in ~/.ray/auth_token (or RAY_AUTH_TOKEN), or start the cluster with RAY_AUTH_MODE=disabled"
+)
+
+
+def refused(error: BaseException) -> bool:
+    """Whether ``error``, or an exception it was raised from, is Ray refusing this side's authentication."""
+    seen: set[int] = set()
+    at: BaseException | None = error
+    while at is not None and id(at) not in seen:
+        seen.add(id(at))
+        if type(at).__name__ == "AuthenticationError" or any(mark in str(at) for mark in _REFUSED):
+            return True
+        at = at.__cause__ or at.__context__
+    return False
+
+
+@contextmanager
+def _native_stderr_quiet() -> Iterator[None]:
+    """File descriptor 2 into a discarded temp file: ray.init's C++ client logs each retry there (an auth
+    refusal twenty times), which the one line that says why replaces."""
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
 
 
 def unreachable(address: str, seconds: float = 5.0) -> str | None:

@@ -147,7 +147,7 @@ def connect(ray, address: str | None) -> None:
     if named[1] and named[1] not in ("auto", "local") and not _answers(named[1], 5.0):
         raise UsageError(f"{named[0]} {named[1]}: no Ray head answers there (expected HEAD_IP:PORT of a started head)")
     try:
-        ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False, configure_logging=False)
+        fanout.init(ray, address, f"{named[0]} {named[1]}" if named[1] else "the local Ray cluster")
     except (ConnectionError, ValueError, RuntimeError) as e:
         if not address and not os.environ.get("RAY_ADDRESS"):
             raise UsageError(

@@ -414,7 +414,7 @@ def default_seams(smoke: bool = False) -> Seams:
     def smoke_problems(
         profile: Profile, device: str, overrides: Mapping[str, str], environ: Mapping[str, str]
     ) -> list[str]:
-        from ascendfix.cluster import smoke as raysmoke
+        from ascendfix.cluster.smoke import driver as raysmoke
 
         return raysmoke.job_problems(profile, device, overrides, environ)
 

@@ -82,7 +82,8 @@ class Rank:
 
     def run(self, spec: dict) -> dict:
         """Join the process group, run each ``[op, bytes]``, check its result, time it:
-        ``{"results": [{"op", "bytes", "ok", "seconds"}...]}`` or ``{"error"}``."""
+        ``{"results": [{"op", "bytes", "ok", "seconds"}...]}`` or ``{"error"}`` (with ``"late"`` when its imports
+        took longer than ``join_within`` seconds, the peers' wait: it did not join)."""
         try:
             return self._run(spec)
         except Exception as e:  # the rank's own failure is its answer, with the step it failed in
@@ -129,11 +130,18 @@ class Rank:
         return dist, timeout
 
     def _run(self, spec: dict) -> dict:
+        start = time.monotonic()
         try:
             torch, device = self._setup(spec["backend"])
         except ImportError as e:
             module = self.phase.removeprefix("import ")
             return {"error": f"{module} is not importable on this node ({e}): the job needs it"}
+        took = time.monotonic() - start
+        if took > spec.get("join_within", took):  # the others gave up on it: it joins nothing
+            return {
+                "error": f"{self.phase}: took {took:.0f} s, its peers waited {spec['join_within']:.0f} s",
+                "late": True,
+            }
         dist, timeout = self._join(spec)
         try:
             if spec["backend"] == "gloo":
@@ -202,10 +210,13 @@ class Rank:
 
     def pair(self, spec: dict) -> dict:
         """One side of a two-rank link test: a small message, then ``bytes`` (larger than the interface's
-        MTU) each way, timed: ``{"ok", "seconds"}`` or ``{"error"}``."""
+        MTU) each way, timed: ``{"ok", "seconds", "bytes", "connect_s"}`` (the seconds ``init_process_group``
+        took here) or ``{"error"}``."""
         try:
             torch, device = self._setup(spec["backend"])
+            start = time.perf_counter()
             dist, _ = self._join({**spec, "world": 2})
+            connect_s = time.perf_counter() - start
         except Exception as e:
             return {"error": f"{self.phase}: {type(e).__name__}: {_first_line(e)}"}
         try:
@@ -225,7 +236,7 @@ class Rank:
             exchange(small)
             self.phase = f"send/recv {big.numel() * 4} bytes"
             seconds = self._time(torch, device, lambda: exchange(big), best=True) / 2  # one way, the least noise
-            return {"ok": True, "seconds": seconds, "bytes": big.numel() * 4}
+            return {"ok": True, "seconds": seconds, "bytes": big.numel() * 4, "connect_s": connect_s}
         except Exception as e:
             return {"error": f"{self.phase}: {type(e).__name__}: {_first_line(e)}"}
         finally:

@@ -2,14 +2,14 @@
 
 Within one wall-time bound (``--timeout``), in phases that each take a share of what is left:
 1. a Ray task pinned to each node checks what the job's collectives will bind to there
-   (:mod:`smoke_node`); the NPUs' TLS switches are compared across nodes;
+   (:mod:`node`); the NPUs' TLS switches are compared across nodes;
 2. with ``--for SCRIPT``, the job's placement: one STRICT_PACK placement group of
    ``n_gpus_per_node`` × ``{"CPU": 1, "<NPU|GPU>": 1}`` per node, as verl asks
    (``single_controller/ray/base.py:110-117``); a node where none lands is named with what is free there;
 3. gloo ``all_reduce`` with one rank per node (the channel of verl's CPU barrier), then the link
-   phase (:mod:`smoke_links`) pair by pair, which names the node a bad link belongs to;
+   phase (:mod:`links`) pair by pair, which names the node a bad link belongs to;
 4. hccl (npu) or nccl (cuda) ``all_reduce``, ``all_gather``, ``reduce_scatter`` and ``all_to_all``
-   (the MoE job's traffic) over a size sweep, one rank per accelerator (:mod:`smoke_rank`), HCCL's
+   (the MoE job's traffic) over a size sweep, one rank per accelerator (:mod:`rank`), HCCL's
    timeouts set below the phase's bound so HCCL names the broken peer before the smoke gives up;
    when it fails, stalls, or its bus bandwidth is below the floor (``--min-busbw``; on npu by default half
    the NPU ports' speed), the link phase over it.
@@ -24,11 +24,12 @@ import re
 import time
 from collections.abc import Mapping
 
-from ascendfix.cluster import fanout, smoke_links
+from ascendfix.cluster import fanout
 from ascendfix.cluster import wait as raywait
-from ascendfix.cluster.smoke_node import node_checks
-from ascendfix.cluster.smoke_rank import Rank
-from ascendfix.cluster.smoke_report import (
+from ascendfix.cluster.smoke import links
+from ascendfix.cluster.smoke.node import node_checks
+from ascendfix.cluster.smoke.rank import Rank
+from ascendfix.cluster.smoke.report import (
     CONTROL,
     FAIL,
     OK,
@@ -38,6 +39,7 @@ from ascendfix.cluster.smoke_report import (
     Collective,
     Node,
     SmokeReport,
+    UntriedLink,
     busbw_gbps,
 )
 from ascendfix.cluster.start import RESOURCE
@@ -58,6 +60,7 @@ class Budget:
     """The smoke's one wall-time bound, shared out phase by phase."""
 
     def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
         self.end = time.monotonic() + seconds
 
     def left(self) -> float:
@@ -134,7 +137,7 @@ class _Job:
     def run(self, address, nodes_wanted, per_node, backend, place, min_busbw) -> SmokeReport:
         ray = self.ray
         alive = sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: (n["NodeManagerAddress"], n["NodeID"]))
-        report = SmokeReport(address or "auto")
+        report = self.report = SmokeReport(address or "auto")
         hostname = CONTROL.sub  # hostnames come from the nodes: no control characters
         report.nodes = [
             Node(n["NodeID"], n["NodeManagerAddress"], hostname("?", n.get("NodeManagerHostname", ""))) for n in alive
@@ -171,6 +174,10 @@ class _Job:
         }
         tls, speed, mtus = {}, {}, []
         for nid, answer in _gather(ray, refs, self.budget.share(0.25, 60.0)).items():
+            if answer.get("stuck"):  # not given its time (a busy node): untried; its ranks still prove it
+                why = f"untried: {answer['error']} (a busy node, or too short a --timeout)"
+                by_id[nid].checks.append(Check("checks", "untried", WARN, why))
+                continue
             if "error" in answer:
                 by_id[nid].checks.append(Check("checks", "no answer", FAIL, answer["error"]))
                 continue
@@ -229,10 +236,13 @@ class _Job:
         ]
 
     def _gloo(self, bound: float) -> list[Collective]:
+        """gloo all_reduce over every node, then the link phase with the time the collective must leave it."""
         start = time.monotonic()
         ranks = self._ranks([(nid, 0) for nid in self.by_id], {})
         ops = [("all_reduce", self.nbytes)]
-        results, stuck = _collective(self.ray, ranks, "gloo", ops, bound / 2, self.by_id)
+        reserve = links.Clock(0).needed(len(links.rounds(list(self.by_id))))  # the pairs' least time
+        collective = max(min(bound / 3, bound - reserve), bound / 4)  # a hung collective leaves the pairs theirs
+        results, stuck = _collective(self.ray, ranks, "gloo", ops, collective, self.by_id)
         pool = {nid: a for i, (nid, a) in enumerate(ranks) if i not in stuck}
         for i in stuck:
             self.ray.kill(ranks[i][1])
@@ -287,19 +297,55 @@ class _Job:
             return self._ranks([(nid, 0)], env)[0][1]
 
         nbytes = max(self.nbytes, 4 * self.mtu)
-        results = smoke_links.run_pairs(self.ray, pool, make, self.by_id, backend, nbytes, max(bound, 1.0), _gather)
-        smoke_links.blame(results, self.by_id, backend)
+        clock = links.Clock(max(bound, 1.0))
+        results = links.run_pairs(self.ray, pool, make, self.by_id, backend, nbytes, clock, _gather)
+        verdict = links.blame(results, self.by_id, backend)
         named = [n.label for n in self.by_id.values() if _failed(n, f"{backend} link")]
-        if not named:
+        self._unsettled(backend, verdict, clock, isolated=bool(named))
+        pointed = named or [self.by_id[nid].label for nid in verdict.suspects]
+        if not pointed:
             return
-        for node in self.by_id.values():  # the collective failed everywhere because of the link the pairs named
+        for node in self.by_id.values():  # the collective failed everywhere because of the link the pairs point at
             if not _failed(node, f"{backend} link") and _failed(node, f"{backend} rank"):
+                says = "names" if named else "points at (not isolated)"
                 node.checks = [
-                    Check(c.item, "waited", WARN, f"{c.message} (the link phase names {', '.join(named)})")
+                    Check(c.item, "waited", WARN, f"{c.message} (the link phase {says} {', '.join(pointed)})")
                     if c.item == f"{backend} rank" and c.status == FAIL
                     else c
                     for c in node.checks
                 ]
+
+    def _unsettled(self, backend: str, verdict: links.Verdict, clock: links.Clock, isolated: bool) -> None:
+        """The report's untried links, suspects and the ``--timeout`` that would try them; a problem when the
+        culprit was not isolated."""
+        if not verdict.untried:
+            return
+        report, label = self.report, (lambda nid: self.by_id[nid].label)
+        report.untried_links += [
+            UntriedLink(backend, (label(a), label(b)), why) for (a, b), why in verdict.untried.items()
+        ]
+        report.suspects += [label(nid) for nid in verdict.suspects if label(nid) not in report.suspects]
+        left = sum(any(p in verdict.untried for p in r) for r in links.rounds(sorted(self.by_id)))
+        needed = _tens(self.budget.seconds + clock.needed(left))
+        report.timeout_needed_s = max(report.timeout_needed_s or 0.0, needed)
+        if isolated:
+            return
+        shown = "; ".join(f"{label(a)} – {label(b)}" for a, b in list(verdict.untried)[:4])
+        more = f" and {len(verdict.untried) - 4} more" if len(verdict.untried) > 4 else ""
+        total = len(self.by_id) * (len(self.by_id) - 1) // 2
+        point = (
+            f"; the failing links point at {', '.join(label(n) for n in verdict.suspects)}" if verdict.suspects else ""
+        )
+        report.cluster_problems.append(
+            f"the {backend} link phase ran out of time (--timeout {self.budget.seconds:g}) before it isolated a node: "
+            f"{len(verdict.untried)} of {total} links untried ({shown}{more}){point}; "
+            f"--timeout {needed:g} would try them all"
+        )
+
+
+def _tens(seconds: float) -> float:
+    """``seconds`` rounded up to a multiple of ten."""
+    return float(-(-int(seconds) // 10) * 10)
 
 
 def device_env(bound: float) -> dict[str, str]:
@@ -364,12 +410,14 @@ def _below_floor(by_id: Mapping[str, Node], channel: str, floor: BusbwFloor) -> 
     return found
 
 
+_BEFORE_JOIN = ("starting", "import ", "set_device")  # a rank's steps before it joins the group
 _CONSEQUENCE = re.compile(r"time[ds]? ?out|connection (was likely )?closed|closed by peer|reset by peer", re.I)
 
 
 def _collective(ray, ranks: list, backend: str, ops: list, bound: float, by_id: dict) -> tuple[list, set[int]]:
     """Run ``ops`` [(op, bytes)] over ``ranks`` [(node id, actor)] within ``bound`` seconds; each failing rank
-    becomes a failed check on its node. The collectives, and the ranks that did not answer."""
+    becomes a failed check on its node, one still importing when the others gave up an untried one (a warning).
+    The collectives, and the ranks that hang (not those still importing)."""
     end, world = time.monotonic() + bound, len(ranks)
     rendezvous = _gather(ray, {"r": ranks[0][1].rendezvous.remote()}, bound / 2)["r"]
     if isinstance(rendezvous, dict):
@@ -378,27 +426,36 @@ def _collective(ray, ranks: list, backend: str, ops: list, bound: float, by_id: 
     addr, port = rendezvous
     left = max(end - time.monotonic(), 1.0)
     base = {"backend": backend, "world": world, "addr": addr, "port": port, "ops": ops, "timeout": left * 0.6}
-    refs = {i: a.run.remote({**base, "rank": i}) for i, (_, a) in enumerate(ranks)}
+    refs = {i: a.run.remote({**base, "rank": i, "join_within": left}) for i, (_, a) in enumerate(ranks)}
     answers = _gather(ray, refs, left)
     stuck = {i for i, a in answers.items() if a.get("stuck")}
     where = _gather(ray, {i: ranks[i][1].where.remote() for i in stuck}, 5.0)
+    # a rank still importing did not get its time: untried, and left running (its run returns, joining nothing)
+    late = {i for i, a in answers.items() if a.get("late")}
+    late |= {i for i in stuck if isinstance(where.get(i), str) and where[i].startswith(_BEFORE_JOIN)}
     per_node: dict[str, list[int]] = {}
     for i, (nid, _) in enumerate(ranks):
         per_node.setdefault(nid, []).append(i)
     failed = {i: a["error"] + _stuck(a, where.get(i)) for i, a in answers.items() if "error" in a}
-    own = sorted(i for i, a in answers.items() if "error" in a and not _waited(a))
+    own = sorted(i for i, a in answers.items() if "error" in a and not _waited(a) and i not in late)
     for nid, indices in per_node.items():
         errors = [i for i in indices if i in failed]
         if not errors:
             continue
         shown = f"rank {errors[0]}: {failed[errors[0]]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
-        if own and not set(errors) & set(own):  # only waited for ranks that failed on their own
+        if set(errors) <= late:
+            why = f"untried, not up in time on this busy node: {shown}"
+            by_id[nid].checks.append(Check(f"{backend} rank", "untried", WARN, why))
+        elif own and not set(errors) & set(own):  # only waited for ranks that failed on their own
             why = f"waited for rank(s) {', '.join(str(i) for i in own)}, which failed: {shown}"
+            by_id[nid].checks.append(Check(f"{backend} rank", "waited", WARN, why))
+        elif late and not own:  # only waited for ranks that were not up
+            why = f"waited for rank(s) {', '.join(str(i) for i in sorted(late))}, which were not up in time: {shown}"
             by_id[nid].checks.append(Check(f"{backend} rank", "waited", WARN, why))
         else:
             by_id[nid].checks.append(Check(f"{backend} rank", "failed", FAIL, shown))
     if failed:
-        return [Collective(backend, op, nbytes, False) for op, nbytes in ops], stuck
+        return [Collective(backend, op, nbytes, False) for op, nbytes in ops], stuck - late
     largest = {op: max(n for o, n in ops if o == op) for op, _ in ops}
     results = []
     for k, (op, nbytes) in enumerate(ops):

@@ -1,7 +1,7 @@
 """What ``ray smoke`` reports: each node's checks, each collective's outcome, the problems they add up to.
 
-Plain data only; the node task, the rank actors and the driver fill it in (``smoke_node``,
-``smoke_rank``, ``smoke``). A check's status is doctor's own :class:`~ascendfix.doctor.model.Status`.
+Plain data only; the node task, the rank actors and the driver fill it in (``node``,
+``rank``, ``driver``). A check's status is doctor's own :class:`~ascendfix.doctor.model.Status`.
 """
 
 from __future__ import annotations
@@ -83,6 +83,16 @@ class Problem:
     message: str
 
 
+@dataclass(frozen=True)
+class UntriedLink:
+    """A pair of nodes whose link the link phase did not really test, and why (the bound ran out, the two never
+    met in what was left)."""
+
+    backend: str
+    nodes: tuple[str, str]  # the two nodes' labels
+    why: str
+
+
 @dataclass
 class SmokeReport:
     """The outcome of ``ray smoke``."""
@@ -92,6 +102,9 @@ class SmokeReport:
     collectives: list[Collective] = field(default_factory=list)
     cluster_problems: list[str] = field(default_factory=list)  # not one node's: too few nodes
     busbw_floor: BusbwFloor | None = None  # the device phase's, when it had one
+    untried_links: list[UntriedLink] = field(default_factory=list)
+    suspects: list[str] = field(default_factory=list)  # labels of the nodes failing links point at, not isolated
+    timeout_needed_s: float | None = None  # about the --timeout that would try every untried link
 
     @property
     def problems(self) -> list[Problem]:
@@ -109,7 +122,8 @@ class SmokeReport:
         return not self.problems and all(c.ok for c in self.collectives)
 
     def to_json(self) -> dict:
-        """Plain data: ``{"address", "nodes", "collectives", "busbw_floor", "problems"}``."""
+        """Plain data: ``{"address", "nodes", "collectives", "busbw_floor", "untried_links", "suspects",
+        "timeout_needed_s", "problems"}``."""
         return {
             "address": self.address,
             "nodes": [
@@ -124,6 +138,9 @@ class SmokeReport:
             ],
             "collectives": [vars(c) for c in self.collectives],
             "busbw_floor": vars(self.busbw_floor) if self.busbw_floor else None,
+            "untried_links": [{**vars(u), "nodes": list(u.nodes)} for u in self.untried_links],
+            "suspects": list(self.suspects),
+            "timeout_needed_s": self.timeout_needed_s,
             "problems": [vars(p) for p in self.problems],
         }
 

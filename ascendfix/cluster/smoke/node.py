@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from ascendfix.cluster.smoke_report import FAIL, OK, WARN, Check
+from ascendfix.cluster.smoke.report import FAIL, OK, WARN, Check
 from ascendfix.doctor import nic
 
 HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
