@@ -21,7 +21,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ascendfix import errors  # noqa: E402
+from ascendfix.checkpoint import saves  # noqa: E402
 from ascendfix.cli import main as cli_main  # noqa: E402
+from ascendfix.doctor import registry as doctor_registry  # noqa: E402
 from ascendfix.doctor.registry import CHECKS  # noqa: E402
 from ascendfix.job import triage  # noqa: E402
 from ascendfix.profile import manifest  # noqa: E402
@@ -152,12 +154,22 @@ def cli_page() -> str:
 # ---- doctor, triage, transforms
 
 
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
 def doctor_page() -> str:
-    rows = [(f"`{c.id}`", c.title, c.group, _doc(c.function)) for c in CHECKS.values()]
+    image = set(doctor_registry.image_checks())
+    rows = [
+        (f"`{c.id}`", c.title, c.group, _doc(c.function), _yes(c.preflight), _yes(c.id in image))
+        for c in CHECKS.values()
+    ]
     return (
         f"{HEADER}# Doctor's checks\n\nEvery check `ascendfix doctor` runs, in report order "
-        "(`ascendfix/doctor/registry.py`); the id is what `--json`, `run`'s preflight and the image name.\n\n"
-        + _table(("id", "title", "group", "what it checks"), rows)
+        "(`ascendfix/doctor/registry.py`); the id is what `--only` and `--json` name. `run`'s preflight runs the "
+        "checks marked so (it sets the environment and reads the patches itself), and the image's build step "
+        "runs the Python environment group.\n\n"
+        + _table(("id", "title", "group", "what it checks", "run's preflight", "image build"), rows)
     )
 
 
@@ -167,6 +179,16 @@ def triage_page() -> str:
         f"{HEADER}# Triage's fingerprints\n\nWhat `ascendfix triage` recognises in a job's logs, most specific "
         "first (`ascendfix/job/triage_codes.toml`): when several fire in one burst, the first listed names it.\n\n"
         + _table(("code", "cause", "fix", "source"), rows)
+    )
+
+
+def layouts_page() -> str:
+    rows = [(f"`{layout.kind}`", layout.title, _yes(layout.reads_config)) for layout in saves.LAYOUTS.values()]
+    return (
+        f"{HEADER}# Checkpoint layouts\n\nThe saves `ascendfix ckpt check` (and `run`'s preflight) know, in the "
+        "order they are tried in verl's `actor` folder (`ascendfix/checkpoint/saves.py`); a folder none "
+        f"recognises is checked as `{saves.DEFAULT}`.\n\n"
+        + _table(("kind", "what", "checked against the HF config's layers and experts"), rows)
     )
 
 
@@ -324,6 +346,7 @@ PAGES = {
     "doctor-checks.md": doctor_page,
     "triage-fingerprints.md": triage_page,
     "transforms.md": transforms_page,
+    "checkpoint-layouts.md": layouts_page,
     "patch-format.md": patch_format_page,
     "profile.md": profile_page,
     "exit-codes.md": exit_codes_page,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import command
-from tests.stack import make_stack
+from tests.stack import DEMO_PATCHES, make_stack
 
 
 def test_apply_status_revert_through_the_cli(stack, ascendfix_cli):
@@ -94,7 +94,7 @@ def test_demo_runs_the_whole_job_and_leaves_the_workspace_as_it_found_it(tmp_pat
     result = ascendfix_cli("demo", "--dir", str(tmp_path / "demo"))
     assert result.returncode == 0, result.stderr
     assert "interleave=False  # ascendfix: verl-grpo-no-interleave" in result.stdout
-    assert result.stdout.count("(reverted)") == 5
+    assert result.stdout.count("(reverted)") == len(DEMO_PATCHES)
     assert (
         "e2e 8.035 tokens/s per device" in result.stdout and "(world 128, update 26.830, vllm 14.841)" in result.stdout
     )
@@ -225,7 +225,8 @@ def test_demo_cleans_up_its_temporary_folder_and_its_last_command_works(tmp_path
     assert last[:2] == ["ascendfix", "apply"]
     again = ascendfix_cli(*last[1:], cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("(applied)") == 5 and "5 patch(es) applied" in again.stdout
+    n = len(DEMO_PATCHES)
+    assert again.stdout.count("(applied)") == n and f"{n} patch(es) applied" in again.stdout
 
 
 def test_the_tests_keep_their_own_cache_not_the_users(ascendfix_cli, own_cache):
