@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,3 +47,10 @@ def test_an_orphan_page_or_a_broken_link_fails_the_build(tmp_path):
         done = build(root, root / "site")
         assert done.returncode != 0
         assert expected in done.stderr
+
+
+def test_the_readme_is_a_front_page_without_measured_figures():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150, "README.md is the front page: move the detail to docs/"
+    figure = re.search(r"\d(?:[.,]\d+)?\s?(?:ms|µs|s|min|×|x|%|[MG]B/s)\b|\b[Mm]easured\b", readme)
+    assert figure is None, f"README.md: {figure.group(0)!r}: measured figures go to benchmarks/results/"
