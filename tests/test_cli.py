@@ -22,7 +22,7 @@ def test_apply_status_revert_through_the_cli(stack, ascendfix_cli):
     assert applied.returncode == 0, applied.stderr
     data = json.loads(applied.stdout)
     assert data["profile"] == "verl-796871d-demo" and data["device"] == "npu"
-    assert [p["state"] for p in data["patches"]] == ["applied"] * 5
+    assert [p["state"] for p in data["patches"]] == ["applied"] * len(DEMO_PATCHES)
     status = ascendfix_cli("status", "--device", "npu", *stack.root_args(), "--json")
     assert status.returncode == 0
     assert {p["id"]: p["state"] for p in json.loads(status.stdout)["patches"]}["verl-grpo-no-interleave"] == "applied"
