@@ -235,7 +235,8 @@ def patch_format_page() -> str:
         f"{HEADER}# Patch files\n\nA patch is one TOML file in `patches/` (`<id>.toml`), listed by id under a "
         "profile's `[devices.<device>] patches`. These are every key the loader "
         "(`ascendfix/profile/manifest.py`, `load_patch`) accepts; any other key is refused with one line naming "
-        "it. A transform's parameters sit beside its `name` ([transforms](transforms.md)).\n\n"
+        "it. A transform's parameters sit beside its `name` ([transforms](transforms.md)). Each file a bundled patch "
+        "edits has a stand-in for the demo, `patches/standins/<package>/<path>`.\n\n"
         + _table(("key", "what it means"), rows)
         + "\n## A preimage's sha256\n\nA preimage is the stock upstream file the patch edits, byte for byte. On an "
         "installation that holds the stock file (a fresh `pip install` of the pinned release, or the pinned "
