@@ -1,8 +1,8 @@
 """A built-in demo workspace: the main job end to end, without Ascend hardware.
 
-The files are written by ascendfix itself (not upstream code): small modules shaped like
-the upstream files the bundled patches edit, so every patch finds its sites, laid out as
-a verl source checkout and a torch site-packages folder.
+The files are ascendfix's own (not upstream code): small modules shaped like the upstream files the
+bundled patches edit (``patches/standins/``), so every patch finds its sites, laid out as a verl source
+checkout and a torch site-packages folder.
 
 The demo depends on nothing of the machine's: its job starts no Ray, so it runs with
 ``RAY_ADDRESS`` unset and ``RAY_TMPDIR`` in its own workspace, which is where Ray (and
@@ -19,77 +19,17 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEVICE = b"""import torch
+from ascendfix import resources
+
+# The stand-ins: for each package, a root holding one small file per file a bundled patch edits, shaped like
+# upstream's so the patch finds its sites (tests/test_demo.py holds every bundled patch file to one), and the
+# files that make the root a package (``__init__.py``) or a source checkout (``pyproject.toml``).
+STANDINS = "standins"
 
 
-def is_torch_npu_available() -> bool:
-    return False
-
-
-is_cuda_available = torch.cuda.is_available()
-is_npu_available = is_torch_npu_available()
-"""
-
-TRAINER = b"""class RayPPOTrainer:
-    def _validate(self):
-        test_batch = test_batch.repeat(
-            repeat_times=self.config.actor_rollout_ref.rollout.val_kwargs.n, interleave=True
-        )
-
-    def fit(self):
-        gen_batch = gen_batch.repeat(repeat_times=self.config.actor_rollout_ref.rollout.n, interleave=True)
-        batch = batch.repeat(repeat_times=self.config.actor_rollout_ref.rollout.n, interleave=True)
-        batch = batch.union(gen_batch_output)
-"""
-
-DAPO = b"""class RayDAPOTrainer:
-    def fit(self):
-        gen_batch = gen_batch.repeat(repeat_times=self.config.actor_rollout_ref.rollout.n, interleave=True)
-        new_batch = new_batch.repeat(repeat_times=self.config.actor_rollout_ref.rollout.n, interleave=True)
-"""
-
-SHARDS = b'''def validate_non_overlapping_shards_metadata(shards):
-    """
-    Ensures none of the shards overlap with each other.
-    """
-    if not shards or len(shards) == 1:
-        return
-    raise ValueError("overlap")
-'''
-
-PLANNER = b"""class DefaultSavePlanner:
-    def create_global_plan(self, global_plan, metadata):
-        if not _validate_global_plan(global_plan, metadata):
-            raise ValueError("Failed to validate global plan")
-
-
-def _validate_global_plan(global_plan, metadata) -> bool:
-    all_good = True
-    return all_good
-"""
-
-PYPROJECT = b"""[project]
-name = "verl"
-version = "0.5.0.dev0"
-
-[tool.setuptools]
-packages = ["verl"]
-"""
-
-FILES = {
-    "verl": {
-        "verl/__init__.py": b"",
-        "verl/utils/device.py": DEVICE,
-        "verl/trainer/ppo/ray_trainer.py": TRAINER,
-        "recipe/dapo/dapo_ray_trainer.py": DAPO,
-        "pyproject.toml": PYPROJECT,
-    },
-    "torch": {
-        "torch/__init__.py": b"",
-        "torch/distributed/_shard/sharding_spec/_internals.py": SHARDS,
-        "torch/distributed/checkpoint/default_planner.py": PLANNER,
-    },
-}
+def standins(package: str) -> Path:
+    """The folder of ``package``'s stand-in root (``patches/standins/<package>``)."""
+    return resources.data_dir("patches") / STANDINS / package
 
 
 # A stand-in for the guide's train.sh: it prints what verl's TaskRunner prints through Ray
@@ -178,12 +118,13 @@ def build(folder: Path, checkout: bool = True) -> Workspace:
     """Write the demo verl checkout (or a site-packages layout) and torch folder under ``folder``: every file
     new (an existing one, or a link in its place, is refused with FileExistsError), no folder a link."""
     workspace = Workspace(folder, folder / ("verl-checkout" if checkout else "verl-site"), folder / "site-packages")
-    for package, files in FILES.items():
-        root = workspace.verl if package == "verl" else workspace.torch
-        for rel, data in files.items():
-            if package == "verl" and not checkout and rel.startswith(("recipe/", "pyproject")):
+    for package, root in workspace.roots().items():
+        source = standins(package)
+        for path in sorted(p for p in source.rglob("*") if p.is_file()):
+            rel = path.relative_to(source)
+            if not checkout and rel.parts[0] != package:  # installed, a package has only its own folder
                 continue
-            _write_new(folder, f"{root.name}/{rel}", data)
+            _write_new(folder, f"{root.name}/{rel}", path.read_bytes())
     _write_new(folder, workspace.profile.name, PROFILE_TOML)
     _write_new(folder, workspace.train_sh.name, TRAIN_SH, 0o755)
     _write_new(folder, "fake_verl.py", FAKE_VERL)

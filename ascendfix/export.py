@@ -17,7 +17,6 @@ from ascendfix.profile.manifest import bundled_profiles, find_manifest
 from ascendfix.profile.records import Component, Profile
 
 IMAGE_DEVICE = "npu"
-DOCTOR_CHECKS = ("python", "packages", "commits", "integrity", "patches", "conflicts")
 STACK_STAGE = "stack"
 PATCHED_STAGE = "patched"
 SOURCE_DIR = "/src"
@@ -274,7 +273,9 @@ def dockerfile(profile: Profile) -> str:
             "# (--no-deps would leave out what it needs); pip warns of the conflict and installs it",
             f'RUN python3 -m pip install "{c.distribution}==${{{_arg(c, "VERSION")}}}"',
         ]
-    only = ",".join(DOCTOR_CHECKS)
+    from ascendfix.doctor import registry  # the build step's checks: doctor's Python environment group
+
+    only = ",".join(registry.image_checks())
     lines += [
         "",
         f"# ---- {PATCHED_STAGE}: the ascendfix build step, on {STACK_STAGE} or on --build-arg STACK_IMAGE=IMAGE",

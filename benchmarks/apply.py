@@ -158,4 +158,6 @@ def _split(diff: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    main()
+    from recorded import recorded
+
+    recorded(__file__, main)

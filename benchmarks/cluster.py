@@ -6,7 +6,7 @@ is a raylet started on this machine with ``ray.cluster_utils.Cluster``, with the
 environment and 8 NPUs registered, bound to loopback; all are stopped at the end. ``ray wait`` is the whole command:
 the count of arrived nodes, then every node's variables, ``ulimit -n``, NPUs and patch status.
 
-    python benchmarks/fanout.py [--repeat 3]
+    python benchmarks/cluster.py [--repeat 3]
 """
 
 from __future__ import annotations
@@ -88,4 +88,6 @@ def main_() -> None:
 
 
 if __name__ == "__main__":
-    main_()
+    from recorded import recorded
+
+    recorded(__file__, main_)

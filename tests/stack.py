@@ -8,13 +8,13 @@ from pathlib import Path
 from ascendfix import demo
 from ascendfix.profile import manifest
 
-PATCHED = [
-    ("verl", "verl/utils/device.py"),
-    ("verl", "verl/trainer/ppo/ray_trainer.py"),
-    ("verl", "recipe/dapo/dapo_ray_trainer.py"),
-    ("torch", "torch/distributed/_shard/sharding_spec/_internals.py"),
-    ("torch", "torch/distributed/checkpoint/default_planner.py"),
-]
+# The demo profile as an object, for tests that call the engine directly.
+DEMO_PROFILE = manifest.load_profile("verl-796871d")._replace(
+    name="verl-796871d-demo",
+    variants={"torch-shard-overlap-check": "skip", "torch-global-plan-check": "skip"},
+)
+DEMO_PATCHES = DEMO_PROFILE.devices["npu"].patches  # what the demo applies, in the profile's order
+PATCHED = [(patch.package, f.path) for patch in DEMO_PROFILE.patches.values() for f in patch.files]
 
 
 @dataclass
@@ -43,13 +43,6 @@ def make_stack(base: Path, checkout: bool = True) -> Stack:
     """The demo's fake verl checkout (or site-packages layout) and torch site-packages under ``base``."""
     workspace = demo.build(base, checkout)
     return Stack(workspace.verl, workspace.torch, workspace.profile)
-
-
-# The demo profile as an object, for tests that call the engine directly.
-DEMO_PROFILE = manifest.load_profile("verl-796871d")._replace(
-    name="verl-796871d-demo",
-    variants={"torch-shard-overlap-check": "skip", "torch-global-plan-check": "skip"},
-)
 
 
 def select(stack: Stack, device: str | None = "npu", only=(), profile=DEMO_PROFILE):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import command
-from tests.stack import make_stack
+from tests.stack import DEMO_PATCHES, make_stack
 
 
 def test_apply_status_revert_through_the_cli(stack, ascendfix_cli):
@@ -22,7 +22,7 @@ def test_apply_status_revert_through_the_cli(stack, ascendfix_cli):
     assert applied.returncode == 0, applied.stderr
     data = json.loads(applied.stdout)
     assert data["profile"] == "verl-796871d-demo" and data["device"] == "npu"
-    assert [p["state"] for p in data["patches"]] == ["applied"] * 5
+    assert [p["state"] for p in data["patches"]] == ["applied"] * len(DEMO_PATCHES)
     status = ascendfix_cli("status", "--device", "npu", *stack.root_args(), "--json")
     assert status.returncode == 0
     assert {p["id"]: p["state"] for p in json.loads(status.stdout)["patches"]}["verl-grpo-no-interleave"] == "applied"
@@ -94,7 +94,7 @@ def test_demo_runs_the_whole_job_and_leaves_the_workspace_as_it_found_it(tmp_pat
     result = ascendfix_cli("demo", "--dir", str(tmp_path / "demo"))
     assert result.returncode == 0, result.stderr
     assert "interleave=False  # ascendfix: verl-grpo-no-interleave" in result.stdout
-    assert result.stdout.count("(reverted)") == 5
+    assert result.stdout.count("(reverted)") == len(DEMO_PATCHES)
     assert (
         "e2e 8.035 tokens/s per device" in result.stdout and "(world 128, update 26.830, vllm 14.841)" in result.stdout
     )
@@ -257,7 +257,8 @@ def test_demo_cleans_up_its_temporary_folder_and_its_last_command_works(tmp_path
     assert last[:2] == ["ascendfix", "apply"]
     again = ascendfix_cli(*last[1:], cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("(applied)") == 5 and "5 patch(es) applied" in again.stdout
+    n = len(DEMO_PATCHES)
+    assert again.stdout.count("(applied)") == n and f"{n} patch(es) applied" in again.stdout
 
 
 def test_the_tests_keep_their_own_cache_not_the_users(ascendfix_cli, own_cache):

@@ -10,8 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ascendfix import cli, demo
+from ascendfix import cli, demo, resources
+from ascendfix.profile import manifest
+from ascendfix.profile.records import DEFAULT_VARIANT
 from click.testing import CliRunner
+
+from tests.stack import DEMO_PATCHES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,12 +50,9 @@ def test_the_demos_run_json_is_data_through_and_through(demo_run):
     (hint,) = record["preflight_hints"]  # the demo's train.sh runs none of verl's trainers
     assert hint["source"] == "overrides"
     assert hint["message"].startswith("the command runs none of verl.trainer.main_ppo")
-    assert {(p["id"], p["variant"], p["state"]) for p in record["patches"]} == {  # the workspace's, as applied
-        ("verl-cuda-probe-off", "default", "applied"),
-        ("torch-shard-overlap-check", "skip", "applied"),
-        ("torch-global-plan-check", "skip", "applied"),
-        ("verl-grpo-no-interleave", "default", "applied"),
-        ("verl-dapo-no-interleave", "default", "applied"),
+    profile = manifest.load_profile(str(folder / "profile.toml"))  # the workspace's patches, as applied
+    assert {(p["id"], p["variant"], p["state"]) for p in record["patches"]} == {
+        (pid, profile.variants.get(pid, DEFAULT_VARIANT), "applied") for pid in profile.devices["npu"].patches
     }
     assert record["profile"] == "verl-796871d-demo"
     assert (record["exit_status"], record["killed"], record["steps"]) == (0, False, 6)
@@ -90,7 +91,7 @@ def test_a_failed_run_step_names_its_reason_and_the_demo_still_reverts(tmp_path,
         "error: preflight found 1 problem(s)"
     )
     assert "train.log" not in result.output  # no report step after a failed run
-    assert result.output.count("(reverted)") == 5  # the workspace is left as it was found
+    assert result.output.count("(reverted)") == len(DEMO_PATCHES)  # the workspace is left as it was found
     assert "6. revert" in result.output
 
 
@@ -121,3 +122,18 @@ def test_demo_dir_refuses_a_folder_it_did_not_write_and_never_writes_through_a_l
     with pytest.raises(FileExistsError):  # the writer itself never writes over a file or through a link
         demo.build(folder)
     assert target.read_text() == "mine\n"
+
+
+def test_every_bundled_patch_file_has_a_demo_stand_in():
+    """Each file a bundled patch edits has its stand-in (patches/standins/<package>/<path>), so the demo
+    and the tests built on it apply every patch; a new patch names the one file to add."""
+    bundled = sorted(resources.data_dir("patches").glob("*.toml"))
+    assert bundled
+    for path in bundled:
+        patch = manifest.load_patch(path)
+        for f in patch.files:
+            standin = demo.standins(patch.package) / f.path
+            assert standin.is_file(), (
+                f"{path.name} edits {patch.package}'s {f.path}: add its demo stand-in, patches/standins/"
+                f"{patch.package}/{f.path} (a small file shaped like upstream's, where the patch finds its sites)"
+            )

@@ -25,8 +25,14 @@ from click.testing import CliRunner
 from tests import machine
 from tests.machine import doctor
 
-IDS = ["python", "packages", "commits", "integrity", "patches", "conflicts"]
-IDS += ["cann", "driver", "npu", "cuda", "os", "env", "disk", "hazards"]
+IDS = list(CHECKS)  # in report order
+# Ids are a contract (--only, --json, run's preflight, the image): none of these is ever renamed or removed.
+STABLE = {"python", "packages", "commits", "integrity", "patches", "conflicts", "cann", "driver", "npu", "cuda", "os"}
+STABLE |= {"env", "disk", "hazards"}
+
+
+def test_check_ids_are_stable():
+    assert STABLE <= set(IDS), f"check ids renamed or removed: {sorted(STABLE - set(IDS))}"
 
 
 @pytest.fixture(scope="module")

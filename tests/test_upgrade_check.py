@@ -145,7 +145,7 @@ def test_a_checkout_is_read_in_place_and_needs_its_recipe(checkout):
     # version (verl/version/version) and requirements (setup.py) read from the checkout itself
     assert data["accepted"][0]["requirer"] == "verl==0.5.0" and data["accepted"][0]["needed"] is True
     (checkout / DAPO).parent.mkdir(parents=True)
-    (checkout / DAPO).write_bytes(demo.DAPO)  # the demo's stand-in with the two DAPO sites
+    (checkout / DAPO).write_bytes((demo.standins("verl") / DAPO).read_bytes())  # the demo's stand-in: two DAPO sites
     code, data = report("--with", f"verl={checkout}")
     assert code == 0 and verdicts(data)["verl-dapo-no-interleave"] == ("applies", "default", 2)
     (checkout / "setup.py").unlink()  # nothing says what it requires: said, not guessed

@@ -16,8 +16,8 @@ from tests import upstream
 
 pytestmark = pytest.mark.upstream
 PROFILE = manifest.load_profile("verl-796871d")
-VERL_IDS = ["verl-cuda-probe-off", "verl-grpo-no-interleave", "verl-dapo-no-interleave"]
-TORCH_IDS = ["torch-shard-overlap-check", "torch-global-plan-check"]
+VERL_IDS = [pid for pid, patch in PROFILE.patches.items() if patch.package == "verl"]
+TORCH_IDS = [pid for pid, patch in PROFILE.patches.items() if patch.package == "torch"]
 
 
 def tree_bytes(root):

@@ -16,19 +16,20 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ascendfix.checkpoint.report import Problem
+from ascendfix.checkpoint.saves import DEFAULT, DIST, HF, LAYOUTS, is_dir, listing
 
 ITERATION_FILE = "latest_checkpointed_iteration.txt"
-ACTOR, DIST, HF = "actor", "dist_ckpt", "huggingface"
+ACTOR = "actor"
 STEP_PREFIX = "global_step_"
-_CHECKPOINT_FILES = (".metadata", "metadata.json", "common.pt")
+NONE = "none"  # no checkpoint to check: the problems say why
 _MAX_ITERATION_BYTES = 64
 
 
 class Located(NamedTuple):
     """What :func:`locate` found: the folder to check, its kind, the HF config beside it, problems on the way.
 
-    ``kind``: ``dcp`` (a DCP/Megatron folder), ``mbridge`` (HF safetensors, no DCP) or ``none`` (nothing to
-    check: ``problems`` say why); ``via``: the iteration file that named it, when one did.
+    ``kind``: a layout of :data:`~ascendfix.checkpoint.saves.LAYOUTS` (``dcp``, ``mbridge``) or ``none`` (nothing
+    to check: ``problems`` say why); ``via``: the iteration file that named it, when one did.
     """
 
     folder: Path
@@ -40,31 +41,39 @@ class Located(NamedTuple):
 
 def locate(given: Path) -> Located:
     """The checkpoint ``given`` (default_local_dir, global_step_N, global_step_N/actor or dist_ckpt) stands for."""
-    if _is_checkpoint(given) or given.name == DIST:
-        return Located(given, "dcp", _config(given.parent), [])
-    if _is_dir(given / DIST):
-        return Located(given / DIST, "dcp", _config(given), [])
-    if _is_dir(given / ACTOR):
+    for layout in LAYOUTS.values():
+        if layout.is_one(given):
+            return Located(given, layout.kind, _config(given.parent), [])
+    found = _in_actor(given)
+    if found is not None:
+        return found
+    if is_dir(given / ACTOR):
         return locate_actor(given / ACTOR)
     if os.path.lexists(given / ITERATION_FILE):
         return _follow(given)
-    if _is_dir(given / HF) and _safetensors(given / HF):
-        return Located(given / HF, "mbridge", _config(given), [])
-    steps = sorted(n for n in _names(given) if n.startswith(STEP_PREFIX))
+    steps = sorted(n for n in listing(given) if n.startswith(STEP_PREFIX))
     if steps:
         detail = f"no {ITERATION_FILE}: verl resumes from none of its {len(steps)} {STEP_PREFIX}* folders"
-        return Located(given, "none", None, [Problem("missing-file", "file", ITERATION_FILE, detail)])
-    return Located(given, "dcp", None, [])
+        return Located(given, NONE, None, [Problem("missing-file", "file", ITERATION_FILE, detail)])
+    return Located(given, DEFAULT, None, [])
 
 
 def locate_actor(actor: Path) -> Located:
-    """An ``actor`` folder: its ``dist_ckpt``, or with mbridge its ``huggingface`` safetensors."""
-    if _is_dir(actor / DIST):
-        return Located(actor / DIST, "dcp", _config(actor), [])
-    if _is_dir(actor / HF) and _safetensors(actor / HF):
-        return Located(actor / HF, "mbridge", _config(actor), [])
+    """An ``actor`` folder: the first layout whose save is in it (its ``dist_ckpt``; with mbridge its
+    ``huggingface`` safetensors)."""
+    found = _in_actor(actor)
+    if found is not None:
+        return found
     detail = f"neither {DIST}/ nor {HF}/ safetensors: the save did not finish (or saved no model)"
-    return Located(actor, "none", None, [Problem("incomplete", "file", ACTOR, detail)])
+    return Located(actor, NONE, None, [Problem("incomplete", "file", ACTOR, detail)])
+
+
+def _in_actor(actor: Path) -> Located | None:
+    for layout in LAYOUTS.values():
+        folder = layout.inside(actor)
+        if folder is not None:
+            return Located(folder, layout.kind, _config(actor), [])
+    return None
 
 
 def _follow(top: Path) -> Located:
@@ -74,8 +83,8 @@ def _follow(top: Path) -> Located:
         return Located(top, "none", None, [step])
     name = f"{STEP_PREFIX}{step}"
     actor = top / name / ACTOR
-    if not _is_dir(top / name) or not _is_dir(actor):
-        missing = name if not _is_dir(top / name) else f"{name}/{ACTOR}"
+    if not is_dir(top / name) or not is_dir(actor):
+        missing = name if not is_dir(top / name) else f"{name}/{ACTOR}"
         detail = f"names step {step}, but {missing} is not there: verl's resume would fail (or start over)"
         return Located(top, "none", None, [Problem("missing-save", "file", ITERATION_FILE, detail)])
     found = locate_actor(actor)
@@ -105,30 +114,6 @@ def _config(actor: Path) -> Path | None:
     return config if os.path.isfile(config) and not os.path.islink(config) else None
 
 
-def _is_checkpoint(folder: Path) -> bool:
-    return any(os.path.lexists(folder / name) for name in _CHECKPOINT_FILES) or any(
-        n.endswith(".distcp") for n in _names(folder)
-    )
-
-
-def _safetensors(folder: Path) -> bool:
-    return any(n.endswith(".safetensors") for n in _names(folder))
-
-
-def _is_dir(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _names(folder: Path) -> list[str]:
-    try:
-        return os.listdir(folder)
-    except OSError:
-        return []
-
-
 def check_save(
     given: Path, model=None, config_given: bool = False, quick: bool = False, prove: bool = False, share=None
 ):
@@ -136,18 +121,16 @@ def check_save(
     those of the data files in ``share`` only when it is given);
     the HF config beside the save is read for ``model`` when none was given. Returns the CheckReport (its
     ``checkpoint``: the folder checked)."""
-    from ascendfix.checkpoint import check, megatron, safetensors
+    from ascendfix.checkpoint import megatron
     from ascendfix.checkpoint.report import CheckReport
 
     found = locate(given)
-    if found.kind == "none":
+    if found.kind == NONE:
         return CheckReport(str(found.folder), 0, 0, 0, 0, found.problems)
-    if model is None and not config_given and found.config is not None and found.kind == "dcp":
+    layout = LAYOUTS[found.kind]
+    if model is None and not config_given and found.config is not None and layout.reads_config:
         model = megatron.read_config(found.config)
-    if found.kind == "mbridge":
-        report = safetensors.check(found.folder)
-    else:
-        report = check.check(found.folder, model, quick, prove, share)
+    report = layout.check(found.folder, model, quick, prove, share)
     problems = found.problems + report.problems
     if found.via and report.problems:
         detail = f"{found.via}, a save with the problems below: verl would resume from it (and fail, or train on them)"

@@ -373,10 +373,6 @@ def batch_size_hints(overrides: Mapping[str, str]) -> list[str]:
 _MEGATRON_PARALLEL = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
 
 
-# run sets the profile's environment itself, and preflight reads the patch states directly.
-PREFLIGHT_SKIPS = ("patches", "env")
-
-
 def doctor_failures(site: Site, overrides: Mapping[str, str] | None = None) -> list[Finding] | None:
     """Doctor's fail-level checks on the site (those ``run`` does not handle itself), each with its fix and
     details, for the job's ``overrides`` (the disk check measures ``trainer.default_local_dir``); None when
@@ -384,7 +380,7 @@ def doctor_failures(site: Site, overrides: Mapping[str, str] | None = None) -> l
     from ascendfix.doctor import registry, runner
     from ascendfix.doctor.context import Context
 
-    checks = [cid for cid in registry.CHECKS if cid not in PREFLIGHT_SKIPS]
+    checks = [c.id for c in registry.CHECKS.values() if c.preflight]
     report = runner.run(Context(site, overrides=overrides), checks)
     return [
         Finding("doctor", f"{r.title}: {r.messages[0] if r.messages else 'failed'}", "\n".join(r.details), r.fix)
