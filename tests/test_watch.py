@@ -225,3 +225,27 @@ def test_the_bound_is_learned_from_completed_calls():
     assert events[0]["method"] == "update" and events[0]["usual_s"] == pytest.approx(58, abs=2)
     assert det.bound("update") == pytest.approx(rules.QUIET_FACTOR * 12, abs=6)
     assert det.bound("generate") == det.bound("update")  # a method not seen yet borrows the largest
+
+
+@pytest.mark.slow
+def test_run_watches_the_job_and_on_stall_abort_ends_it_and_triage_names_the_same_rank(
+    cluster, tmp_path, ascendfix_cli
+):
+    args = ["run", "--device", "cuda", "--no-preflight", "--on-stall", "abort", "--log-dir", tmp_path / "runs"]
+    env = {**cluster.env, "WATCH_JOB_PORT": "29651"}
+    proc = cli.run(
+        *args, sys.executable, "-m", "tests.watch_job", cluster.address, "block",
+        prefix=cluster.netns.prefix, env=env, clean_env=True, cwd=REPO, timeout=400,
+    )  # fmt: skip
+    assert proc.returncode != 0, proc.stderr
+    record = json.loads((tmp_path / "runs" / "run.json").read_text())
+    assert record["watch"] == {"address": cluster.address, "on_stall": "abort"}
+    [stall] = record["stalls"]
+    assert set(stall) == STALL_KEYS and [c["actor"] for c in stall["culprits"]] == ["a1b2c3WorkerDict_0:1"]
+    assert record["aborted"] and record["forwarded"] == "SIGTERM"
+    assert "STALL" in proc.stderr and "culprit" in proc.stderr and "a1b2c3WorkerDict_0:1" in proc.stderr
+    first = ascendfix_cli("triage", tmp_path / "runs", "--json")  # the run's folder names the same rank
+    assert first.returncode == 1, first.stderr
+    named = json.loads(first.stdout)["first"]
+    assert named["code"] == "WATCH_STALL" and "a1b2c3WorkerDict_0:1" in named["message"], named
+    assert named["pid"] == stall["culprits"][0]["pid"] and named["node"] == "127.0.0.1"
