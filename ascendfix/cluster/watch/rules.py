@@ -54,8 +54,12 @@ def group_of(actor: str, cls: str) -> str:
 
 
 def in_collective(stack: tuple[str, ...]) -> bool:
-    """Whether a frame of the stack is a torch.distributed collective (or a wait on one)."""
-    return any(frame.split(" ", 1)[0].rsplit(".", 1)[-1] in COLLECTIVES for frame in stack)
+    """Whether a frame is a collective (or a wait on one) in a ``distributed`` module (torch's, torch_npu's)."""
+    for frame in stack:
+        name, _, where = frame.partition(" ")
+        if name.rsplit(".", 1)[-1] in COLLECTIVES and "distributed" in where:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
