@@ -12,10 +12,12 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 DUMP_TIMEOUT_S = 10.0
 MAX_FRAMES = 40
 MAX_LINE = 300
+DUMPS_AT_ONCE = 4  # a node's ranks are dumped four at a time
 NO_PTRACE = ("Operation not permitted", "Permission denied", "ptrace")
 
 
@@ -82,10 +84,13 @@ def dump_stack(pid: int, tool: str | None) -> dict:
 
 
 def sample(pids: list[int], stacks: list[int]) -> dict:
-    """``{"clk_tck", "pids": {pid: read_proc}}``, with :func:`dump_stack` for the pids in ``stacks``."""
+    """``{"clk_tck", "pids": {pid: read_proc}}``, with :func:`dump_stack` for the pids in ``stacks``
+    (:data:`DUMPS_AT_ONCE` at a time)."""
     tool = pyspy() if stacks else None
     seen = {pid: read_proc(pid) for pid in pids}
-    for pid in stacks:
-        if pid in seen and not seen[pid].get("gone"):
-            seen[pid].update(dump_stack(pid, tool))
+    dump = [pid for pid in stacks if pid in seen and not seen[pid].get("gone")]
+    if dump:
+        with ThreadPoolExecutor(min(DUMPS_AT_ONCE, len(dump))) as pool:
+            for pid, stack in zip(dump, pool.map(lambda p: dump_stack(p, tool), dump), strict=True):
+                seen[pid].update(stack)
     return {"clk_tck": os.sysconf("SC_CLK_TCK"), "pids": seen}
