@@ -53,6 +53,29 @@ def test_each_wing_imports_only_what_its_docstring_names():
         assert not undeclared, f"ascendfix/{wing} imports {sorted(undeclared)}, which its __init__ does not name"
 
 
+SUB_WINGS = ("cluster/watch",)  # a wing's family grown into a folder of its own, with its own rules
+
+
+def test_each_sub_wing_imports_only_what_its_docstring_names_and_its_wing_does_not_import_it():
+    for sub in SUB_WINGS:
+        wing, name = sub.split("/")
+        inside = f"ascendfix.{wing}.{name}"
+        used = set()
+        for path in (PACKAGE / sub).rglob("*.py"):
+            for module in _module_imports(path):
+                if module == inside or module.startswith(inside + "."):
+                    continue
+                parts = module.split(".")  # a module of its own wing by its name, anything else by its wing
+                used.add(parts[2] if parts[1] == wing and len(parts) > 2 else parts[1])
+        undeclared = used - _declared(sub)
+        assert not undeclared, f"ascendfix/{sub} imports {sorted(undeclared)}, which its __init__ does not name"
+        for path in (PACKAGE / wing).rglob("*.py"):
+            if (PACKAGE / sub) in path.parents:
+                continue
+            users = {m for m in _module_imports(path) if m == inside or m.startswith(inside + ".")}
+            assert not users, f"{path.relative_to(PACKAGE.parent)} imports {sorted(users)}: only cli may"
+
+
 def test_no_import_cycle_between_wings_and_loose_modules():
     graph = _graph()
 

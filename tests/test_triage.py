@@ -486,6 +486,9 @@ EXAMPLES = {
     "RAY_UNSCHEDULABLE": "2025-08-05 14:02:21,102\\tINFO monitor.py:438 -- :event_summary:Error: No available node "
     "types can fulfill resource request {'CPU': 64.0, 'NPU': 8.0}. Add suitable node types to this cluster to "
     "resolve this issue.",
+    "WATCH_STALL": "2025-08-05 14:02:21,000 ERROR ascendfix watch: STALL in update_actor: no rank progressed since "
+    "2025-08-05T14:02:21+00:00; culprit a1WorkerDict_0:1 [PID: 4101] IP: 10.0.0.5 node 9af3c2d1: Event.wait "
+    "(threading.py:629); 2 rank(s) wait in all_reduce (torch/distributed/distributed_c10d.py:3252)",
     "RAY_ACTOR_DIED": "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
     "RAY_WORKER_DIED": "(raylet) A worker died or was killed while executing a task by an unexpected system error. To "
     "troubleshoot the problem, check the logs for the dead worker. Worker exit type: SYSTEM_ERROR",

@@ -34,6 +34,7 @@ COMMANDS = {
     "ray": "ray:ray_group",
     "triage": "triage:triage_command",
     "ckpt": "ckpt:ckpt_group",
+    "watch": "watch:watch",
 }
 
 

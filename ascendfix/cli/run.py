@@ -37,6 +37,16 @@ from ascendfix.profile.device import require_device
 @click.option(
     "--smoke", is_flag=True, help="Run `ascendfix ray smoke` on the reachable Ray cluster first; refuse on a problem."
 )
+@click.option(
+    "--no-watch", is_flag=True, help="Do not run `ascendfix watch` beside the job when its Ray cluster answers."
+)
+@click.option(
+    "--on-stall",
+    type=click.Choice(["report", "abort"]),
+    default="report",
+    show_default=True,
+    help="When the watch names a stall: show it and record it in run.json, or also end the job (SIGTERM).",
+)
 @click.option("--log-dir", type=path_type(file_okay=False), help="Where train.log and run.json go.")
 @click.option("--json-metrics", type=path_type(dir_okay=False), help="Write each step as JSONL.")
 @click.option("-v", "--verbose", is_flag=True, help="Show the why behind each hint.")
@@ -49,6 +59,8 @@ def run(
     variants: tuple[str, ...],
     no_preflight: bool,
     smoke: bool,
+    no_watch: bool,
+    on_stall: str,
     log_dir: Path | None,
     json_metrics: Path | None,
     verbose: bool,
@@ -57,7 +69,8 @@ def run(
     """Run SCRIPT [ARGS...] (or any command) with the profile's environment, live progress and a summary.
 
     A non-executable *.sh script runs under bash. Exits with the command's exit status.
-    Hints are one line each; -v adds the why behind each.
+    Hints are one line each; -v adds the why behind each. Once the job's Ray cluster answers,
+    `ascendfix watch` runs beside it: a stall it names is shown and recorded in run.json.
     """
     from ascendfix.job import launch, metrics, preflight, report
     from ascendfix.profile import jobenv
@@ -88,7 +101,20 @@ def run(
     parser = metrics.StepParser(on_step=on_step)
     shown = " ".join(job.record["command"])
     err().print(f"[dim]ascendfix: {escape(shown)} → {escape(str(job.log_dir))}/train.log[/]")
-    result = launch.finish(job, prepared.argv, parser, status, notify=lambda m: _notify(status, m))
+
+    def on_watch(event: dict) -> None:
+        from ascendfix.cli.watch import event_lines
+
+        if event["event"] == "started":
+            _notify(status, f"ascendfix: watching the job's Ray cluster at {event['address']}", "dim")
+        elif event["event"] == "stall":
+            _notify(status, "\n".join(event_lines(event)), None)
+            if on_stall == "abort":
+                _notify(status, "ascendfix: a stall was named: ending the job (--on-stall abort)")
+
+    result = launch.finish(
+        job, prepared.argv, parser, status, lambda m: _notify(status, m), not no_watch, on_stall, on_watch
+    )
     if status is not None:
         status.clear()
     run_data = report.Run(str(job.log_dir), parser)
@@ -117,10 +143,11 @@ def render_env_notes(notes: list[tuple[str, str]]) -> None:
         err().print(f"[dim]env[/] {escape(message)}" if kind == "env" else f"[yellow]hint[/] (env): {escape(message)}")
 
 
-def _notify(status: RichStatus | None, message: str) -> None:
+def _notify(status: RichStatus | None, message: str, style: str | None = "yellow") -> None:
+    """A line (or, with no style, lines already in markup) on stderr, around the live status line."""
     if status is not None:
         status.clear()
-    err().print(f"[yellow]{escape(message)}[/]")
+    err().print(f"[{style}]{escape(message)}[/]" if style else message)
 
 
 @click.command("env")

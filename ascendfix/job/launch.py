@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from ascendfix.errors import RefusedError, UsageError
+from ascendfix.job.beside import Beside
 from ascendfix.job.metrics import MAX_PARTIAL_LINE, Step, StepParser
 from ascendfix.job.redact import job_variables, redact_argv, redact_overrides, redact_variable
 from ascendfix.jsonable import jsonable, loads
@@ -212,12 +213,14 @@ def launch(
     status: StatusLine | None = None,
     grace_s: float = GRACE_S,
     notify: Callable[[str], None] | None = None,
+    beside: Beside | None = None,
 ) -> LaunchResult:
     """Run ``argv`` in its own process group, tee its output to ``<log-dir>/train.log``, forward signals.
 
     SIGINT and SIGTERM are passed to the job's process group; a second one, or the end of the
     grace period, sends SIGKILL; ``notify`` is told each time what is being done. The exit
-    status is the job's (128 + N when signal N ended it).
+    status is the job's (128 + N when signal N ended it). ``beside``: the watch, started when the
+    job's Ray cluster answers; when it asks for it (``abort``), the job gets SIGTERM as from a signal.
     """
     log = open_log(log_dir)
     try:
@@ -252,11 +255,13 @@ def launch(
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with log:
-            _pump(proc, log, parser, status, deadline, result)
+            _pump(proc, log, parser, status, deadline, result, beside, lambda: forward(signal.SIGTERM, None))
         code = proc.wait()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if beside is not None:
+            beside.close()
     result.exit_status = 128 - code if code < 0 else code
     return result
 
@@ -285,8 +290,11 @@ def _pump(
     status: StatusLine | None,
     deadline: list[float],
     result: LaunchResult,
+    beside: Beside | None = None,
+    stop_job: Callable[[], None] = lambda: None,
 ) -> None:
-    """Copy the child's stdout/stderr to ours and to the log until both close (or the child is gone)."""
+    """Copy the child's stdout/stderr to ours and to the log until both close (or the child is gone);
+    read the watch beside it (``stop_job`` when it asks to abort)."""
     sel = selectors.DefaultSelector()
     sinks = {proc.stdout.fileno(): sys.stdout.buffer, proc.stderr.fileno(): sys.stderr.buffer}
     partial = {fd: b"" for fd in sinks}
@@ -295,7 +303,13 @@ def _pump(
         with contextlib.suppress(OSError, AttributeError):  # Linux only: fewer, larger reads from a chatty job
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
     exited_at: float | None = None
-    while sel.get_map():
+    watch_fd: int | None = None
+    while any(fd in sel.get_map() for fd in sinks):
+        if beside is not None:
+            if watch_fd is None and (watch_fd := beside.tick()) is not None:
+                sel.register(watch_fd, selectors.EVENT_READ)
+            if beside.abort and result.forwarded is None:
+                stop_job()
         if deadline and not result.killed and time.monotonic() > deadline[0]:
             _killpg(proc.pid, signal.SIGKILL)
             result.killed = True
@@ -308,6 +322,10 @@ def _pump(
             status.draw()
         for key, _ in ready:
             fd = key.fd
+            if fd == watch_fd:
+                if beside is not None and not beside.read():
+                    sel.unregister(fd)
+                continue
             chunk = os.read(fd, _PIPE_SIZE)
             if not chunk:
                 sel.unregister(fd)
@@ -403,15 +421,66 @@ def begin(prepared: Prepared, log_dir: Path | None) -> Job:
     return Job(log_dir, env, record)
 
 
+def stall_lines(event: dict) -> list[str]:
+    """A named stall as ``watch.log`` lines, one per culprit, in Python logging's form (local time), for triage."""
+    since = datetime.datetime.fromisoformat(event["since"]).astimezone()
+    stamp = since.strftime("%Y-%m-%d %H:%M:%S,000")
+    waits = f"{len(event['waiting'])} rank(s) wait"
+    frames = {w["stack"].split("\n", 1)[0] for w in event["waiting"]}
+    waits += f" in {frames.pop()}" if len(frames) == 1 else ""
+    lines = []
+    for c in event["culprits"] or [
+        {"actor": "(not told apart)", "pid": "?", "node_ip": "?", "node_id": "", "stack": ""}
+    ]:
+        stack = " <- ".join(c["stack"].splitlines()[:6])
+        lines.append(
+            f"{stamp} ERROR ascendfix watch: STALL in {event['method']}: no rank progressed since {event['since']}; "
+            f"culprit {c['actor']} [PID: {c['pid']}] IP: {c['node_ip']} node {c['node_id'][:8]}: {stack}; {waits}"
+        )
+    return lines
+
+
+def _log_stall(log_dir: Path, event: dict) -> None:
+    fd = os.open(log_dir / "watch.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "a") as f:
+        f.write("".join(line.replace("\n", " ") + "\n" for line in stall_lines(event)))
+
+
 def finish(
     job: Job,
     argv: Sequence[str],
     parser: StepParser,
     status: StatusLine | None = None,
     notify: Callable[[str], None] | None = None,
+    watch: bool = False,
+    on_stall: str = "report",
+    on_watch: Callable[[dict], None] | None = None,
 ) -> LaunchResult:
-    """Launch ``argv`` for ``job``, then complete its run.json with how it ended."""
-    result = launch(argv, job.env, job.log_dir, parser, status, notify=notify)
+    """Launch ``argv`` for ``job``, then complete its run.json with how it ended.
+
+    ``watch``: run ``ascendfix watch`` beside the job once its Ray cluster answers; each stall it names
+    goes into run.json's ``stalls`` at once, each event to ``on_watch``; ``on_stall`` ``abort`` ends the job.
+    """
+    beside = None
+    if watch:
+        job.record.update(watch={"address": None, "on_stall": on_stall}, stalls=[])
+
+        def on_event(event: dict) -> None:
+            if event["event"] == "started":
+                job.record["watch"]["address"] = event.get("address")
+            if event["event"] == "stall":
+                job.record["stalls"].append(event)
+                with contextlib.suppress(OSError):
+                    _log_stall(job.log_dir, event)
+                beside.abort = beside.abort or on_stall == "abort"
+                if on_stall == "abort":
+                    job.record["aborted"] = "a stall was named (--on-stall abort)"
+                write_run_json(job.log_dir, job.record)
+            if on_watch is not None:
+                on_watch(event)
+
+        beside = Beside(job.env, on_event)
+    result = launch(argv, job.env, job.log_dir, parser, status, notify=notify, beside=beside)
     job.record.update(ended=now(), **jsonable(result), steps=len(parser.steps))
     write_run_json(job.log_dir, job.record)
     return result

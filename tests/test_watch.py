@@ -1,0 +1,251 @@
+"""``ascendfix watch`` on real Ray jobs: a rank blocked outside any collective, a rank stopped by SIGSTOP,
+a busy long tail, a clean job, each with the others in a real gloo ``all_reduce`` (an hour's timeout).
+
+The cluster (one head) runs in a private network namespace of the module's own, with its own
+RAY_TMPDIR; the job is tests/watch_job.py, its ranks named as verl names them and called rank by rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from ascendfix.cluster.watch import rules
+
+from tests import cli
+from tests.cluster import REPO, LocalCluster, Netns, ray_of_this_interpreter, team_profile
+
+STALL_KEYS = {"event", "method", "since", "culprits", "waiting"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
+    pytest.importorskip("ray", reason="ray is not installed: pip install 'ascendfix[ray]'")
+    pytest.importorskip("torch", reason="the job runs real torch.distributed collectives: pip install torch")
+    base = tmp_path_factory.mktemp("watch")
+    netns = Netns()
+    c = LocalCluster(base, team_profile(base), ray_of_this_interpreter(base), netns)
+    try:
+        c.start("head", cpus=1)
+        c.wait_for_head()
+        yield c
+    finally:
+        left = c.stop()
+        netns.close()
+        assert not left, f"Ray processes still running after SIGTERM to ray start --block: {left}"
+
+
+class Lines:
+    """A process's stdout, read line by line on a thread of its own."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc, self.lines = proc, []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def wait_for(self, text: str, seconds: float) -> bool:
+        """Until a line holds ``text`` (True), or the process ended or the time passed (False)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if any(text in line for line in self.lines):
+                return True
+            if self.proc.poll() is not None:
+                self.thread.join(5)
+                return any(text in line for line in self.lines)
+            time.sleep(0.5)
+        return False
+
+    def events(self) -> list[dict]:
+        return [json.loads(line) for line in self.lines if line.startswith("{")]
+
+
+def start_job(c: LocalCluster, fault: str, port: int, steps: int = 5) -> tuple[subprocess.Popen, Lines]:
+    argv = [*c.netns.prefix, sys.executable, "-m", "tests.watch_job", c.address, fault, str(steps)]
+    env = {**c.env, "WATCH_JOB_PORT": str(port)}
+    proc = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, Lines(proc)
+
+
+def start_watch(c: LocalCluster, *flags: str) -> tuple[subprocess.Popen, Lines]:
+    proc = cli.start(
+        "watch", "--address", c.address, *flags, prefix=c.netns.prefix, env=c.env, clean_env=True,
+        stdout=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    return proc, Lines(proc)
+
+
+def end(proc: subprocess.Popen, pids: tuple[int, ...] = ()) -> None:
+    """Kill the job's driver (Ray then ends its actors) and any rank left stopped."""
+    for pid in pids:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(60)
+
+
+def stall_of(watch: Lines) -> dict:
+    stalls = [e for e in watch.events() if e["event"] == "stall"]
+    assert len(stalls) == 1, watch.lines
+    assert set(stalls[0]) == STALL_KEYS
+    return stalls[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fault", "port", "shows"),
+    [("block", 29611, "Event.wait (threading.py"), ("stop", 29621, "(process stopped: state T")],
+)
+def test_a_stalled_rank_is_named_with_its_stack_while_the_others_wait_in_all_reduce(cluster, fault, port, shows):
+    watch, watched = start_watch(cluster, "--json")  # before the job: it waits for the first
+    assert watched.wait_for('"started"', 120), watched.lines
+    job, out = start_job(cluster, fault, port)
+    named = watched.wait_for('"stall"', 240)
+    stall = stall_of(watched) if named else {}
+    end(job, tuple(c["pid"] for c in stall.get("culprits", ())))
+    watch.wait(120)
+    assert named, (watched.lines, out.lines)
+    assert watch.returncode == 1, watched.lines
+    assert stall["method"] == "update"
+    [culprit] = stall["culprits"]
+    assert culprit["actor"] == "a1b2c3WorkerDict_0:1" and culprit["node_ip"] == "127.0.0.1" and culprit["node_id"]
+    assert shows in culprit["stack"] and "WorkerDict.update (tests/watch_job.py" in culprit["stack"]
+    assert sorted(w["actor"] for w in stall["waiting"]) == ["a1b2c3WorkerDict_0:0", "a1b2c3WorkerDict_0:2"]
+    assert all(w["stack"].startswith("all_reduce (torch/distributed/") for w in stall["waiting"])
+    assert any(line.startswith("step 2 done") for line in out.lines)  # learned from two steps, then named
+    kinds = [e["event"] for e in watched.events()]
+    assert kinds[:2] == ["started", "job"] and kinds[-2:] == ["job", "ended"]
+
+
+@pytest.mark.slow
+def test_a_busy_long_tail_is_no_stall_and_the_watch_ends_with_the_job(cluster):
+    watch, watched = start_watch(cluster, "--json")
+    assert watched.wait_for('"started"', 120), watched.lines
+    job, out = start_job(cluster, "busy", 29631, steps=4)
+    job.wait(300)
+    watch.wait(60)
+    assert job.returncode == 0, out.lines
+    assert watch.returncode == 0, watched.lines
+    kinds = {e["event"] for e in watched.events()}
+    assert kinds == {"started", "job", "budget", "ended"}, watched.lines
+    [ended] = [e for e in watched.events() if e["event"] == "ended"]
+    assert ended == {**ended, "jobs": 1, "stalls": 0}
+
+
+@pytest.mark.slow
+def test_a_clean_job_watched_from_its_middle_names_nothing_and_ends_with_it(cluster):
+    job, out = start_job(cluster, "none", 29641, steps=6)
+    assert out.wait_for("step 1 done", 180), out.lines
+    watch, watched = start_watch(cluster)  # for a person
+    job.wait(300)
+    watch.wait(60)
+    assert job.returncode == 0, out.lines
+    assert watch.returncode == 0, watched.lines
+    text = "".join(watched.lines)
+    assert "STALL" not in text and "job " in text and "running" in text
+    assert "learned generate" in text and text.rstrip().endswith("1 job(s) followed, 0 stall(s) named")
+
+
+def test_no_cluster_at_the_address_is_one_line_and_exit_2(ascendfix_cli):
+    proc = ascendfix_cli("watch", "--address", "127.0.0.1:9", "--json")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "127.0.0.1:9" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- the rules on their own: what a poll's samples mean ----------------------------------------------
+
+GROUP = "pfxWorkerDict"
+
+
+def _ranks(n: int) -> list[rules.Rank]:
+    return [rules.Rank(100 + r, "10.0.0.1", "n" * 56, f"{GROUP}_0:{r}", "01000000", "WorkerDict") for r in range(n)]
+
+
+def _feed(det: rules.Detector, t: float, states: list[tuple[str, int, tuple[str, ...] | None]]) -> list[dict]:
+    """One poll: each rank's (title, ticks, stack when asked for)."""
+    samples = {}
+    for rank, (title, ticks, stack) in zip(_ranks(len(states)), states, strict=True):
+        give = stack if rank.pid in det.wants() else None
+        samples[rank.pid] = (rank, rules.Sample(title, "S", ticks, "futex_wait_queue", give))
+    return det.observe(t, samples)
+
+
+def test_the_title_names_the_method_and_the_name_the_group():
+    assert rules.method_of("ray::WorkerDict.actor_rollout_update_actor") == "actor_rollout_update_actor"
+    assert rules.method_of("ray::WorkerDict") is None and rules.method_of("python3 x.py") is None
+    assert rules.group_of("a1b2WorkerDict_3:7", "WorkerDict") == "a1b2WorkerDict"
+    assert rules.group_of("", "TaskRunner") == "TaskRunner"
+    assert rules.in_collective(("all_reduce (torch/distributed/distributed_c10d.py:3252)", "update (x.py:1)"))
+    assert not rules.in_collective(("Event.wait (threading.py:629)", "update (x.py:1)"))
+
+
+def test_a_rank_whose_cpu_moves_keeps_the_call_alive_however_long():
+    det, t, ticks = rules.Detector(), 0.0, 0
+    wait = ("all_reduce (torch/distributed/distributed_c10d.py:1)",)
+    for _ in range(1000):  # an hour and more of a long tail
+        t, ticks = t + 2, ticks + 150
+        assert not _feed(
+            det, t, [("ray::WorkerDict.update", 5, wait), ("ray::WorkerDict.update", ticks, ("f (x.py:1)",))]
+        )
+    assert len(det.calls) == 1 and not det.budgets
+
+
+def test_a_quiet_call_whose_stack_moves_is_no_stall():
+    det, t = rules.Detector(), 0.0
+    for step in range(200):  # past the bound of a method not learned yet
+        t += 2
+        stack = (f"poll (io.py:{step})",)  # a rank reading slowly: no CPU, but somewhere new each time
+        assert not _feed(det, t, [("ray::WorkerDict.load", 5, stack), ("ray::WorkerDict.load", 5, stack)])
+
+
+def test_the_bound_is_learned_from_completed_calls():
+    det = rules.Detector(poll_s=2.0)
+    assert det.bound("update") == rules.CAP_S  # nothing learned yet
+    t, events = 0.0, []
+    for _ in range(30):  # a 60 s call that is quiet for 10 s in its middle
+        t += 2
+        busy = 0 if 20 <= t <= 30 else t * 100
+        events += _feed(det, t, [("ray::WorkerDict.update", int(busy), ("f (x.py:1)",))])
+    events += _feed(det, t + 2, [("ray::WorkerDict", int(t * 100), None)])
+    assert [e["event"] for e in events] == ["budget"]
+    assert events[0]["method"] == "update" and events[0]["usual_s"] == pytest.approx(58, abs=2)
+    assert det.bound("update") == pytest.approx(rules.QUIET_FACTOR * 12, abs=6)
+    assert det.bound("generate") == det.bound("update")  # a method not seen yet borrows the largest
+
+
+@pytest.mark.slow
+def test_run_watches_the_job_and_on_stall_abort_ends_it_and_triage_names_the_same_rank(
+    cluster, tmp_path, ascendfix_cli
+):
+    args = ["run", "--device", "cuda", "--no-preflight", "--on-stall", "abort", "--log-dir", tmp_path / "runs"]
+    env = {**cluster.env, "WATCH_JOB_PORT": "29651"}
+    proc = cli.run(
+        *args, sys.executable, "-m", "tests.watch_job", cluster.address, "block",
+        prefix=cluster.netns.prefix, env=env, clean_env=True, cwd=REPO, timeout=400,
+    )  # fmt: skip
+    assert proc.returncode != 0, proc.stderr
+    record = json.loads((tmp_path / "runs" / "run.json").read_text())
+    assert record["watch"] == {"address": cluster.address, "on_stall": "abort"}
+    [stall] = record["stalls"]
+    assert set(stall) == STALL_KEYS and [c["actor"] for c in stall["culprits"]] == ["a1b2c3WorkerDict_0:1"]
+    assert record["aborted"] and record["forwarded"] == "SIGTERM"
+    assert "STALL" in proc.stderr and "culprit" in proc.stderr and "a1b2c3WorkerDict_0:1" in proc.stderr
+    first = ascendfix_cli("triage", tmp_path / "runs", "--json")  # the run's folder names the same rank
+    assert first.returncode == 1, first.stderr
+    named = json.loads(first.stdout)["first"]
+    assert named["code"] == "WATCH_STALL" and "a1b2c3WorkerDict_0:1" in named["message"], named
+    assert named["pid"] == stall["culprits"][0]["pid"] and named["node"] == "127.0.0.1"
