@@ -17,10 +17,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import NamedTuple
 
-from ascendfix.checkpoint import layout, verl
+from ascendfix.checkpoint import bounded, layout, verl
 from ascendfix.checkpoint.verify import compare, mapping, sides
 from ascendfix.checkpoint.verify.sides import Found, Piece
-from ascendfix.errors import UsageError
+from ascendfix.errors import AscendfixError, UsageError
 
 CONVERTER, MERGER = "hf-to-mcore", "mcore-to-hf"
 MEGATRON_METADATA = "metadata.json"
@@ -54,6 +54,12 @@ class VerifyReport(NamedTuple):
         data["problems"] = [p.to_json() for p in self.problems]
         return data
 
+    @classmethod
+    def from_json(cls, data: dict) -> VerifyReport:
+        """The report :meth:`to_json` made (the bounded child's answer)."""
+        fields = {k: data[k] for k in cls._fields}
+        return cls(**{**fields, "problems": [Found(**p) for p in data["problems"]]})
+
 
 class _Run(NamedTuple):
     region: int  # index into the regions
@@ -81,7 +87,6 @@ def verify(source: Path, converted: Path) -> VerifyReport:
     if not os.path.isfile(config) and located.config is not None:
         config = located.config
     model = mapping.read_config(config)
-    rules = mapping.load(model.architecture)
     base = VerifyReport(str(source), str(converted), direction, model.architecture, 0, 0, [], [])
     mc_folder = located.folder
     missing = [n for n in (layout.METADATA, MEGATRON_METADATA) if not os.path.lexists(mc_folder / n)]
@@ -96,9 +101,34 @@ def verify(source: Path, converted: Path) -> VerifyReport:
     checked = verl.check_save(mc_given)
     if checked.problems:
         return base._replace(problems=[_checked(p) for p in checked.problems])
-    hf = sides.read_hf(hf_folder)
-    mc = sides.read_mcore(mc_folder)
-    return _Verify(direction, model, rules, hf, mc).report(base)
+    try:
+        size = os.lstat(mc_folder / layout.METADATA).st_size
+    except OSError:
+        size = 0
+    memory = _MEMORY_BASE + _MEMORY_PER_BYTE * size
+    args = [base.to_json(), str(hf_folder), str(mc_folder), model._asdict()]
+    try:
+        return VerifyReport.from_json(bounded.run(_verify_json, args, memory, layout.METADATA))
+    except bounded.Died as e:
+        raise AscendfixError(f"{e.subject}: {e.detail}") from None
+    except bounded.Failed as e:
+        raise (UsageError if e.exit_code == 2 else AscendfixError)(str(e)) from None
+
+
+_MEMORY_BASE = 2 << 30  # address space beyond the records, as ckpt check's (the buffers take 32 MiB of it)
+_MEMORY_PER_BYTE = 64  # the .metadata's records, per byte of its pickle (as ckpt check)
+
+
+def _verify_json(base: dict, hf_folder: str, mc_folder: str, model: dict) -> dict:
+    """Inside the bounded child: both sides read and compared; the report's JSON."""
+    given = mapping.Model(**model)
+    rules = mapping.load(given.architecture)
+    hf = sides.read_hf(Path(hf_folder))
+    bounded.note(layout.METADATA)
+    mc = sides.read_mcore(Path(mc_folder))
+    bounded.note(None)
+    report = VerifyReport.from_json(base)
+    return _Verify(report.direction, given, rules, hf, mc).report(report).to_json()
 
 
 def _checked(problem) -> Found:
