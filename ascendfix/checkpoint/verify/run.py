@@ -1,0 +1,466 @@
+"""``ckpt verify SOURCE CONVERTED``: the direction told from the formats, ``ckpt check`` of the Megatron side first,
+then the bijection proven on bytes.
+
+Every HF tensor the mapping expects (:func:`mapping.expected`) is cut into its regions; each region
+is intersected with the chunks of its mcore tensor into runs (a run: bytes contiguous on both
+sides); the runs are compared in the converted side's file order (:mod:`compare`). A region that
+differs is then compared with the source bytes of the regions of the same size (the same layer's
+other parts and experts first) to say whose bytes it holds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from collections import defaultdict
+from pathlib import Path
+from typing import NamedTuple
+
+from ascendfix.checkpoint import bounded, layout, verl
+from ascendfix.checkpoint.verify import compare, mapping, sides
+from ascendfix.checkpoint.verify.sides import Found, Piece
+from ascendfix.errors import AscendfixError, UsageError
+
+CONVERTER, MERGER = "hf-to-mcore", "mcore-to-hf"
+MEGATRON_METADATA = "metadata.json"
+_DIAGNOSED = 16  # mismatched regions whose bytes are looked for elsewhere
+_CANDIDATES = 64  # source regions tried for each
+_EXPERT_KEYS = re.compile(r"\.experts\.(gate_proj|up_proj|down_proj)\.weight\d+\Z")
+_FORMATS = {"bfloat16": ">H", "float16": "<e", "float32": "<f"}
+
+
+class VerifyReport(NamedTuple):
+    """What ``ckpt verify`` proved: the source tensors and bytes proven, the items ignored, the problems."""
+
+    source: str
+    converted: str
+    direction: str
+    architecture: str
+    tensors: int
+    proven_bytes: int
+    ignored: list[str]
+    problems: list[Found]
+
+    @property
+    def ok(self) -> bool:
+        """Proven: no problem."""
+        return not self.problems
+
+    def to_json(self) -> dict:
+        """The ``--json`` answer."""
+        data = self._asdict()
+        data["ok"] = self.ok
+        data["problems"] = [p.to_json() for p in self.problems]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> VerifyReport:
+        """The report :meth:`to_json` made (the bounded child's answer)."""
+        fields = {k: data[k] for k in cls._fields}
+        return cls(**{**fields, "problems": [Found(**p) for p in data["problems"]]})
+
+
+class _Run(NamedTuple):
+    region: int  # index into the regions
+    at: int  # the run's first byte within its region
+    hf: Piece
+    mc: Piece
+    chunk: tuple
+
+
+def verify(source: Path, converted: Path) -> VerifyReport:
+    """Prove ``converted`` holds exactly the weights of ``source`` (see the module doc). UsageError on bad input."""
+    for given, what in ((source, "SOURCE"), (converted, "CONVERTED")):
+        if not given.is_dir():
+            raise UsageError(f"{given}: not a folder ({what}: a Hugging Face folder or a Megatron checkpoint)")
+    if sides.is_hf(source):
+        if sides.is_hf(converted):
+            raise UsageError(f"{converted}: Hugging Face safetensors too: CONVERTED should be the Megatron checkpoint")
+        direction, hf_folder, mc_given = CONVERTER, source, converted
+    elif sides.is_hf(converted):
+        direction, hf_folder, mc_given = MERGER, converted, source
+    else:
+        raise UsageError(f"{source}: no *.safetensors here or in {converted}: one side should be a Hugging Face folder")
+    located = verl.locate(mc_given)
+    config = hf_folder / "config.json"
+    if not os.path.isfile(config) and located.config is not None:
+        config = located.config
+    model = mapping.read_config(config)
+    base = VerifyReport(str(source), str(converted), direction, model.architecture, 0, 0, [], [])
+    mc_folder = located.folder
+    missing = [n for n in (layout.METADATA, MEGATRON_METADATA) if not os.path.lexists(mc_folder / n)]
+    if missing:
+        if mc_given == source and not os.listdir(mc_folder):
+            raise UsageError(f"{mc_folder}: empty: SOURCE should be the Megatron checkpoint to merge")
+        what = "an empty folder" if not os.listdir(mc_folder) else f"no {' and no '.join(missing)}"
+        detail = f"{what}: a conversion that did not finish; re-run the conversion into an empty folder"
+        if direction == CONVERTER:
+            detail += " (verl's converter skips a folder that is not empty)"
+        return base._replace(problems=[Found("incomplete", str(mc_folder), "", "", "", detail)])
+    checked = verl.check_save(mc_given)
+    if checked.problems:
+        return base._replace(problems=[_checked(p) for p in checked.problems])
+    try:
+        size = os.lstat(mc_folder / layout.METADATA).st_size
+    except OSError:
+        size = 0
+    memory = _MEMORY_BASE + _MEMORY_PER_BYTE * size
+    args = [base.to_json(), str(hf_folder), str(mc_folder), model._asdict()]
+    try:
+        return VerifyReport.from_json(bounded.run(_verify_json, args, memory, layout.METADATA))
+    except bounded.Died as e:
+        raise AscendfixError(f"{e.subject}: {e.detail}") from None
+    except bounded.Failed as e:
+        raise (UsageError if e.exit_code == 2 else AscendfixError)(str(e)) from None
+
+
+_MEMORY_BASE = 2 << 30  # address space beyond the records, as ckpt check's (the buffers take 32 MiB of it)
+_MEMORY_PER_BYTE = 64  # the .metadata's records, per byte of its pickle (as ckpt check)
+
+
+def _verify_json(base: dict, hf_folder: str, mc_folder: str, model: dict) -> dict:
+    """Inside the bounded child: both sides read and compared; the report's JSON."""
+    given = mapping.Model(**model)
+    rules = mapping.load(given.architecture)
+    hf = sides.read_hf(Path(hf_folder))
+    bounded.note(layout.METADATA)
+    mc = sides.read_mcore(Path(mc_folder))
+    bounded.note(None)
+    report = VerifyReport.from_json(base)
+    return _Verify(report.direction, given, rules, hf, mc).report(report).to_json()
+
+
+def _checked(problem) -> Found:
+    """One of ``ckpt check``'s problems, as this report's (its kind is ``ckpt check``'s)."""
+    file = problem.subject if problem.about == "file" else ""
+    tensor = problem.item or (problem.subject if problem.about == "tensor" else "")
+    region = "" if problem.offsets is None else f"chunk at {list(problem.offsets)}"
+    return Found(problem.kind, file, tensor, "", region, f"ckpt check: {problem.detail}")
+
+
+class _Verify:
+    def __init__(self, direction: str, model: mapping.Model, rules: mapping.Mapping, hf, mc):
+        self.direction, self.model, self.rules, self.hf, self.mc = direction, model, rules, hf, mc
+        self.problems: list[Found] = list(hf.problems) + list(mc.problems)
+        self.regions: list[mapping.Region] = []
+        self.runs: list[_Run] = []
+        self.itemsize: dict[str, int] = {}
+        self._expected_shape: dict[str, tuple] = {}  # mcore name: (shape, dtype, first HF tensor mapped to it)
+        self._uncovered: set[str] = set()  # HF tensors not every byte of which has a place to be compared
+        self._unread: list[_Run] = []
+        self.differ: dict[int, list] = {}  # region: [first, last differing byte, chunk, source bytes, converted]
+
+    @property
+    def converter(self) -> bool:
+        return self.direction == CONVERTER
+
+    def report(self, base: VerifyReport) -> VerifyReport:
+        expected = mapping.expected(self.rules, self.model)
+        targeted: dict[str, list[int]] = defaultdict(list)
+        for name, rule in expected.items():
+            tensor = self.hf.tensors.get(name)
+            if tensor is None:
+                if name not in self.hf.lost:
+                    self._missing_hf(name, rule)
+                continue
+            found, slab = mapping.regions(rule, self.model, name, tensor.shape)
+            for region in found:
+                targeted[rule.mcore].append(len(self.regions))
+                self.regions.append(region)
+            self._slab(rule, tensor, slab)
+        for name in sorted(set(self.hf.tensors) - set(expected)):
+            self._unexpected_hf(name)
+        ignored = sorted({b.split("/", 1)[0] for b in self.mc.blobs if self.rules.is_ignored(b)})
+        for name in sorted(b for b in self.mc.blobs if not self.rules.is_ignored(b)):
+            self._add("unexpected-tensor", self._mc_file(name), name, "", "", "a bytes item no mapping rule names")
+        for name in sorted(set(self.mc.tensors) - set(targeted)):
+            self._add("unexpected-tensor", self._mc_file(name), name, "", "", "no mapping rule puts a tensor here")
+        bad_shapes = {name for name in targeted if self._shape_problem(name, targeted[name])}
+        for name, indices in targeted.items():
+            if name in bad_shapes or name in self.mc.lost:
+                continue
+            if name not in self.mc.tensors:
+                self._missing_mc(name, indices)
+                continue
+            for i in indices:
+                self._cut(i)
+        mismatched, proven = self._compare()
+        self._diagnose(mismatched)
+        failed = {self.regions[i].hf for i in mismatched} | {self.regions[r.region].hf for r in self._unread}
+        done = {r.hf for r in self.regions} - failed - self._uncovered
+        return base._replace(
+            tensors=len(done), proven_bytes=proven, ignored=ignored, problems=sorted(self.problems, key=_order)
+        )
+
+    # the mapping against both sides' names and shapes
+
+    def _add(self, kind: str, file: str, tensor: str, source_tensor: str, region: str, detail: str) -> None:
+        self.problems.append(Found(kind, file, tensor, source_tensor, region, detail))
+
+    def _missing_hf(self, name: str, rule: mapping.Rule) -> None:
+        if self.converter:
+            detail = f"the source folder has no {name}, which the mapping expects (config.json's counts)"
+            self._add("missing-tensor", "", name, name, "", detail)
+        else:
+            self._add("missing-tensor", "", name, rule.mcore, "", f"not in the converted folder; {rule.mcore} holds it")
+
+    def _unexpected_hf(self, name: str) -> None:
+        tensor = self.hf.tensors[name]
+        if _EXPERT_KEYS.search(name):
+            detail = "expert keys named `experts.<proj>.weight<N>`: the merger's expert rename did not run"
+        elif "lora_" in name:
+            detail = "a LoRA adapter's tensor: LoRA not merged into the weights"
+        else:
+            detail = f"no mapping rule ({self.rules.file}) names it"
+        self._add("unexpected-tensor", tensor.bytes.file, name, "", "", detail)
+
+    def _mc_file(self, name: str) -> str:
+        tensor = self.mc.tensors.get(name)
+        return tensor.chunks[0].bytes.file if tensor is not None and tensor.chunks else ""
+
+    def _slab(self, rule: mapping.Rule, tensor: sides.HFTensor, slab: int) -> None:
+        sizes = {"layer": self.model.layers, "expert": self.model.experts}
+        shape = tuple(sizes[i] for i in rule.index) + (slab, *tensor.shape[1:])
+        known = self._expected_shape.setdefault(rule.mcore, (shape, tensor.dtype, tensor.name))
+        if known[0] != shape:
+            raise UsageError(f"{tensor.name}: shape {list(tensor.shape)} disagrees with {known[2]}'s for {rule.mcore}")
+
+    def _shape_problem(self, name: str, indices: list[int]) -> bool:
+        tensor = self.mc.tensors.get(name)
+        shape, dtype, first = self._expected_shape[name]
+        if tensor is None:
+            return False
+        if tensor.dtype and tensor.dtype != dtype:
+            detail = f"{tensor.dtype}, the source {dtype}: no rule declares a dtype change"
+            self._add("value-mismatch", self._mc_file(name), *self._names(name, first), "", detail)
+            return True
+        if tuple(tensor.shape) != shape:
+            detail = f"shape {list(tensor.shape)}; the source tensors, mapped, make {list(shape)}"
+            self._add("value-mismatch", self._mc_file(name), *self._names(name, first), "", detail)
+            return True
+        self.itemsize[name] = _ITEMSIZE.get(dtype, 1)
+        return False
+
+    def _names(self, mcore: str, hf: str) -> tuple[str, str]:
+        """(tensor, source_tensor): the converted side's name first."""
+        return (mcore, hf) if self.converter else (hf, mcore)
+
+    def _missing_mc(self, name: str, indices: list[int]) -> None:
+        first = self.regions[indices[0]].hf
+        if self.converter:
+            detail = f"not in the converted checkpoint ({len(indices)} source region(s) map to it)"
+            self._add("missing-tensor", "", name, first, "", detail)
+        else:
+            self._add("missing-tensor", "", name, first, "", "the source checkpoint lacks it")
+        self._uncovered.update(self.regions[i].hf for i in indices)
+
+    # regions into runs
+
+    def _cut(self, i: int) -> None:
+        """The runs of region ``i``: its rows intersected with each chunk of its mcore tensor."""
+        region = self.regions[i]
+        hf = self.hf.tensors[region.hf]
+        mc = self.mc.tensors[region.mcore]
+        k = len(region.index)
+        item = self.itemsize[region.mcore]
+        row_bytes = mapping.row_elements(hf.shape) * item
+        covered = 0
+        for chunk in mc.chunks:
+            o, s = chunk.offsets, chunk.sizes
+            if any(not o[j] <= region.index[j] < o[j] + s[j] for j in range(k)):
+                continue
+            lo, hi = max(region.row, o[k]), min(region.row + region.rows, o[k] + s[k])
+            if lo >= hi:
+                continue
+            if any(o[j] != 0 or s[j] != mc.shape[j] for j in range(k + 1, len(mc.shape))):
+                raise UsageError(f"{region.mcore}: a chunk splits its rows ({list(o)}, {list(s)}): not a layout verl's "
+                                 "converter writes (tensor parallel 1)")  # fmt: skip
+            local = [region.index[j] - o[j] for j in range(k)] + [lo - o[k]]
+            flat = sum(a * b for a, b in zip(local, _strides(s)[: k + 1], strict=True))
+            length = (hi - lo) * row_bytes
+            at = (lo - region.row) * row_bytes
+            hf_piece = Piece(hf.bytes.file, hf.bytes.start + region.hf_row * row_bytes + at, length)
+            mc_piece = Piece(chunk.bytes.file, chunk.bytes.start + flat * item, length)
+            self.runs.append(_Run(i, at, hf_piece, mc_piece, o))
+            covered += length
+        if covered != region.rows * row_bytes:
+            where = _where(region)
+            detail = f"{covered:,} of its {region.rows * row_bytes:,} bytes lie in the checkpoint's chunks"
+            self._add("missing-tensor", self._mc_file(region.mcore), *self._names(region.mcore, region.hf), where,
+                      detail)  # fmt: skip
+            self._uncovered.add(region.hf)
+
+    # the bytes
+
+    def _compare(self) -> tuple[set[int], int]:
+        """Every run compared; the regions that differ (their first and last differing bytes noted) and the
+        bytes proven."""
+        hf_files, mc_files = compare.Files(self.hf.folder), compare.Files(self.mc.folder)
+        hf_window, mc_window = compare.Window(hf_files), compare.Window(mc_files)
+        key = (lambda r: (r.mc.file, r.mc.start)) if self.converter else (lambda r: (r.hf.file, r.hf.start))
+        proven = 0
+        try:
+            for run in sorted(self.runs, key=key):
+                done = 0
+                while done < run.hf.length:
+                    n = min(compare.BLOCK, run.hf.length - done)
+                    a = hf_window.get(run.hf.file, run.hf.start + done, n)
+                    b = mc_window.get(run.mc.file, run.mc.start + done, n)
+                    if len(a) != n or len(b) != n:
+                        self._unread.append(run)
+                        file = (run.mc if len(b) != n else run.hf).file
+                        where = _where(self.regions[run.region])
+                        self._add("truncated", file, *self._run_names(run), where, "the file ends inside its bytes")
+                        break
+                    if compare.same(a, b):
+                        proven += n
+                    else:
+                        self._note(run, done, a, b)
+                    done += n
+        finally:
+            for closing in (hf_window, mc_window, hf_files, mc_files):
+                closing.close()
+        return set(self.differ), proven
+
+    def _run_names(self, run: _Run) -> tuple[str, str]:
+        region = self.regions[run.region]
+        return self._names(region.mcore, region.hf)
+
+    def _note(self, run: _Run, done: int, a: memoryview, b: memoryview) -> None:
+        region = self.regions[run.region]
+        item = self.itemsize[region.mcore]
+        first, last = compare.first_difference(a, b), compare.last_difference(a, b)
+        start = first - first % item
+        src, dst = (a, b) if self.converter else (b, a)
+        found = (run.at + done + first, run.at + done + last, run.chunk, bytes(src[start : start + item]),
+                 bytes(dst[start : start + item]))  # fmt: skip
+        known = self.differ.get(run.region)
+        if known is None:
+            self.differ[run.region] = list(found)
+        else:
+            known[0], known[1] = min(known[0], found[0]), max(known[1], found[1])
+            if found[0] < known[0]:
+                known[2:] = found[2:]
+
+    def _diagnose(self, mismatched: set[int]) -> None:
+        by_size: dict[int, list[int]] = defaultdict(list)
+        for i, region in enumerate(self.regions):
+            by_size[self._bytes(region)].append(i)
+        for n, i in enumerate(sorted(mismatched)):
+            region = self.regions[i]
+            first, last, chunk, src, dst = self.differ[i]
+            item = self.itemsize[region.mcore]
+            row_elements = mapping.row_elements(self.hf.tensors[region.hf].shape)
+            lo, hi = first // item, last // item
+            detail = (
+                f"chunk at {list(chunk)}: elements {lo:,}-{hi:,} of the region differ; the first, element "
+                f"{_coordinate(region, lo, row_elements)}, is {_value(dst, self.mc.tensors[region.mcore].dtype)} "
+                f"where the source has {_value(src, self.mc.tensors[region.mcore].dtype)}"
+            )
+            if n < _DIAGNOSED:
+                holder = self._holder(i, by_size[self._bytes(region)])
+                if holder is not None:
+                    detail = f"{_holds(region, self.regions[holder])}; {detail}"
+            pieces = self._converted_pieces(i)
+            file = pieces[0].file if pieces else ""
+            self._add("value-mismatch", file, *self._names(region.mcore, region.hf), _where(region), detail)
+
+    def _bytes(self, region: mapping.Region) -> int:
+        return region.rows * mapping.row_elements(self.hf.tensors[region.hf].shape) * self.itemsize.get(region.mcore, 1)
+
+    def _converted_pieces(self, i: int) -> list[Piece]:
+        runs = sorted((r for r in self.runs if r.region == i), key=lambda r: r.at)
+        return [r.mc if self.converter else r.hf for r in runs]
+
+    def _source_pieces(self, i: int) -> list[Piece]:
+        runs = sorted((r for r in self.runs if r.region == i), key=lambda r: r.at)
+        return [r.hf if self.converter else r.mc for r in runs]
+
+    def _holder(self, i: int, same_size: list[int]) -> int | None:
+        """The region whose source bytes region ``i``'s converted bytes equal: the same layer's first."""
+        region = self.regions[i]
+        ranked = sorted((j for j in same_size if j != i), key=lambda j: _distance(region, self.regions[j]))
+        converted = self._converted_pieces(i)
+        src_folder, dst_folder = (
+            (self.hf.folder, self.mc.folder) if self.converter else (self.mc.folder, self.hf.folder)
+        )
+        for j in ranked[:_CANDIDATES]:
+            if compare.equal_pieces(dst_folder, converted, src_folder, self._source_pieces(j)):
+                return j
+        return None
+
+
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+             "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}  # fmt: skip
+
+
+def _order(problem: Found) -> tuple:
+    return (_KINDS.index(problem.kind) if problem.kind in _KINDS else len(_KINDS), problem.file, problem.tensor)
+
+
+_KINDS = [
+    "incomplete",
+    "missing-file",
+    "truncated",
+    "duplicate",
+    "missing-tensor",
+    "unexpected-tensor",
+    "value-mismatch",
+]
+
+
+def _strides(sizes: tuple) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(sizes):
+        strides.append(step)
+        step *= n
+    return list(reversed(strides))
+
+
+def _where(region: mapping.Region) -> str:
+    """The region in the mcore tensor's coordinates: ``[layer, expert, rows lo:hi, :]``."""
+    index = ", ".join(map(str, region.index))
+    rows = f"{region.row}:{region.row + region.rows}"
+    part = f" ({region.part})" if region.part else ""
+    return f"{region.mcore}[{index + ', ' if index else ''}{rows}]{part}"
+
+
+def _coordinate(region: mapping.Region, element: int, row_elements: int) -> str:
+    row, column = divmod(element, row_elements)
+    at = [*region.index, region.row + row] + ([column] if row_elements > 1 else [])
+    return "[" + ", ".join(map(str, at)) + "]"
+
+
+def _value(data: bytes, dtype: str) -> str:
+    form = _FORMATS.get(dtype)
+    if form is None or len(data) != struct.calcsize(form):
+        return data.hex()
+    if dtype == "bfloat16":
+        return (
+            f"{struct.unpack('<f', (int.from_bytes(data, 'little') << 16).to_bytes(4, 'little'))[0]!r} ({data.hex()})"
+        )
+    return f"{struct.unpack(form, data)[0]!r} ({data.hex()})"
+
+
+def _distance(a: mapping.Region, b: mapping.Region) -> tuple:
+    """Candidates first: the same mcore tensor at the same index, then the same layer, then the rest."""
+    return (a.mcore != b.mcore, a.index != b.index, a.index[:1] != b.index[:1], b.hf)
+
+
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+
+
+def _holds(region: mapping.Region, holder: mapping.Region) -> str:
+    """``expert 5 holds expert 6's bytes``, ``holds `up_proj`'s bytes``, ``equals `model.embed_tokens.weight```."""
+    mine, theirs = _EXPERT.search(region.hf), _EXPERT.search(holder.hf)
+    if mine and theirs and _EXPERT.sub(".experts.N.", region.hf) == _EXPERT.sub(".experts.N.", holder.hf):
+        if region.part == holder.part:
+            return f"expert {mine.group(1)} holds expert {theirs.group(1)}'s bytes (`{holder.hf}`)"
+    if region.mcore == holder.mcore and region.index == holder.index:
+        part = holder.hf.rsplit(".", 2)[-2]
+        group = f" {holder.part}" if holder.part.startswith("qkv") else ""
+        return f"holds `{part}`'s bytes{group} (`{holder.hf}`)"
+    if not holder.part:
+        return f"equals `{holder.hf}`"
+    return f"holds the bytes of `{holder.hf}` ({holder.part})"

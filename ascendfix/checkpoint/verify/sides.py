@@ -1,0 +1,293 @@
+"""Both sides' tensors located on disk, never loaded: a Hugging Face folder from its safetensors headers and index,
+a DCP folder from ``.metadata`` and each chunk's ``torch.save`` record (its zip directory, its ``data.pkl``
+read through :mod:`ascendfix.checkpoint.pickles`' allow-list, never run).
+
+What is wrong on the way is a :class:`Found` problem (``missing-file``, ``duplicate``, ``truncated``,
+``incomplete``), the contract's kinds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import struct
+from pathlib import Path
+from typing import NamedTuple
+
+from ascendfix.checkpoint import layout, pickles, proof, safetensors
+
+DTYPES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
+    "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+}  # fmt: skip
+_LOCAL = struct.Struct("<4s5H3L2H")
+
+
+class Found(NamedTuple):
+    """One problem: the contract's ``kind``, the ``file``, the tensor on this side and on the other, the
+    region, and what is wrong."""
+
+    kind: str
+    file: str
+    tensor: str
+    source_tensor: str
+    region: str
+    detail: str
+
+    def to_json(self) -> dict:
+        """The ``problems`` entry of ``--json``."""
+        return self._asdict()
+
+
+class Piece(NamedTuple):
+    """Where bytes lie: ``length`` bytes of ``file`` (relative to its folder) from ``start``."""
+
+    file: str
+    start: int
+    length: int
+
+
+class HFTensor(NamedTuple):
+    """A safetensors tensor: its dtype (torch's name), shape and bytes."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    bytes: Piece
+
+
+class Chunk(NamedTuple):
+    """One chunk of an mcore tensor: its box in the global shape, and its raw bytes (row-major in the box)."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    bytes: Piece
+
+
+class McTensor(NamedTuple):
+    """An mcore global tensor: dtype, global shape, chunks."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    chunks: list[Chunk]
+
+
+class HFSide(NamedTuple):
+    """A Hugging Face folder: its tensors, problems, and the names of tensors held by a missing or cut file."""
+
+    folder: Path
+    tensors: dict[str, HFTensor]
+    problems: list[Found]
+    lost: set[str]
+
+
+class McSide(NamedTuple):
+    """A DCP folder: its tensors, its bytes items, problems, and the tensors whose records could not be read."""
+
+    folder: Path
+    tensors: dict[str, McTensor]
+    blobs: list[str]
+    problems: list[Found]
+    lost: set[str]
+
+
+def is_hf(folder: Path) -> bool:
+    """A Hugging Face folder: safetensors and no DCP metadata."""
+    names = _names(folder)
+    return any(n.endswith(".safetensors") for n in names) and layout.METADATA not in names
+
+
+def read_hf(folder: Path) -> HFSide:
+    """Every tensor of the safetensors files in ``folder``, with the index's missing files, keys held by several
+    files and cut files as problems."""
+    problems: list[Found] = []
+    names = sorted(n for n in _names(folder) if n.endswith(".safetensors"))
+    held: dict[str, list[tuple[str, HFTensor]]] = {}
+    lost: set[str] = set()
+    for name in names:
+        found, header, size = safetensors._file(folder / name, name)
+        base = 8 + _header_length(folder / name) if header else 0
+        cut = []
+        for tensor, info in header.items():
+            begin, end = info["data_offsets"]
+            if base + end > size:
+                cut.append((begin, tensor))
+                lost.add(tensor)
+                continue
+            dtype = DTYPES.get(info["dtype"], info["dtype"])
+            held.setdefault(tensor, []).append(
+                (name, HFTensor(tensor, dtype, tuple(info["shape"]), Piece(name, base + begin, end - begin)))
+            )
+        if cut:
+            first = min(cut)[1]
+            detail = f"{size:,} bytes: cut inside {first} ({len(cut)} tensor(s) cut short); copy it again"
+            problems.append(Found("truncated", name, first, "", "", detail))
+        elif found:  # no header, a malformed one, or a file longer than its tensors: damaged either way
+            problems.append(Found("truncated", name, found[0].item, "", "", found[0].detail))
+            lost.update(header)
+    index = _index(folder)
+    if index is not None:
+        for file in sorted(set(index.values()) - set(names)):
+            count = sum(1 for v in index.values() if v == file)
+            problems.append(Found("missing-file", file, "", "", "", f"missing; the index puts {count} tensor(s) in it"))
+            lost.update(t for t, f in index.items() if f == file)
+    tensors = {}
+    for tensor, copies in held.items():
+        if len(copies) > 1:
+            problems.append(_duplicate(folder, tensor, copies, index))
+        listed = index.get(tensor) if index else None
+        tensors[tensor] = next((t for f, t in copies if f == listed), copies[0][1])
+    return HFSide(folder, tensors, problems, lost)
+
+
+def _duplicate(folder: Path, tensor: str, copies: list, index: dict | None) -> Found:
+    from ascendfix.checkpoint.verify import compare
+
+    files = [f for f, _ in copies]
+    first = copies[0][1]
+    same = all(t.bytes.length == first.bytes.length and t.shape == first.shape for _, t in copies[1:]) and all(
+        compare.equal_pieces(folder, [first.bytes], folder, [t.bytes]) for _, t in copies[1:]
+    )
+    listed = f"; the index names {index[tensor]}" if index and tensor in index else ""
+    detail = f"in {len(files)} files: {', '.join(files)}; the copies {'are identical' if same else 'differ'}{listed}"
+    return Found("duplicate", files[0], tensor, "", "", detail)
+
+
+def _header_length(path: Path) -> int:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        return int.from_bytes(os.pread(fd, 8, 0), "little")
+    finally:
+        os.close(fd)
+
+
+def _index(folder: Path) -> dict[str, str] | None:
+    path = folder / safetensors.INDEX
+    if not os.path.lexists(path):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            weights = json.loads(f.read(safetensors.MAX_HEADER))["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(weights, dict) or not all(isinstance(v, str) and "/" not in v for v in weights.values()):
+        return None
+    return weights
+
+
+def read_mcore(folder: Path) -> McSide:
+    """Every tensor of the DCP checkpoint in ``folder``, each chunk's raw bytes located in its record.
+    Raises FileNotFoundError when ``.metadata`` is absent (the caller's ``incomplete``)."""
+    metadata = layout.read(folder)
+    entries = metadata.entries
+    where = {}
+    for i, fqn in enumerate(entries.fqns):
+        if entries.offsets[i] is not None:
+            where[(fqn, entries.offsets[i])] = i
+    problems: list[Found] = []
+    lost: set[str] = set()
+    by_file: dict[str, list[tuple[int, str, tuple, tuple, str]]] = {}
+    for tensor in metadata.tensors:
+        for offsets, sizes in zip(tensor.offsets, tensor.sizes, strict=True):
+            i = where.get((tensor.name, offsets))
+            if i is not None:
+                by_file.setdefault(entries.paths[i], []).append((i, tensor.name, offsets, sizes, tensor.dtype))
+    located: dict[tuple[str, tuple], Piece] = {}
+    for path, items in sorted(by_file.items()):
+        items.sort(key=lambda item: entries.starts[item[0]])
+        found = _records(folder, path, items, entries, located)
+        problems += found
+        lost.update(p.tensor for p in found)
+    tensors = {}
+    for tensor in metadata.tensors:
+        chunks = [
+            Chunk(o, s, located[(tensor.name, o)])
+            for o, s in zip(tensor.offsets, tensor.sizes, strict=True)
+            if (tensor.name, o) in located
+        ]
+        tensors[tensor.name] = McTensor(tensor.name, tensor.dtype.removeprefix("torch."), tensor.shape, chunks)
+    return McSide(folder, tensors, list(metadata.blobs), problems, lost)
+
+
+def _records(folder: Path, path: str, items: list, entries, located: dict) -> list[Found]:
+    """Locate each chunk's raw bytes in the records of data file ``path`` (``items`` in file order)."""
+    try:
+        fd = os.open(folder / path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        return [Found("missing-file", path, items[0][1], "", "", f"cannot open it ({e.strerror})")]
+    try:
+        size = os.fstat(fd).st_size
+        reader = proof._Reader(fd)
+        problems = []
+        for i, name, offsets, sizes, dtype in items:
+            start, length = entries.starts[i], entries.lengths[i]
+            region = _box(offsets, sizes)
+            if start + length > size:
+                detail = f"{size:,} bytes: the chunk's record ends at {start + length:,}; copy it again"
+                problems.append(Found("truncated", path, name, "", region, detail))
+                break  # every later record is cut too: the first names the cut
+            try:
+                located[(name, offsets)] = _data(reader, path, start, length, sizes, dtype)
+            except (proof._Wrong, pickles.UnsafePickle, pickles.Unreadable, struct.error) as e:
+                problems.append(Found("value-mismatch", path, name, "", region, f"its record cannot be read: {e}"))
+        return problems
+    finally:
+        os.close(fd)
+
+
+def _data(reader, path: str, start: int, length: int, sizes: tuple, dtype: str) -> Piece:
+    """The raw bytes of the one tensor a chunk's ``torch.save`` record holds."""
+    entry = proof._Entry(reader, start, length)
+    records, _ = proof._directory(entry)
+    by_name = {r.name: r for r in records}
+    pickle = next((r for r in records if r.name.endswith("/data.pkl") and r.name.count("/") == 1), None)
+    if pickle is None or pickle.size > proof.MAX_DATA_PICKLE:
+        raise proof._Wrong("corrupt", "no data.pkl of one tensor")
+    storages: list = []
+    ref = pickles.loads(bytes(entry.read(_data_at(entry, pickle), pickle.size)), pickles.zip_names(), storages)
+    if not isinstance(ref, pickles.TensorRef) or ref.storage is None or len(storages) != 1:
+        raise proof._Wrong("corrupt", "its data.pkl holds no single tensor")
+    storage = ref.storage
+    numel = math.prod(sizes)
+    held = proof.STORAGE_DTYPES.get(storage.kind, "")
+    if ref.offset != 0 or tuple(ref.size) != tuple(sizes) or storage.numel != numel or (dtype and held != dtype):
+        raise proof._Wrong("corrupt", f"its data.pkl holds {storage.kind} {list(ref.size)}, not {dtype} {list(sizes)}")
+    if tuple(ref.stride) != _strides(sizes):
+        raise proof._Wrong("corrupt", "its tensor is not stored row-major")
+    member = by_name.get(pickle.name[: -len("data.pkl")] + f"data/{storage.key}")
+    if member is None or member.size != numel * storage.itemsize:
+        raise proof._Wrong("corrupt", f"no data/{storage.key} record of {numel * storage.itemsize:,} bytes")
+    return Piece(path, start + _data_at(entry, member), member.size)
+
+
+def _data_at(entry, record) -> int:
+    """Where a zip record's data starts, inside the entry."""
+    magic, *_, name_length, extra_length = _LOCAL.unpack(bytes(entry.read(record.header, _LOCAL.size)))
+    if magic != b"PK\x03\x04":
+        raise proof._Wrong("corrupt", f"no local header for {record.name}")
+    return record.header + _LOCAL.size + name_length + extra_length
+
+
+def _strides(sizes: tuple) -> tuple:
+    strides, step = [], 1
+    for n in reversed(sizes):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _box(offsets: tuple, sizes: tuple) -> str:
+    return "[" + ", ".join(f"{o}:{o + s}" for o, s in zip(offsets, sizes, strict=True)) + "]"
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []

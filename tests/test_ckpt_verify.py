@@ -1,0 +1,250 @@
+"""``ckpt verify`` on real conversions: verl's own converter and megatron-core 0.12.1's own save (tests/conversion.py),
+proven intact, then damaged the ways conversions fail in the field, each named by its kind.
+
+The value damage (swapped halves, permuted experts, QKV order, the embedding in ``output_layer``, a
+1-ulp drift) keeps every zip and CRC-32 valid: ``ckpt check --bytes`` passes it, ``ckpt verify``
+names it. The merger's direction is proven against the source folder itself as the merged output
+(verl's merger writes it back byte-identical; its own run is not part of these tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests import conversion
+
+pytestmark = [pytest.mark.slow, pytest.mark.upstream]
+
+FC1 = "decoder.layers.mlp.experts.experts.linear_fc1.weight"
+FC2 = "decoder.layers.mlp.experts.experts.linear_fc2.weight"
+QKV = "decoder.layers.self_attention.linear_qkv.weight"
+ROW = 128 * 2  # one row of hidden 128 in bfloat16
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The tiny Qwen3-MoE model and its conversions at 1 rank and at 2 (PP=2), the dense model and its own."""
+    conversion.require()
+    root = tmp_path_factory.mktemp("conversions")
+    moe = conversion.hf_model(root / "moe-hf")
+    dense = conversion.hf_model(root / "dense-hf", "dense", shard="5GB")
+    return {
+        "moe": moe,
+        "moe-mcore": conversion.convert(moe, root / "moe-mcore"),
+        "moe-mcore-pp2": conversion.convert(moe, root / "moe-mcore-pp2", ranks=2),
+        "dense": dense,
+        "dense-mcore": conversion.convert(dense, root / "dense-mcore"),
+    }
+
+
+def verify(cli, source: Path, converted: Path) -> tuple[int, dict]:
+    result = cli("ckpt", "verify", source, converted, "--json", timeout=600)
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def kinds(report: dict) -> list[str]:
+    return sorted({p["kind"] for p in report["problems"]})
+
+
+@pytest.mark.parametrize(
+    "source, converted, direction, tensors",
+    [
+        ("moe", "moe-mcore", "hf-to-mcore", 135),
+        ("moe", "moe-mcore-pp2", "hf-to-mcore", 135),
+        ("dense", "dense-mcore", "hf-to-mcore", 36),
+        ("moe-mcore", "moe", "mcore-to-hf", 135),
+        ("moe-mcore-pp2", "moe", "mcore-to-hf", 135),
+        ("dense-mcore", "dense", "mcore-to-hf", 36),
+    ],
+)
+def test_a_real_conversion_is_proven_byte_for_byte(built, ascendfix_cli, source, converted, direction, tensors):
+    code, report = verify(ascendfix_cli, built[source], built[converted])
+    assert code == 0, report["problems"]
+    assert report["ok"] and report["direction"] == direction and report["tensors"] == tensors
+    weights = sum(
+        os.path.getsize(p) for p in built[source if direction == "hf-to-mcore" else converted].glob("*.safetensors")
+    )
+    assert 0.9 * weights < report["proven_bytes"] < weights  # every weight byte; the headers are not weights
+    assert any(name.endswith("linear_qkv._extra_state") for name in report["ignored"])
+    human = ascendfix_cli("ckpt", "verify", built[source], built[converted])
+    assert human.returncode == 0 and "proven byte for byte" in human.stdout
+
+
+def _swap(a: conversion.Record, b: conversion.Record) -> None:
+    left, right = a.read(), b.read()
+    a.write(right)
+    b.write(left)
+
+
+def _gate_up(folder: Path) -> None:  # layer 1, expert 3: [up; gate] instead of [gate; up]
+    _swap(conversion.Record(folder, FC1, (1, 3, 0, 0)), conversion.Record(folder, FC1, (1, 3, 64, 0)))
+
+
+def _experts(folder: Path) -> None:  # layer 1: experts 5 and 6 of linear_fc2 permuted
+    _swap(conversion.Record(folder, FC2, (1, 5, 0, 0)), conversion.Record(folder, FC2, (1, 6, 0, 0)))
+
+
+def _qkv(folder: Path) -> None:  # layer 0, KV group 0: its k and v rows (32 each, after 64 q rows) swapped
+    record = conversion.Record(folder, QKV, (0, 0, 0))
+    data = bytearray(record.read())
+    k, v = data[64 * ROW : 96 * ROW], data[96 * ROW : 128 * ROW]
+    data[64 * ROW : 96 * ROW], data[96 * ROW : 128 * ROW] = v, k
+    record.write(bytes(data))
+
+
+def _embedding(folder: Path) -> None:  # output_layer written from the embedding (a tied model's habit)
+    embedding = conversion.Record(folder, "embedding.word_embeddings.weight", (0, 0))
+    conversion.Record(folder, "output_layer.weight", (0, 0)).write(embedding.read())
+
+
+def _ulp(folder: Path) -> None:  # layer 2's linear_proj, element 1000: its last mantissa bit flipped
+    record = conversion.Record(folder, "decoder.layers.self_attention.linear_proj.weight", (2, 0, 0))
+    data = bytearray(record.read())
+    data[2000] ^= 1
+    record.write(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        (_gate_up, ["holds `up_proj`'s bytes", "holds `gate_proj`'s bytes"]),
+        (_experts, ["expert 5 holds expert 6's bytes", "expert 6 holds expert 5's bytes"]),
+        (_qkv, ["holds `v_proj`'s bytes qkv group 0 v", "holds `k_proj`'s bytes qkv group 0 k"]),
+        (_embedding, ["equals `model.embed_tokens.weight`"]),
+        (_ulp, ["elements 1,000-1,000 of the region differ; the first, element [2, 7, 104]"]),
+    ],
+    ids=["gate-up-swapped", "experts-permuted", "qkv-order", "embedding-in-output-layer", "one-ulp"],
+)
+def test_wrong_values_pass_ckpt_check_and_are_named(built, ascendfix_cli, tmp_path, damage, expected):
+    converted = conversion.copy(built["moe-mcore"], tmp_path / "mcore")
+    damage(converted)
+    checked = ascendfix_cli("ckpt", "check", converted, "--bytes", "--json", timeout=600)
+    assert checked.returncode == 0, checked.stdout  # every zip and CRC-32 valid: today's check sees nothing
+    code, report = verify(ascendfix_cli, built["moe"], converted)
+    assert code == 1 and not report["ok"] and kinds(report) == ["value-mismatch"]
+    details = [p["detail"] for p in report["problems"]]
+    assert len(details) == len(expected)
+    for text in expected:
+        assert any(text in d for d in details), (text, details)
+    for p in report["problems"]:
+        assert p["file"].endswith(".distcp") and p["tensor"].startswith(("decoder.", "output_layer"))
+        assert p["source_tensor"].startswith(("model.", "lm_head")) and p["region"].startswith(p["tensor"])
+
+
+def test_a_half_written_conversion_is_incomplete(built, ascendfix_cli, tmp_path):
+    converted = conversion.copy(built["moe-mcore"], tmp_path / "mcore")
+    (converted / ".metadata").unlink()
+    code, report = verify(ascendfix_cli, built["moe"], converted)
+    assert code == 1 and kinds(report) == ["incomplete"]
+    assert "re-run the conversion into an empty folder" in report["problems"][0]["detail"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, report = verify(ascendfix_cli, built["moe"], empty)
+    assert code == 1 and kinds(report) == ["incomplete"] and "an empty folder" in report["problems"][0]["detail"]
+
+
+def test_a_cut_data_file_is_ckpt_checks_finding(built, ascendfix_cli, tmp_path):
+    converted = conversion.copy(built["moe-mcore"], tmp_path / "mcore")
+    data = converted / "__0_1.distcp"
+    os.truncate(data, data.stat().st_size // 2)
+    code, report = verify(ascendfix_cli, built["moe"], converted)
+    assert code == 1 and report["problems"]
+    assert all(p["detail"].startswith("ckpt check: ") for p in report["problems"])
+    assert any(p["file"] == "__0_1.distcp" for p in report["problems"])
+
+
+def _merged(built, tmp_path) -> Path:
+    return conversion.copy(built["moe"], tmp_path / "merged")
+
+
+def _rewrite(path: Path, change) -> None:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(path)
+    change(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def test_a_shard_the_index_lists_is_missing(built, ascendfix_cli, tmp_path):
+    merged = _merged(built, tmp_path)
+    (merged / "model-00002-of-00002.safetensors").unlink()
+    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    assert code == 1 and kinds(report) == ["missing-file"]
+    assert report["problems"][0]["file"] == "model-00002-of-00002.safetensors"
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_a_key_in_two_shards_is_a_duplicate(built, ascendfix_cli, tmp_path, same):
+    from safetensors.torch import load_file
+
+    merged = _merged(built, tmp_path)
+    name = "model.embed_tokens.weight"
+    first = next(p for p in merged.glob("*.safetensors") if name in load_file(p))
+    other = next(p for p in merged.glob("*.safetensors") if p != first)
+    copy = load_file(first)[name].clone()
+    if not same:
+        copy[0, 0] += 1
+    _rewrite(other, lambda tensors: tensors.__setitem__(name, copy))
+    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    assert code == 1 and kinds(report) == ["duplicate"]
+    problem = report["problems"][0]
+    assert problem["tensor"] == name and first.name in problem["detail"] and other.name in problem["detail"]
+    assert ("the copies are identical" if same else "the copies differ") in problem["detail"]
+
+
+def test_a_cut_shard_is_truncated_at_its_first_cut_tensor(built, ascendfix_cli, tmp_path):
+    merged = _merged(built, tmp_path)
+    shard = merged / "model-00001-of-00002.safetensors"
+    os.truncate(shard, shard.stat().st_size - 100_000)
+    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    assert code == 1 and kinds(report) == ["truncated"]
+    problem = report["problems"][0]
+    assert problem["file"] == shard.name and problem["tensor"].startswith("model.")
+
+
+def test_expert_keys_not_renamed_and_lora_left_unmerged_are_diagnosed(built, ascendfix_cli, tmp_path):
+    merged = _merged(built, tmp_path)
+    old = "model.layers.3.mlp.experts.7.gate_proj.weight"
+    shard = next(p for p in merged.glob("*.safetensors") if old in json.loads(_header(p)))
+
+    def change(tensors):
+        tensors["model.layers.3.mlp.experts.gate_proj.weight7"] = tensors.pop(old)
+        tensors["model.layers.3.self_attn.q_proj.lora_A.weight"] = tensors["model.layers.3.self_attn.q_norm.weight"]
+
+    _rewrite(shard, change)
+    index = merged / "model.safetensors.index.json"
+    weights = json.loads(index.read_text())
+    weights["weight_map"].pop(old)
+    index.write_text(json.dumps(weights))
+    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    assert code == 1 and kinds(report) == ["missing-tensor", "unexpected-tensor"]
+    details = {p["tensor"]: p["detail"] for p in report["problems"]}
+    assert "the merger's expert rename did not run" in details["model.layers.3.mlp.experts.gate_proj.weight7"]
+    assert "LoRA not merged" in details["model.layers.3.self_attn.q_proj.lora_A.weight"]
+    assert details[old].startswith("not in the converted folder")
+
+
+def _header(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(int.from_bytes(f.read(8), "little"))
+
+
+def test_bad_input_is_one_line_and_exit_2(built, ascendfix_cli, tmp_path):
+    missing = ascendfix_cli("ckpt", "verify", tmp_path / "nowhere", built["moe-mcore"])
+    assert missing.returncode == 2 and "not a folder" in missing.stderr and "Traceback" not in missing.stderr
+    other = conversion.copy(built["moe"], tmp_path / "llama")
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "architectures": ["LlamaForCausalLM"]}))
+    refused = ascendfix_cli("ckpt", "verify", other, built["moe-mcore"])
+    assert refused.returncode == 2 and "'LlamaForCausalLM' has no reviewed mapping" in refused.stderr
+    (other / "config.json").write_text(json.dumps({**config, "num_key_value_heads": 1}))
+    disagrees = ascendfix_cli("ckpt", "verify", other, built["moe-mcore"])
+    assert disagrees.returncode == 2 and "the config is not this model's" in disagrees.stderr
+    assert len(disagrees.stderr.strip().splitlines()) == 1
+    shutil.rmtree(other)
