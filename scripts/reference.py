@@ -296,15 +296,23 @@ def profile_page() -> str:
 
 
 def exit_codes_page() -> str:
-    rows = [("`0`", "done: every check passed, the command did what it was asked")]
-    for cls in (errors.AscendfixError, errors.RefusedError, errors.UsageError):
-        rows.append((f"`{cls.exit_code}`", f"`{cls.__name__}`: {_doc(cls)}"))
+    rows = [(f"`{code}`", meaning) for code, meaning in errors.EXIT_CODES.items()]
+    hierarchy = [(f"`{cls.__name__}`", f"`{cls.exit_code}`", _doc(cls)) for cls in _error_classes()]
     return (
-        f"{HEADER}# Exit codes\n\nEvery command exits with one of these (`ascendfix/errors.py`); `run` exits with "
-        "the job's own status once the job has started. An error is one line on stderr, never a traceback; "
-        'with `--json`, the same line is the object `{"error": ..., "exit_code": ...}` on stdout.\n\n'
+        f"{HEADER}# Exit codes\n\nEvery command exits with one of these (`ascendfix/errors.py`'s `EXIT_CODES`); "
+        "`run` exits with the job's own status once the job has started. An error is one line on stderr, never a "
+        "traceback; with `--json`, the same line is the object "
+        '`{"schema": 1, "ok": false, "error": ..., "exit_code": ...}` on stdout.\n\n'
         + _table(("exit", "when"), rows)
+        + "\n## The errors the core raises\n\n"
+        + _table(("error", "exit", "what it is"), hierarchy)
     )
+
+
+def _error_classes() -> list[type]:
+    """``AscendfixError`` and every subclass of it in ``errors.py``, base first."""
+    found = [v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, errors.AscendfixError)]
+    return sorted(found, key=lambda cls: (cls is not errors.AscendfixError, cls.__name__))
 
 
 def _json_keys(fn: ast.FunctionDef) -> list[str]:
@@ -337,7 +345,7 @@ def json_page() -> str:
         "JSON ([command line](cli.md)); NamedTuples and dataclasses are written field by field "
         "(`ascendfix/jsonable.py`), and these records write the JSON contract their `to_json` gives (the keys "
         "it names; a key may be left out when it has no value). An error is "
-        '`{"error": ..., "exit_code": ...}` ([exit codes](exit-codes.md)).\n\n'
+        '`{"schema": 1, "ok": false, "error": ..., "exit_code": ...}` ([exit codes](exit-codes.md)).\n\n'
         + _table(("record", "keys", "contract"), rows)
     )
 
