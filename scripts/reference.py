@@ -288,6 +288,10 @@ def profile_page() -> str:
             guide = f"the guide's {device.ray_guide}" if device.ray_guide else ""
             extra += [("ray head", f"`{device.ray_head}`", guide), ("ray worker", f"`{device.ray_worker}`", guide)]
         parts.append("\n" + _table(("setting", "value", "source"), extra))
+    rows = [(f"`{pid}`", f"`{variant}`") for pid, variant in p.variants.items()]
+    parts.append("\n## Variants the profile chooses\n\n" + _table(("patch", "variant"), rows))
+    rows = [(f"`{c.requirer}`", f"`{c.requirement}`", c.why) for c in p.accepted_conflicts]
+    parts.append("\n## Accepted conflicts\n\n" + _table(("requirer", "requirement", "why"), rows))
     rows = [(f"`{h.override}`", ", ".join(h.devices), f"the guide's {h.guide}" if h.guide else "") for h in p.hints]
     parts.append("\n## Hints (the job's overrides)\n\n" + _table(("override", "devices", "source"), rows))
     rows = [(f"`{r.id}`", r.action, ", ".join(r.devices), r.source) for r in p.rules]

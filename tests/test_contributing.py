@@ -56,6 +56,7 @@ STANDIN_TEST = "tests/test_demo.py::test_every_bundled_patch_file_has_a_demo_sta
 AFFECTED = ["tests/test_throwaway_patch.py", "tests/test_reference.py", "tests/test_docs.py"]
 AFFECTED += [f"tests/test_{name}.py" for name in ("demo", "cli", "engine", "manifest", "guide_conformance", "export")]
 AFFECTED += [f"tests/test_{name}.py" for name in ("journal", "state_folder", "untrusted_state", "faults", "preflight")]
+AFFECTED += ["tests/test_parsecache.py"]
 
 
 def _copy(dest: Path) -> Path:
