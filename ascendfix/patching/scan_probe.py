@@ -291,6 +291,7 @@ def _serve() -> None:
     for name in MODULES:  # imported before the descriptors are cut
         __import__(name)
     _jail()
+    answer: dict[str, object]
     try:
         func = _functions(request["program"])[entry]
         answer = {"small": _work(func, _arguments(entry, SMALL)), "large": _work(func, _arguments(entry, LARGE))}
