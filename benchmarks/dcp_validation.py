@@ -24,6 +24,10 @@ The ratio columns are measured side by side in this run: stock 2.7.1 / fast and 
 the defect the check exists for: stock torch raises at once, and fast-validate must too, in about its
 time and memory (seconds and peak traced MiB, side by side).
 
+``--adversarial N`` (default 4,000) also times the layout that makes any sweep quadratic: N disjoint chunks,
+not a grid, all active at once along every dimension a sweep could pick (a staircase), alone and with one
+overlapping chunk; fast-validate must never be slower than stock there (stock / fast side by side: >= 1).
+
 ``--equivalence 10000`` also runs the hypothesis equivalence properties of
 tests/test_fast_validate.py with that many examples per function and torch version.
 """
@@ -192,6 +196,24 @@ def identical(columns: dict, count: int) -> None:
         print("  " + "   ".join(row))
 
 
+def adversarial(columns: dict, count: int) -> None:
+    """The staircase, alone and with an overlap: each function's stock and fast seconds and stock / fast."""
+    stairs = [((i, i), (count, 1)) for i in range(count)]
+    layouts = {"staircase": stairs, "staircase + overlap": [*stairs, ((0, 0), (1, 1))]}
+    print(f"\nadversarial non-grid layout, {count} chunks: seconds (one run each), stock / fast")
+    for function in (SHARDS, PLAN):
+        for label, boxes in layouts.items():
+            args_ = arguments(function, Tensor("staircase", (2 * count, count), boxes))
+            row = []
+            for version in VERSIONS:
+                stock, stock_result = timed(*columns[f"stock {version}"][function], args_, 1)
+                fast, fast_result = timed(*columns[f"fast {version}"][function], args_, 1)
+                if fast_result != stock_result:
+                    raise SystemExit(f"{label}: fast {version} differs from stock: {fast_result} {stock_result}")
+                row.append(f"{version} {stock:8.3f} {fast:8.3f} {stock / fast:5.2f}x")
+            print(f"  {function[:24]:24} {label:20} " + "   ".join(row))
+
+
 def equivalence(examples: int) -> None:
     env = {**os.environ, "ASCENDFIX_EQUIVALENCE_EXAMPLES": str(examples), "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_fast_validate.py"]
@@ -208,6 +230,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=94, help="model depth (94 is Qwen3-235B-A22B)")
     parser.add_argument("--identical", type=int, default=24064, help="shards over one box for the defect's row")
+    parser.add_argument("--adversarial", type=int, default=4000, help="chunks of the adversarial non-grid layout")
     parser.add_argument("--equivalence", type=int, metavar="EXAMPLES", help="also run the equivalence properties")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # rows as they are measured: stock takes minutes
@@ -238,6 +261,7 @@ def main() -> None:
             speedup = whole[f"stock {version}"] / whole[f"fast {version}"]
             print(f"  fast-validate vs stock {version} on the whole checkpoint: {speedup:.0f}x; results identical")
     identical(columns, args.identical)
+    adversarial(columns, args.adversarial)
     if args.equivalence:
         equivalence(args.equivalence)
 

@@ -312,6 +312,31 @@ def test_env_wrong_missing_and_unknown_interface(profile):
     )
 
 
+@pytest.mark.parametrize("value", ["²", "9" * 5000, "0", "65535", "60000x", "-1", " "])
+def test_a_base_port_that_is_no_port_is_that_variables_problem_not_the_checks_crash(profile, value):
+    """``HCCL_IF_BASE_PORT=²`` (a Unicode digit) or a 5,000-digit port crashed the check and lost every verdict."""
+    env = {var.name: var.value for var in profile.devices["npu"].env if var.value is not None}
+    env["HCCL_IF_BASE_PORT"] = value
+    result = host.check_env(Context(Site(profile, "npu", environ=env), "test"))
+    said = [m for m in result.messages if m.startswith("HCCL_IF_BASE_PORT=")]
+    if value.strip():
+        assert result.status == "fail" and len(said) == 1 and len(said[0]) < 200
+        assert said[0].endswith("is not a port HCCL can listen from: ASCII digits, 1 to 65520")
+        assert "unset HCCL_IF_BASE_PORT" in result.fix
+    else:
+        assert said == []
+    assert any(m.startswith("TASK_QUEUE_ENABLE") for m in result.messages)  # the other verdicts are all there
+
+
+def test_a_port_is_ascii_digits_within_1_to_65535():
+    from ascendfix.doctor import nic
+
+    assert [nic.port(v) for v in ("60000", " 1 ", "65535")] == [60000, 1, 65535]
+    assert {nic.port(v) for v in ("²", "٣", "0", "65536", "9" * 5000, "", "+1", "1_0", "0x10")} == {None}
+    assert nic.hccl_ports({"HCCL_IF_BASE_PORT": "²"}) == (60000, 60015)
+    assert nic.hccl_ports({"HCCL_IF_BASE_PORT": "65520"}) == (65520, 65535)
+
+
 # --- runner and CLI -------------------------------------------------------------------------------
 
 

@@ -242,6 +242,28 @@ def test_helpers_take_the_fast_path(any_pair):
     assert patched["_ascendfix_boxes"]([[0, 1.0]], [[1, 1]], None) is None  # not ints: stock scan runs
 
 
+def test_a_sweep_that_would_compare_every_box_gives_way_to_the_stock_scan(any_pair):
+    """The adversarial layout: disjoint chunks, not a grid, all active at once along the sweep's dimension. The
+    sweep compared them all (2-3x stock torch's time, then stock ran on top); now it is counted first and the stock
+    scan runs unchanged (the same answer: the equivalence tests), so no layout costs more than stock plus a count."""
+    version, loaded = any_pair
+    (_, _), (patched, _) = loaded[upstream.DEFAULT_PLANNER]
+    n = 200
+    stairs = [ChunkStorageMetadata(Size([i, i]), Size([n, 1])) for i in range(n)]
+    assert patched["_ascendfix_sweep_cost"]([(tuple(c.offsets), tuple(c.sizes)) for c in stairs], 2) == n * (n - 1) // 2
+    if version in PAIRWISE:
+        assert patched["_ascendfix_chunks_overlapping_later"](stairs) is None
+    else:
+        assert patched["_ascendfix_chunks_overlapping_in_sweep"](stairs, list(range(n)), 0) is None
+    few = stairs[:8]  # a few active at once: still swept
+    found = (
+        patched["_ascendfix_chunks_overlapping_later"](few)
+        if version in PAIRWISE
+        else patched["_ascendfix_chunks_overlapping_in_sweep"](few, list(range(8)), 0)
+    )
+    assert found is not None
+
+
 # --- the transform on the real files ---------------------------------------------------------
 
 

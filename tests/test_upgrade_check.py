@@ -250,6 +250,53 @@ def test_the_scan_probe_tells_torchs_quadratic_checks_from_a_linear_one():
         scan_probe.measure(upstream.SHARD_INTERNALS, b"def validate_non_overlapping_shards_metadata(s):\n    1 / 0\n")
 
 
+HOSTILE = {
+    "default-argument": "def _validate_global_plan(global_plan, metadata, _=open({marker!r}, 'w').write('x')):\n"
+    "    return True\n",
+    "import-os": "import os\n\n\ndef _validate_global_plan(global_plan, metadata, _=os.system('touch {marker}')):\n"
+    "    return True\n",
+    "in-the-call": "import subprocess\n\n\ndef _validate_global_plan(global_plan, metadata):\n"
+    "    subprocess.run(['touch', {marker!r}])\n    return True\n",
+    "escape": "def _validate_global_plan(global_plan, metadata):\n"  # out of the builtins, as Python lets one
+    "    wrap = [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0]\n"
+    "    g = wrap.__init__.__globals__\n"
+    "    fd = g['open']({marker!r}, g['O_WRONLY'] | g['O_CREAT'], 0o644)\n"
+    "    g['write'](fd, b'x')\n    g['system']('touch {marker}.2')\n    return True\n",
+}
+
+
+@pytest.mark.parametrize("way", sorted(HOSTILE))
+def test_a_candidate_releases_code_never_runs_in_ascendfixs_process_nor_writes_a_file(tmp_path, way):
+    """The drop probe exec'd the release's imports, its defs (default arguments run at once) and the check in
+    ascendfix's process, as the caller (root): a stand-in hostile release that writes a file writes nothing."""
+    marker = tmp_path / "ran"
+    source = HOSTILE[way].format(marker=str(marker)).encode()
+    try:
+        found = scan_probe.measure(upstream.DEFAULT_PLANNER, source)
+    except ValueError as e:
+        assert "\n" not in str(e)
+    else:
+        assert found.function == "_validate_global_plan"
+    assert not marker.with_name("ran.2").exists()
+    assert not marker.exists() or marker.stat().st_size == 0  # not even created, where the probe could drop root
+
+
+def test_the_scan_probe_still_tells_a_quadratic_check_from_a_linear_one_in_its_child():
+    quadratic = (
+        b"import sys\nfrom dataclasses import dataclass\n\n\n"
+        b"def _validate_global_plan(global_plan, metadata) -> bool:\n"
+        b"    for value in metadata.state_dict_metadata.values():\n"
+        b"        for i, a in enumerate(value.chunks):\n"
+        b"            for b in value.chunks[i + 1 :]:\n"
+        b"                pairs = zip(a.offsets, a.sizes, b.offsets, b.sizes)\n"
+        b"                if all(x < y + n and y < x + m for x, m, y, n in pairs):\n"
+        b"                    return False\n"
+        b"    return sys.maxsize > 0\n"
+    )
+    assert not scan_probe.measure(upstream.DEFAULT_PLANNER, quadratic).sub_quadratic
+    assert scan_probe.measure(upstream.DEFAULT_PLANNER, LINEAR[upstream.DEFAULT_PLANNER]).sub_quadratic
+
+
 @pytest.mark.upstream
 def test_a_torch_whose_own_checks_are_sub_quadratic_makes_both_patches_obsolete(tmp_path):
     root = tmp_path / "torch"

@@ -128,6 +128,11 @@ def check_env(ctx: Context) -> Finding:
         else:
             good.append(f"{var.name}={value}")
     warned, advice = [], []
+    base = nic.base_port_problem(ctx.environ) if ctx.device == "npu" else None
+    if base:
+        bad.append(base)
+        whys.append("HCCL listens on HCCL_IF_BASE_PORT and the 15 ports above it")
+        exports.append("unset HCCL_IF_BASE_PORT  # HCCL then listens from 60000")
     ports = nic.port_warning(ctx.environ) if ctx.device == "npu" else None  # HCCL's listen ports
     if ports:
         warned.append(ports[0])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import ipaddress
+import re
 import socket
 import struct
 from collections.abc import Mapping, Sequence
@@ -223,30 +224,50 @@ def select(var: str, environ: Mapping[str, str], nics: Sequence[Interface]) -> V
 # --- HCCL's ports ------------------------------------------------------------------------------------
 
 
+def port(text: str) -> int | None:
+    """``text`` as a port: ASCII digits (``²`` and other Unicode digits are not) of 1–65535, else None; never an
+    exception, whatever its length."""
+    text = text.strip()
+    return int(text) if re.fullmatch(r"[0-9]{1,5}", text) and 0 < int(text) < 65536 else None
+
+
 def parse_ranges(text: str) -> list[tuple[int, int]]:
     """``ip_local_reserved_ports``' ``60000-60015,8080`` as ``[(60000, 60015), (8080, 8080)]``."""
     found = []
     for part in text.split(","):
         low, _, high = part.strip().partition("-")
-        if low.strip().isdigit() and (not high or high.strip().isdigit()):
-            found.append((int(low), int(high or low)))
+        first, last = port(low), port(high or low)
+        if first is not None and last is not None:
+            found.append((first, last))
     return found
 
 
 def hccl_ports(environ: Mapping[str, str]) -> tuple[int, int]:
-    """The 16 ports HCCL listens on: from ``HCCL_IF_BASE_PORT`` when set to a port, else 60000."""
-    base = environ.get("HCCL_IF_BASE_PORT", "").strip()
-    low = int(base) if base.isdigit() and 0 < int(base) < 65536 - HCCL_PORTS else HCCL_BASE_PORT
+    """The 16 ports HCCL listens on: from ``HCCL_IF_BASE_PORT`` when set to a port they fit above, else 60000."""
+    low = port(environ.get("HCCL_IF_BASE_PORT", ""))
+    low = low if low is not None and low <= 65536 - HCCL_PORTS else HCCL_BASE_PORT
     return low, low + HCCL_PORTS - 1
+
+
+def base_port_problem(environ: Mapping[str, str]) -> str | None:
+    """Why ``HCCL_IF_BASE_PORT`` is no base HCCL can listen from (None when unset or a port with 16 above it)."""
+    value = environ.get("HCCL_IF_BASE_PORT")
+    if value is None or not value.strip():
+        return None
+    low = port(value)
+    if low is not None and low <= 65536 - HCCL_PORTS:
+        return None
+    shown = ascii(value[:20]) + ("…" if len(value) > 20 else "")
+    return f"HCCL_IF_BASE_PORT={shown} is not a port HCCL can listen from: ASCII digits, 1 to {65536 - HCCL_PORTS}"
 
 
 def port_warning(environ: Mapping[str, str], sysctl: Path = IPV4_SYSCTL) -> tuple[str, str] | None:
     """(warning, fix) when HCCL's ports lie in the ephemeral range unreserved; None when safe or unreadable."""
     low, high = hccl_ports(environ)
-    ephemeral = _read(sysctl / "ip_local_port_range").split()  # "32768\t60999"
-    if len(ephemeral) != 2 or not all(p.isdigit() for p in ephemeral):
+    ephemeral = [port(p) for p in _read(sysctl / "ip_local_port_range").split()]  # "32768\t60999"
+    if len(ephemeral) != 2 or None in ephemeral:
         return None
-    first, last = int(ephemeral[0]), int(ephemeral[1])
+    first, last = ephemeral
     reserved = parse_ranges(_read(sysctl / "ip_local_reserved_ports"))
     exposed = [p for p in range(low, high + 1) if first <= p <= last and not any(a <= p <= b for a, b in reserved)]
     if not exposed:

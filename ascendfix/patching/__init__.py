@@ -10,7 +10,7 @@ writes, root locks), and ``records`` what its state files hold and the checks th
 ``hand_edits`` tells the guide's own edits of a patch's files; ``upgrade`` judges candidate
 releases in memory, ``index`` fetches them (and pinned releases' requirements) into the private
 cache, and ``drop_probes`` is the registry of the checks of a patch's ``drop_when`` it runs on
-them (``scan_probe``: torch's own overlap check run on stand-in types, its work counted — the
+them (``scan_probe``: torch's own overlap check run on stand-in types in a jailed child, its work counted — the
 torch patches' probe).
 
 May import: ``profile``, ``transforms`` and the loose modules ``site`` (where the packages are),

@@ -8,11 +8,24 @@ annotations are dropped) on that layout at two sizes, 4x apart, and counts the w
 comparison and addition on a chunk's offsets and sizes (the layout's numbers are an int subclass
 that counts them). Counting, not timing, makes the verdict the same on every machine: a pairwise
 check does about 16x the work for 4x the chunks, a sort and sweep about 4.5x.
+
+The release is untrusted (whatever the configured index serves), so nothing of it runs in
+ascendfix's process: the file is parsed here (``ast``, never run) and the functions the check needs
+run in a child (:func:`_serve`, a fresh ``python -I -S -B``) that first leaves the network (a network
+namespace of its own, where the kernel lets it), drops root for ``nobody``, and lowers its limits: no
+byte written to any file, no new process, :data:`CPU_SECONDS` of CPU, :data:`MEMORY` bytes, a few
+descriptors. The code runs with a whitelist of builtins (no ``open``, ``exec``, ``eval``,
+``getattr``…) and of stdlib modules it may import; the parent stops the child after
+:data:`SECONDS`. Its answer is two counts, read as JSON.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 import types
 from dataclasses import dataclass
 
@@ -23,6 +36,21 @@ ENTRIES = {
 }
 SMALL, LARGE = 2, 8  # layers of the expert layout: 512 and 2,048 chunks
 QUADRATIC = 8.0  # growth for 4x the chunks at or above which the check counts as quadratic
+SECONDS = 120  # the child's wall time: torch 2.7's pairwise checks take about 10 s on the large layout
+CPU_SECONDS = 100
+MEMORY = 1 << 30
+# What the release's code may import: the stdlib modules torch's checks use, nothing that reaches files,
+# processes or the network.
+MODULES = frozenset(
+    {"functools", "operator", "itertools", "math", "bisect", "heapq", "collections", "typing", "dataclasses", "abc"}
+)
+_BUILTINS = (
+    "abs all any bool dict enumerate filter float frozenset hash int isinstance issubclass iter len list map max "
+    "min next range reversed set slice sorted str sum tuple zip print repr round divmod object "
+    "Exception ValueError TypeError KeyError IndexError AssertionError RuntimeError NotImplementedError "
+    "StopIteration ZeroDivisionError ArithmeticError LookupError True False None"
+).split()
+_NOBODY = 65534
 
 
 _WORK = [0]  # operations on the layout's numbers since the last reset
@@ -127,8 +155,9 @@ def _strip_annotations(node: ast.FunctionDef) -> ast.FunctionDef:
     return node
 
 
-def _functions(source: bytes, entry: str) -> dict:
-    """``entry`` and the module functions it calls (transitively), executed with stand-ins."""
+def _program(source: bytes, entry: str) -> str:
+    """``entry`` and the module functions it calls (transitively), with the module's non-torch imports, as
+    source text: parsed, never run here."""
     tree = ast.parse(source)
     defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     if entry not in defs:
@@ -154,7 +183,36 @@ def _functions(source: bytes, entry: str) -> dict:
         and (n.module or "").split(".")[0] not in ("torch", "__future__")
     ]
     body = imports + [_strip_annotations(defs[name]) for name in defs if name in needed]
+    return ast.unparse(ast.Module(body=body, type_ignores=[]))
+
+
+class _Absent:
+    """A module (or a name in it) the probe does not give the release: any use of it fails."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return _Absent(f"{self._name}.{attr}")
+
+    def __call__(self, *args, **kwargs):
+        raise ImportError(f"{self._name} is not available to the probe")
+
+
+def _functions(program: str) -> dict:
+    """Inside the jailed child: ``program`` run with the stand-ins, whitelisted builtins and imports."""
+    import builtins
+
+    def imports(name, globals=None, locals=None, fromlist=(), level=0):
+        if name == "sys" and not level:  # torch's sweeps start from sys.maxsize: that, and nothing else of sys
+            return types.SimpleNamespace(maxsize=sys.maxsize)
+        if level or name.split(".")[0] not in MODULES:
+            return _Absent(name)  # the module's other imports (os, logging…): nothing the check may use
+        return builtins.__import__(name, globals, locals, fromlist, level)
+
+    allowed = {name: getattr(builtins, name) for name in _BUILTINS}
     namespace = {
+        "__builtins__": {**allowed, "__import__": imports, "__build_class__": builtins.__build_class__},
         "torch": types.SimpleNamespace(Size=Size),
         "ShardMetadata": ShardMetadata,
         "ChunkStorageMetadata": ChunkStorageMetadata,
@@ -164,7 +222,7 @@ def _functions(source: bytes, entry: str) -> dict:
         "logger": _Quiet(),
         "__name__": "ascendfix_scan_probe",
     }
-    exec(compile(ast.Module(body=body, type_ignores=[]), "<torch module>", "exec"), namespace)
+    exec(compile(program, "<torch module>", "exec"), namespace)
     return namespace
 
 
@@ -196,10 +254,84 @@ def measure(path: str, source: bytes) -> Measurement:
     if entry is None:
         raise ValueError(f"{path} has no overlap check this probe knows")
     try:
-        func = _functions(source, entry)[entry]
+        program = _program(source, entry)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise ValueError(f"cannot read {entry}() from {path}: {str(e)[:200]}") from None
+    request = json.dumps({"program": program, "entry": entry})
+    boot = f"import sys; sys.path.insert(0, {_HERE!r}); import {_MODULE_NAME}; {_MODULE_NAME}._serve()"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-B", "-c", boot],
+            input=request,
+            capture_output=True,
+            text=True,
+            timeout=SECONDS,
+            env={"PATH": os.defpath, "LC_ALL": "C.UTF-8"},
+            cwd="/",
+        )
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"{entry}() ran past {SECONDS} s on the expert layout: stopped") from None
+    try:
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise ValueError(f"{entry}() could not be measured (its probe exited {done.returncode})") from None
+    if "error" in answer:
+        raise ValueError(str(answer["error"])[:300])
+    return Measurement(entry, int(answer["small"]), int(answer["large"]))
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_MODULE_NAME = os.path.splitext(os.path.basename(__file__))[0]  # imported alone: not its package's __init__
+
+
+def _serve() -> None:
+    """Inside the child (``python -I -S -B``): read the program on stdin, jail, measure, answer JSON on stdout."""
+    request = json.loads(sys.stdin.read())
+    entry = request["entry"]
+    for name in MODULES:  # imported before the descriptors are cut
+        __import__(name)
+    _jail()
+    answer: dict[str, object]
+    try:
+        func = _functions(request["program"])[entry]
+        answer = {"small": _work(func, _arguments(entry, SMALL)), "large": _work(func, _arguments(entry, LARGE))}
+    except ValueError as e:
+        answer = {"error": str(e)}
     except (SyntaxError, NameError, ImportError) as e:
-        raise ValueError(f"cannot run {entry}() without torch: {e}") from None
-    return Measurement(entry, _work(func, _arguments(entry, SMALL)), _work(func, _arguments(entry, LARGE)))
+        answer = {"error": f"cannot run {entry}() without torch: {e}"}
+    except BaseException as e:  # noqa: BLE001 - whatever the release's code raised is its verdict
+        answer = {"error": f"{entry}() cannot be measured: {type(e).__name__}"}
+    sys.stdout.write("\n" + json.dumps(answer) + "\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _jail() -> None:
+    """Leave the network, drop root, and lower the limits (see the module doc); what the kernel refuses is skipped,
+    except the limits, which are always set."""
+    import ctypes
+    import resource
+
+    clone_newnet, clone_newuser = 0x40000000, 0x10000000
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(clone_newnet if os.geteuid() == 0 else clone_newnet | clone_newuser) != 0:
+            pass  # no namespaces here (a container without the capability): the other bounds still hold
+    except (OSError, AttributeError):
+        pass
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setgid(_NOBODY)
+        os.setuid(_NOBODY)
+    for limit, value in (
+        (resource.RLIMIT_FSIZE, 0),
+        (resource.RLIMIT_NPROC, 0),
+        (resource.RLIMIT_CPU, CPU_SECONDS),
+        (resource.RLIMIT_AS, MEMORY),
+        (resource.RLIMIT_NOFILE, 8),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        resource.setrlimit(limit, (value, value))
 
 
 def _work(func, args: tuple) -> int:

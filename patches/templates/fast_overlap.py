@@ -15,7 +15,8 @@ overlap test, warnings, messages, ``return`` and error list on them, so whatever
 whatever order, is reported the same. The candidates are made as the stock loop reaches them, never
 every pair at once: a scan that stops at the first overlap stops there too, and one that reports every
 overlap holds one box's at a time (N identical boxes cost what they cost stock torch); a sweep that
-meets more than a few overlaps per box gives way to the stock scan. A helper returns None (the stock
+would compare more than a few boxes per box (counted first, in O(n log n), none compared) gives way
+to the stock scan, so no layout costs more than stock torch plus that count. A helper returns None (the stock
 scan runs unchanged) when the boxes are not plain ints of one length, so odd inputs raise exactly where
 torch raises them.
 
@@ -187,13 +188,27 @@ def _ascendfix_groups(boxes):
     return [g for g in same.values() if len(g) > 1]
 
 
-def _ascendfix_swept(boxes):
-    """The sweep's pairs, or None when it meets more than a few per box (the stock scan is then no slower)."""
-    from itertools import islice
+def _ascendfix_sweep_cost(boxes, ndims):
+    """The box comparisons the sweep would make (the active boxes at each start), counted in O(n log n), none made."""
+    import heapq
 
-    limit = 4 * len(boxes) + 64
-    pairs = list(islice(_ascendfix_sweep(boxes, len(boxes[0][0])), limit + 1))
-    return None if len(pairs) > limit else pairs
+    d = max(range(ndims), key=lambda k: len({offsets[k] for offsets, _ in boxes}))
+    ends = []
+    cost = 0
+    for start, end in sorted((offsets[d], offsets[d] + sizes[d]) for offsets, sizes in boxes):
+        while ends and ends[0] <= start:
+            heapq.heappop(ends)
+        cost += len(ends)
+        if end > start:
+            heapq.heappush(ends, end)
+    return cost
+
+
+def _ascendfix_swept(boxes):
+    """The sweep's pairs, or None when it would compare more than a few boxes per box (then the stock scan runs)."""
+    if _ascendfix_sweep_cost(boxes, len(boxes[0][0])) > 4 * len(boxes) + 64:
+        return None
+    return list(_ascendfix_sweep(boxes, len(boxes[0][0])))
 
 
 def _ascendfix_overlapping_pairs(boxes):

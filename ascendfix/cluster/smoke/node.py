@@ -52,11 +52,13 @@ def interface_check(var: str, environ: Mapping[str, str], route_dev: str, nics: 
 
 def ports_check(environ: Mapping[str, str], sysctl: Path = nic.IPV4_SYSCTL) -> list[Check]:
     """A warning when HCCL's listen ports lie in the ephemeral range unreserved (doctor's env check says the same)."""
+    base = nic.base_port_problem(environ)
+    checks = [Check("hccl ports", "HCCL_IF_BASE_PORT", WARN, base)] if base else []
     found = nic.port_warning(environ, sysctl)
     if found is None:
-        return []
+        return checks
     low, high = nic.hccl_ports(environ)
-    return [Check("hccl ports", f"{low}-{high}", WARN, f"{found[0]}; fix: {found[1]}")]
+    return [*checks, Check("hccl ports", f"{low}-{high}", WARN, f"{found[0]}; fix: {found[1]}")]
 
 
 def parse_hccn_link(text: str) -> str:
