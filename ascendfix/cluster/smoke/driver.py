@@ -307,9 +307,9 @@ class _Job:
             return
         for node in self.by_id.values():  # the collective failed everywhere because of the link the pairs point at
             if not _failed(node, f"{backend} link") and _failed(node, f"{backend} rank"):
-                says = "names" if named else "points at (not isolated)"
+                says = f"names {', '.join(pointed)}" if named else f"points at {', '.join(pointed)}, not isolated"
                 node.checks = [
-                    Check(c.item, "waited", WARN, f"{c.message} (the link phase {says} {', '.join(pointed)})")
+                    Check(c.item, "waited", WARN, f"{c.message} (the link phase {says})")
                     if c.item == f"{backend} rank" and c.status == FAIL
                     else c
                     for c in node.checks

@@ -219,7 +219,10 @@ def _outcome(sides: list[dict], nodes: tuple[Node, Node]) -> dict:
     never = next((f"{n.label}: {why}" for s, n in zip(sides, nodes, strict=True) if (why := untried(s))), "")
     if never:
         return {"untried": never}
-    failed = next((f"{n.label}: {s['error']}" for s, n in zip(sides, nodes, strict=True) if "error" in s), "")
+    said = sorted(
+        ((bool(s.get("stuck")), n.label, s["error"]) for s, n in zip(sides, nodes, strict=True) if "error" in s)
+    )
+    failed = f"{said[0][1]}: {said[0][2]}" if said else ""  # a side's own error says more than a hang
     if failed:
         return {"error": failed}
     connect = min(s.get("connect_s", 0.0) for s in sides)  # the end that came last: the connection alone
