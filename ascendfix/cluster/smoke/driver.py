@@ -13,7 +13,8 @@ Within one wall-time bound (``--timeout``), in phases that each take a share of 
    timeouts set below the phase's bound so HCCL names the broken peer before the smoke gives up;
    when it fails, stalls, or its bus bandwidth is below the floor (``--min-busbw``; on npu by default half
    the NPU ports' speed), the link phase over it.
-A rank that fails says why, one that hangs is named by where it hangs. ray is imported only inside
+A rank that fails says why, one that hangs is named by where it hangs; one (or a node's checks) that did
+not get its time is untried, a warning, and so is a pair (:mod:`links`). ray is imported only inside
 :func:`smoke`; nothing here prints.
 """
 
