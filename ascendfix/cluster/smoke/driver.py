@@ -242,7 +242,7 @@ class _Job:
         ranks = self._ranks([(nid, 0) for nid in self.by_id], {})
         ops = [("all_reduce", self.nbytes)]
         reserve = links.Clock(0).needed(len(links.rounds(list(self.by_id))))  # the pairs' least time
-        collective = max(min(bound / 3, bound - reserve), bound / 4)  # a hung collective leaves the pairs theirs
+        collective = max(min(bound / 2, bound - reserve), bound / 4)  # a hung collective leaves the pairs theirs
         results, stuck = _collective(self.ray, ranks, "gloo", ops, collective, self.by_id)
         pool = {nid: a for i, (nid, a) in enumerate(ranks) if i not in stuck}
         for i in stuck:
