@@ -222,7 +222,8 @@ def ray_smoke(
     reduce_scatter and all_to_all over three sizes, one rank per NPU (GPU), checked and timed (bus
     bandwidth as nccl-tests computes it). The gloo channel, and the device one when it fails, stalls
     or is below the floor (--min-busbw), is then tried pair by pair to name the node whose link is bad.
-    --timeout bounds it all.
+    --timeout bounds it all: a pair it left no time for is untried, not failed, and the report then says
+    which, the nodes the failing pairs point at, and the --timeout that would try them.
     Exit 0 when every node and collective passed, 1 naming each node that did not.
     """
     from ascendfix.cluster import start as raystart

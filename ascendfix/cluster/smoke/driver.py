@@ -13,7 +13,8 @@ Within one wall-time bound (``--timeout``), in phases that each take a share of 
    timeouts set below the phase's bound so HCCL names the broken peer before the smoke gives up;
    when it fails, stalls, or its bus bandwidth is below the floor (``--min-busbw``; on npu by default half
    the NPU ports' speed), the link phase over it.
-A rank that fails says why, one that hangs is named by where it hangs. ray is imported only inside
+A rank that fails says why, one that hangs is named by where it hangs; one (or a node's checks) that did
+not get its time is untried, a warning, and so is a pair (:mod:`links`). ray is imported only inside
 :func:`smoke`; nothing here prints.
 """
 
@@ -241,7 +242,7 @@ class _Job:
         ranks = self._ranks([(nid, 0) for nid in self.by_id], {})
         ops = [("all_reduce", self.nbytes)]
         reserve = links.Clock(0).needed(len(links.rounds(list(self.by_id))))  # the pairs' least time
-        collective = max(min(bound / 3, bound - reserve), bound / 4)  # a hung collective leaves the pairs theirs
+        collective = max(min(bound / 2, bound - reserve), bound / 4)  # a hung collective leaves the pairs theirs
         results, stuck = _collective(self.ray, ranks, "gloo", ops, collective, self.by_id)
         pool = {nid: a for i, (nid, a) in enumerate(ranks) if i not in stuck}
         for i in stuck:
@@ -307,9 +308,9 @@ class _Job:
             return
         for node in self.by_id.values():  # the collective failed everywhere because of the link the pairs point at
             if not _failed(node, f"{backend} link") and _failed(node, f"{backend} rank"):
-                says = "names" if named else "points at (not isolated)"
+                says = f"names {', '.join(pointed)}" if named else f"points at {', '.join(pointed)}, not isolated"
                 node.checks = [
-                    Check(c.item, "waited", WARN, f"{c.message} (the link phase {says} {', '.join(pointed)})")
+                    Check(c.item, "waited", WARN, f"{c.message} (the link phase {says})")
                     if c.item == f"{backend} rank" and c.status == FAIL
                     else c
                     for c in node.checks

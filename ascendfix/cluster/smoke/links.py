@@ -7,6 +7,10 @@ the smallest interface MTU (so an MTU blackhole fails as a pair, not as a timeou
 over the same backend and interface as the collective. A node in every failing pair is the one
 named, with the pairs it cannot complete; a node whose links carry less than half the median
 bandwidth is named too; a failing or slow link neither explains is named on both its nodes.
+
+Only pairs that really ran count. A pair that did not get its time (the bound ran out before it could
+start, a rank was not up, the store never gathered both ends) is untried; when untried pairs leave the
+failing ones pointing at more than one node, those are suspects, not failures.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from dataclasses import dataclass, field
 from ascendfix.cluster.smoke.report import FAIL, OK, WARN, Check, Node
 
 Pair = tuple[str, str]
+PAIR_FLOOR_S = 4.0  # a pair's least timeout before any connection was measured
+CONNECT_FACTOR = 3.0  # a pair's timeout, at least, in connections (a loaded node connects slower)
+PAIR_SHARE = 0.6  # of a round's time, the pair's own timeout (the rest: its actors' answers)
+_NEVER_MET = re.compile(r"clients joined|waiting for clients|trying to connect to \(", re.I)
 
 
 def rounds(nodes: Sequence[str]) -> list[list[Pair]]:
@@ -147,12 +155,6 @@ class Clock:
         return rounds * max(self.round_s, self.pair_s() / PAIR_SHARE)
 
 
-PAIR_FLOOR_S = 4.0  # a pair's least timeout before any connection was measured
-CONNECT_FACTOR = 3.0  # a pair's timeout, at least, in connections (a loaded node connects slower)
-PAIR_SHARE = 0.6  # of a round's time, the pair's own timeout (the rest: its actors' answers)
-_NEVER_MET = re.compile(r"clients joined|waiting for clients|trying to connect to \(", re.I)
-
-
 def run_pairs(
     ray,
     pool: dict[str, object],
@@ -219,7 +221,10 @@ def _outcome(sides: list[dict], nodes: tuple[Node, Node]) -> dict:
     never = next((f"{n.label}: {why}" for s, n in zip(sides, nodes, strict=True) if (why := untried(s))), "")
     if never:
         return {"untried": never}
-    failed = next((f"{n.label}: {s['error']}" for s, n in zip(sides, nodes, strict=True) if "error" in s), "")
+    said = sorted(
+        ((bool(s.get("stuck")), n.label, s["error"]) for s, n in zip(sides, nodes, strict=True) if "error" in s)
+    )
+    failed = f"{said[0][1]}: {said[0][2]}" if said else ""  # a side's own error says more than a hang
     if failed:
         return {"error": failed}
     connect = min(s.get("connect_s", 0.0) for s in sides)  # the end that came last: the connection alone
