@@ -141,13 +141,20 @@ def job_size(overrides: Mapping[str, str], origin: str) -> tuple[int, int]:
     return sizes[0], sizes[1]
 
 
-def connect(ray, address: str | None) -> None:
-    """``ray.init`` to ``address`` (else RAY_ADDRESS, else the local cluster); a UsageError saying why not."""
+def connect(ray, address: str | None, namespace: str | None = None) -> None:
+    """``ray.init`` to ``address`` (else RAY_ADDRESS, else the local cluster), in ``namespace``; a UsageError
+    saying why not."""
     named = ("--address", address) if address else ("RAY_ADDRESS", os.environ.get("RAY_ADDRESS", ""))
     if named[1] and named[1] not in ("auto", "local") and not _answers(named[1], 5.0):
         raise UsageError(f"{named[0]} {named[1]}: no Ray head answers there (expected HEAD_IP:PORT of a started head)")
     try:
-        ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False, configure_logging=False)
+        ray.init(
+            address=address or "auto",
+            namespace=namespace,
+            logging_level="ERROR",
+            log_to_driver=False,
+            configure_logging=False,
+        )
     except (ConnectionError, ValueError, RuntimeError) as e:
         if not address and not os.environ.get("RAY_ADDRESS"):
             raise UsageError(

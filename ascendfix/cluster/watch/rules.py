@@ -100,7 +100,7 @@ class Budget:
 
     @property
     def usual(self) -> float:
-        """The longest of the remembered calls (s)."""
+        """The longest of the remembered calls (s, to a poll)."""
         return max(self.durations, default=0.0)
 
     def bound(self, poll_s: float) -> float:
@@ -208,7 +208,7 @@ class Detector:
 
     def _completed(self, call: _Call) -> list[dict]:
         budget = self.budgets.setdefault(call.method, Budget())
-        budget.durations.append(call.last - call.start)
+        budget.durations.append(call.last - call.start + self.poll_s)  # seen in k polls: at most k + 1 polls long
         budget.quiet.append(call.longest_quiet)
         bound = budget.bound(self.poll_s)
         told = self.told.get(call.method)
