@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -164,6 +165,32 @@ def test_no_cluster_at_the_address_is_one_line_and_exit_2(ascendfix_cli):
     proc = ascendfix_cli("watch", "--address", "127.0.0.1:9", "--json")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "127.0.0.1:9" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_probe_without_ptrace_says_so_and_still_reads_the_rank(tmp_path):
+    from ascendfix.cluster.watch import probe
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or probe.pyspy() is None:
+        pytest.skip(
+            "needs root, setpriv (util-linux) and py-spy: a rank of another user, a probe without CAP_SYS_PTRACE"
+        )
+    code = "import time\nwhile True: time.sleep(1)"
+    rank = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code])
+    try:
+        time.sleep(1)
+        pids = f"[{rank.pid}]"
+        ask = f"import json; from ascendfix.cluster.watch import probe; print(json.dumps(probe.sample({pids}, {pids})))"
+        drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-sys_ptrace"]
+        seen = subprocess.run([*drop, sys.executable, "-c", ask], capture_output=True, text=True, cwd=REPO, timeout=60)
+        answer = json.loads(seen.stdout)["pids"][str(rank.pid)]
+    finally:
+        rank.kill()
+        rank.wait()
+    assert answer["state"] == "S" and answer["ticks"] >= 0 and "stack" not in answer
+    assert (
+        answer["stack_error"].startswith("py-spy: ptrace is not permitted here")
+        and "CAP_SYS_PTRACE" in answer["stack_error"]
+    )
 
 
 # --- the rules on their own: what a poll's samples mean ----------------------------------------------
