@@ -276,3 +276,17 @@ def test_run_watches_the_job_and_on_stall_abort_ends_it_and_triage_names_the_sam
     named = json.loads(first.stdout)["first"]
     assert named["code"] == "WATCH_STALL" and "a1b2c3WorkerDict_0:1" in named["message"], named
     assert named["pid"] == stall["culprits"][0]["pid"] and named["node"] == "127.0.0.1"
+
+
+@pytest.mark.slow
+def test_run_beside_a_command_that_is_no_ray_job_stops_its_watch_and_no_watch_starts_none(cluster, tmp_path):
+    base = ["run", "--device", "cuda", "--no-preflight"]
+    for flags, folder in (((), "watched"), (("--no-watch",), "unwatched")):
+        proc = cli.run(
+            *base, *flags, "--log-dir", tmp_path / folder, "sh", "-c", "sleep 8; echo done",
+            prefix=cluster.netns.prefix, env=cluster.env, clean_env=True, cwd=REPO, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr
+    watched = json.loads((tmp_path / "watched" / "run.json").read_text())
+    assert watched["watch"] == {"address": cluster.address, "on_stall": "report"} and watched["stalls"] == []
+    assert "watch" not in json.loads((tmp_path / "unwatched" / "run.json").read_text())
