@@ -218,6 +218,8 @@ def test_the_title_names_the_method_and_the_name_the_group():
     assert rules.group_of("", "TaskRunner") == "TaskRunner"
     assert rules.in_collective(("all_reduce (torch/distributed/distributed_c10d.py:3252)", "update (x.py:1)"))
     assert not rules.in_collective(("Event.wait (threading.py:629)", "update (x.py:1)"))
+    waiting = ("Worker.get_objects (ray/_private/worker.py:1)", "get (ray/_private/worker.py:2)", "step (x.py:3)")
+    assert rules.waits_on_ray(waiting) and not rules.waits_on_ray(waiting[2:]) and not rules.waits_on_ray(None)
 
 
 def test_a_rank_whose_cpu_moves_keeps_the_call_alive_however_long():

@@ -62,6 +62,18 @@ def in_collective(stack: tuple[str, ...]) -> bool:
     return False
 
 
+def waits_on_ray(stack: tuple[str, ...] | None) -> bool:
+    """Whether the stack's innermost frames are Ray's ``get``/``wait``: the rank waits on other Ray calls."""
+    for frame in stack or ():
+        name, _, where = frame.partition(" ")
+        if re.search(r"[(/]ray/", where):
+            if name.rsplit(".", 1)[-1] in ("get", "wait"):
+                return True
+            continue
+        return False
+    return False
+
+
 @dataclass(frozen=True)
 class Rank:
     """Who one rank is: its process and where, its actor, its job."""
@@ -238,6 +250,9 @@ class Detector:
                 call.first_stacks = {s.rank.pid: s.sample.stack for s in members}
             else:
                 self._wants |= {s.rank.pid for s in members}
+            return None
+        if all(waits_on_ray(s.sample.stack) for s in ranks):
+            call.named = True  # a call waiting on other Ray calls (verl's trainer): those are judged, not it
             return None
         if quiet < bound:
             return None
