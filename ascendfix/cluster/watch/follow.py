@@ -102,26 +102,21 @@ class Cluster:
         return clk_tck, seen
 
 
-def follow(
-    address: str | None,
-    emit: Callable[[dict], None],
-    poll_s: float = rules.POLL_S,
-    stop: Callable[[], bool] = lambda: False,
-) -> Outcome:
-    """Watch the cluster at ``address`` until the jobs it followed have ended (or ``stop()``); events to ``emit``."""
+def follow(address: str | None, emit: Callable[[dict], None], poll_s: float = rules.POLL_S) -> Outcome:
+    """Watch the cluster at ``address`` until the jobs it followed have ended; events to ``emit``."""
     ray = fanout.import_ray()
     raywait.connect(ray, address, NAMESPACE)
     try:
-        return _loop(Cluster(ray), address or "auto", emit, poll_s, stop)
+        return _loop(Cluster(ray), address or "auto", emit, poll_s)
     finally:
         ray.shutdown()
 
 
-def _loop(cluster: Cluster, address: str, emit, poll_s: float, stop) -> Outcome:
+def _loop(cluster: Cluster, address: str, emit, poll_s: float) -> Outcome:
     detector = rules.Detector(poll_s)
     outcome, alive = Outcome(), {}
     emit({"event": "started", "address": address, "poll_s": poll_s, "time": rules.iso(time.time())})
-    while not stop():
+    while True:
         began = time.monotonic()
         try:
             jobs = {j["job_id"]: j for j in cluster.jobs()}
@@ -149,7 +144,11 @@ def _loop(cluster: Cluster, address: str, emit, poll_s: float, stop) -> Outcome:
             emit({"event": "job", "job_id": job_id, "state": "ended", **_who(job), "time": rules.iso(time.time())})
         if outcome.jobs and not alive:
             break
-        ranks = {r.pid: r for job_id in alive for r in cluster.actors(job_id)}
+        try:
+            ranks = {r.pid: r for job_id in alive for r in cluster.actors(job_id)}
+        except Exception:  # a job that ended between the two reads: the next poll sees it
+            time.sleep(poll_s)
+            continue
         by_node: dict[str, list[int]] = {}
         for r in ranks.values():
             by_node.setdefault(r.node_id, []).append(r.pid)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 POLL_S = 2.0  # the watch's poll interval
@@ -213,8 +213,7 @@ class Detector:
             dumped = now if sample.stack is not None or sample.stack_error else None
             if dumped is None and before is not None and before.dumped is not None:
                 if method_of(sample.title) == method_of(before.sample.title):  # the last dump stands
-                    sample = Sample(**{**vars(sample), "stack": before.sample.stack})
-                    sample = Sample(**{**vars(sample), "stack_error": before.sample.stack_error})
+                    sample = replace(sample, stack=before.sample.stack, stack_error=before.sample.stack_error)
                     dumped = before.dumped
             self.seen[pid] = _Seen(rank, sample, now, busy, dumped)
 
