@@ -38,9 +38,14 @@ class Beside:
         """Start the watch when the cluster has become reachable; the fd to read when it just started."""
         if self.proc is not None or self.checked and time.monotonic() - self.checked < CHECK_S:
             return None
+        import importlib.util
+
         from ascendfix.cluster.wait import reachable_address
 
         self.checked = time.monotonic()
+        if importlib.util.find_spec("ray") is None:  # no ray here: nothing to watch with
+            self.checked = float("inf")
+            return None
         self.address = reachable_address(self.env)
         if self.address is None:
             return None
