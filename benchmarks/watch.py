@@ -5,8 +5,9 @@ A cluster of 1,024 real ranks does not fit this machine, so the polls are replay
 quiet in ``all_reduce``; a 2 s poll) is fed to the detector exactly as ``follow`` feeds it, and at the
 fault step rank 1 blocks outside the collective. Measured, per poll:
 
-- the watch's own process: the detector's work, plus turning the GCS's answer for every alive actor
-  into ranks (the real ``ActorTableData`` protos of N actors parsed by Ray's own accessor code);
+- the watch's own process: the detector's work, turning the GCS's answer for every alive actor into
+  ranks (the real ``ActorTableData`` protos of N actors parsed by Ray's own accessor code), and Ray's
+  client work to run one probe task per node and gather the answers (real tasks on a local Ray);
 - each node's probe (its ranks' ``/proc`` read, 16 a node, in parallel on every node), real, on this
   machine's processes; and one ``py-spy dump`` of a real Python process, which a suspected stall costs
   once per rank, twice per stall;
@@ -140,6 +141,32 @@ def dump_s(pid: int) -> float | None:
     return (time.perf_counter() - began) / 3
 
 
+def ray_cpu(nodes: list[int]) -> dict[int, float]:
+    """The watch's CPU to run one probe per node and gather the answers (Ray's own client work), per poll:
+    ``n`` probe tasks on a real local Ray (one node here, so they queue there as ``n`` nodes' would not)."""
+    import tempfile
+
+    import ray
+
+    folder = tempfile.mkdtemp(prefix="afb-", dir="/tmp")
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=folder, logging_level="ERROR", log_to_driver=False)
+    try:
+        ray.cloudpickle.register_pickle_by_value(probe)
+        task = ray.remote(num_cpus=0, max_retries=0)(probe.sample)
+        pids = [os.getpid()] * PER_NODE
+        ray.get([task.remote(pids, []) for _ in range(max(nodes))])  # the workers started
+        cpu = {}
+        for n in nodes:
+            began = time.process_time()
+            for _ in range(5):
+                ray.get([task.remote(pids, []) for _ in range(n)])
+            cpu[n] = (time.process_time() - began) / 5
+        return cpu
+    finally:
+        ray.shutdown()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> None:
     sleepers = [
         subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]) for _ in range(PER_NODE)
@@ -162,12 +189,15 @@ def main() -> None:
     else:
         print("py-spy not installed here: the stack dumps are not timed (pip install py-spy)")
     print()
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # bind loopback only
+    counts = (4, 128, 1024)
+    client = ray_cpu([-(-n // PER_NODE) for n in counts])
     head = f"{'ranks':>6} {'watch CPU/poll':>15} {'× 4 ranks':>10} {'share of a core':>16} "
     print(head + f"{'bound':>7} {'named after quiet':>18} {'in wall time':>13} {'culprit':>22}")
     base = None
-    for n in (4, 128, 1024):
+    for n in counts:
         run = replay(n, steps=4, fault=True)
-        own = run["cpu_per_poll"] + actor_parse_cpu(n)
+        own = run["cpu_per_poll"] + actor_parse_cpu(n) + client[-(-n // PER_NODE)]
         base = base or own
         stall = run["stall"]
         if stall is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -166,6 +167,32 @@ def test_no_cluster_at_the_address_is_one_line_and_exit_2(ascendfix_cli):
     assert "127.0.0.1:9" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_a_probe_without_ptrace_says_so_and_still_reads_the_rank(tmp_path):
+    from ascendfix.cluster.watch import probe
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or probe.pyspy() is None:
+        pytest.skip(
+            "needs root, setpriv (util-linux) and py-spy: a rank of another user, a probe without CAP_SYS_PTRACE"
+        )
+    code = "import time\nwhile True: time.sleep(1)"
+    rank = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code])
+    try:
+        time.sleep(1)
+        pids = f"[{rank.pid}]"
+        ask = f"import json; from ascendfix.cluster.watch import probe; print(json.dumps(probe.sample({pids}, {pids})))"
+        drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-sys_ptrace"]
+        seen = subprocess.run([*drop, sys.executable, "-c", ask], capture_output=True, text=True, cwd=REPO, timeout=60)
+        answer = json.loads(seen.stdout)["pids"][str(rank.pid)]
+    finally:
+        rank.kill()
+        rank.wait()
+    assert answer["state"] == "S" and answer["ticks"] >= 0 and "stack" not in answer
+    assert (
+        answer["stack_error"].startswith("py-spy: ptrace is not permitted here")
+        and "CAP_SYS_PTRACE" in answer["stack_error"]
+    )
+
+
 # --- the rules on their own: what a poll's samples mean ----------------------------------------------
 
 GROUP = "pfxWorkerDict"
@@ -191,6 +218,8 @@ def test_the_title_names_the_method_and_the_name_the_group():
     assert rules.group_of("", "TaskRunner") == "TaskRunner"
     assert rules.in_collective(("all_reduce (torch/distributed/distributed_c10d.py:3252)", "update (x.py:1)"))
     assert not rules.in_collective(("Event.wait (threading.py:629)", "update (x.py:1)"))
+    waiting = ("Worker.get_objects (ray/_private/worker.py:1)", "get (ray/_private/worker.py:2)", "step (x.py:3)")
+    assert rules.waits_on_ray(waiting) and not rules.waits_on_ray(waiting[2:]) and not rules.waits_on_ray(None)
 
 
 def test_a_rank_whose_cpu_moves_keeps_the_call_alive_however_long():
@@ -249,3 +278,17 @@ def test_run_watches_the_job_and_on_stall_abort_ends_it_and_triage_names_the_sam
     named = json.loads(first.stdout)["first"]
     assert named["code"] == "WATCH_STALL" and "a1b2c3WorkerDict_0:1" in named["message"], named
     assert named["pid"] == stall["culprits"][0]["pid"] and named["node"] == "127.0.0.1"
+
+
+@pytest.mark.slow
+def test_run_beside_a_command_that_is_no_ray_job_stops_its_watch_and_no_watch_starts_none(cluster, tmp_path):
+    base = ["run", "--device", "cuda", "--no-preflight"]
+    for flags, folder in (((), "watched"), (("--no-watch",), "unwatched")):
+        proc = cli.run(
+            *base, *flags, "--log-dir", tmp_path / folder, "sh", "-c", "sleep 8; echo done",
+            prefix=cluster.netns.prefix, env=cluster.env, clean_env=True, cwd=REPO, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr
+    watched = json.loads((tmp_path / "watched" / "run.json").read_text())
+    assert watched["watch"] == {"address": cluster.address, "on_stall": "report"} and watched["stalls"] == []
+    assert "watch" not in json.loads((tmp_path / "unwatched" / "run.json").read_text())

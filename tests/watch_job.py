@@ -2,7 +2,8 @@
 
 ``python -m tests.watch_job ADDRESS FAULT [STEPS]`` connects to the cluster at ADDRESS and runs
 STEPS steps, each a ``generate`` then an ``update`` (real gloo ``all_reduce`` with an hour's
-timeout, as the guide's HCCL_EXEC_TIMEOUT) on three actors ``{prefix}WorkerDict_0:{rank}``. At step
+timeout, as the guide's HCCL_EXEC_TIMEOUT) on three actors ``{prefix}WorkerDict_0:{rank}``, called
+rank by rank from a ``TaskRunner`` actor (as verl's trainer calls them), which waits in ``ray.get``. At step
 3 rank 1 does FAULT inside ``update``: ``block`` (waits forever on an event, outside any collective),
 ``stop`` (SIGSTOPs itself in its compute), ``busy`` (computes 12x as long as usual), ``none``.
 """
@@ -60,16 +61,24 @@ class WorkerDict:
         return float(t[0])
 
 
+@ray.remote(num_cpus=0)
+class TaskRunner:  # verl's trainer runs in an actor too, and waits in ray.get on the ranks' calls
+    def __init__(self, port: int) -> None:
+        self.workers = [WorkerDict.options(name=f"a1b2c3WorkerDict_0:{r}").remote(r, port) for r in range(RANKS)]
+        ray.get([w.__ray_ready__.remote() for w in self.workers])
+
+    def step(self, step: int, fault: str) -> None:
+        ray.get([w.generate.remote(3.0 + step % 2) for w in self.workers])  # uneven phases
+        ray.get([w.update.remote(step, 1.5, fault) for w in self.workers])
+
+
 def main() -> None:
     address, fault = sys.argv[1], sys.argv[2]
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-    port = int(os.environ.get("WATCH_JOB_PORT", "29533"))
-    workers = [WorkerDict.options(name=f"a1b2c3WorkerDict_0:{r}").remote(r, port) for r in range(RANKS)]
-    ray.get([w.__ray_ready__.remote() for w in workers])
+    runner = TaskRunner.remote(int(os.environ.get("WATCH_JOB_PORT", "29533")))
     for step in range(1, steps + 1):
-        ray.get([w.generate.remote(3.0 + step % 2) for w in workers])  # uneven phases
-        ray.get([w.update.remote(step, 1.5, fault) for w in workers])
+        ray.get(runner.step.remote(step, fault))
         print(f"step {step} done", flush=True)
     ray.shutdown()
 

@@ -57,7 +57,8 @@ def event_lines(event: dict) -> list[str]:
             f"a stall after {event['bound_s']:g} s without progress[/]"
         ]
     if kind == "ended":
-        return [f"watch ended: {event['jobs']} job(s) followed, {event['stalls']} stall(s) named"]
+        why = f" ({escape(event['error'])})" if event.get("error") else ""
+        return [f"watch ended: {event['jobs']} job(s) followed, {event['stalls']} stall(s) named{why}"]
     if kind != "stall":
         return [escape(json.dumps(event))]
     lines = [

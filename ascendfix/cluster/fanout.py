@@ -159,12 +159,19 @@ def run(argv: list[str], address: str | None = None, timeout: float = 60.0, loca
         ray.shutdown()
 
 
-def init(ray, address: str | None, where: str) -> None:
-    """``ray.init`` to ``address`` (None: the local cluster), Ray's own native log kept off the terminal; a
-    UsageError naming ``where`` when the cluster refuses this side's authentication. Other failures propagate."""
+def init(ray, address: str | None, where: str, namespace: str | None = None) -> None:
+    """``ray.init`` to ``address`` (None: the local cluster), in ``namespace``, Ray's own native log kept off the
+    terminal; a UsageError naming ``where`` when the cluster refuses this side's authentication. Other failures
+    propagate."""
     try:
         with _native_stderr_quiet():
-            ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False, configure_logging=False)
+            ray.init(
+                address=address or "auto",
+                namespace=namespace,
+                logging_level="ERROR",
+                log_to_driver=False,
+                configure_logging=False,
+            )
     except Exception as e:
         if refused(e):
             raise UsageError(f"{where}: {AUTH_REFUSED}") from None

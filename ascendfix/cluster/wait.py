@@ -141,13 +141,14 @@ def job_size(overrides: Mapping[str, str], origin: str) -> tuple[int, int]:
     return sizes[0], sizes[1]
 
 
-def connect(ray, address: str | None) -> None:
-    """``ray.init`` to ``address`` (else RAY_ADDRESS, else the local cluster); a UsageError saying why not."""
+def connect(ray, address: str | None, namespace: str | None = None) -> None:
+    """``ray.init`` to ``address`` (else RAY_ADDRESS, else the local cluster), in ``namespace``; a UsageError
+    saying why not."""
     named = ("--address", address) if address else ("RAY_ADDRESS", os.environ.get("RAY_ADDRESS", ""))
     if named[1] and named[1] not in ("auto", "local") and not _answers(named[1], 5.0):
         raise UsageError(f"{named[0]} {named[1]}: no Ray head answers there (expected HEAD_IP:PORT of a started head)")
     try:
-        fanout.init(ray, address, f"{named[0]} {named[1]}" if named[1] else "the local Ray cluster")
+        fanout.init(ray, address, f"{named[0]} {named[1]}" if named[1] else "the local Ray cluster", namespace)
     except (ConnectionError, ValueError, RuntimeError) as e:
         if not address and not os.environ.get("RAY_ADDRESS"):
             raise UsageError(

@@ -32,14 +32,20 @@ class Beside:
         self.checked = 0.0
         self.partial = b""
         self.abort = False  # set by the caller: end the job (a stall was named under --on-stall abort)
+        self.following = False  # the watch follows a job (else nothing is left for it to say at the end)
 
     def tick(self) -> int | None:
         """Start the watch when the cluster has become reachable; the fd to read when it just started."""
         if self.proc is not None or self.checked and time.monotonic() - self.checked < CHECK_S:
             return None
+        import importlib.util
+
         from ascendfix.cluster.wait import reachable_address
 
         self.checked = time.monotonic()
+        if importlib.util.find_spec("ray") is None:  # no ray here: nothing to watch with
+            self.checked = float("inf")
+            return None
         self.address = reachable_address(self.env)
         if self.address is None:
             return None
@@ -64,14 +70,16 @@ class Beside:
             with contextlib.suppress(ValueError):
                 event = json.loads(line)
                 if isinstance(event, dict) and "event" in event:
+                    self.following = self.following or event["event"] == "job"
                     self.on_event(event)
         return bool(chunk)
 
     def close(self) -> None:
-        """Let the watch see the job end (it then ends by itself), reading what it says; else stop it."""
+        """Let the watch see the job end (it then ends by itself), reading what it says; else (or when it
+        follows no job: the command was no Ray job) stop it."""
         if self.proc is None:
             return
-        deadline = time.monotonic() + END_S
+        deadline = time.monotonic() + (END_S if self.following else 0)
         while time.monotonic() < deadline and self.proc.poll() is None:
             self.read()
             time.sleep(0.2)

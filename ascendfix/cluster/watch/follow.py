@@ -18,7 +18,7 @@ from ascendfix.cluster import fanout
 from ascendfix.cluster import wait as raywait
 from ascendfix.cluster.watch import probe, rules
 
-PROBE_TIMEOUT_S = 20.0  # a node whose probe has not answered by then is asked again at the next poll
+NAMESPACE = "ascendfix-watch"  # the watch's own driver: another watch does not follow it
 
 
 @dataclass
@@ -48,17 +48,25 @@ class Cluster:
         self.pending: dict[str, object] = {}  # node id -> the probe still running there
 
     def jobs(self) -> list[dict]:
-        """The jobs on the cluster but this watch's own: id, alive, driver pid, entrypoint."""
-        return [
-            {
-                "job_id": j["JobID"],
-                "alive": not j["IsDead"],
-                "driver_pid": j["DriverPid"],
-                "entrypoint": j["Entrypoint"],
-            }
-            for j in self.state.job_table()
-            if j["JobID"] != self.own_job
-        ]
+        """The jobs on the cluster but the watches' own: id, alive, driver pid, entrypoint."""
+        from ray.core.generated import gcs_pb2
+
+        accessor = self.state._connect_and_get_accessor()  # what state.job_table() reads, with the namespace
+        table = accessor.get_job_table(skip_submission_job_info_field=True, skip_is_running_tasks_field=True)
+        jobs = []
+        for blob in table:
+            entry = gcs_pb2.JobTableData.FromString(blob)
+            if entry.job_id.hex() == self.own_job or entry.config.ray_namespace == NAMESPACE:
+                continue
+            jobs.append(
+                {
+                    "job_id": entry.job_id.hex(),
+                    "alive": not entry.is_dead,
+                    "driver_pid": entry.driver_pid,
+                    "entrypoint": entry.entrypoint,
+                }
+            )
+        return jobs
 
     def actors(self, job_id: str) -> list[rules.Rank]:
         """The job's alive actors as ranks."""
@@ -94,28 +102,36 @@ class Cluster:
         return clk_tck, seen
 
 
-def follow(
-    address: str | None,
-    emit: Callable[[dict], None],
-    poll_s: float = rules.POLL_S,
-    stop: Callable[[], bool] = lambda: False,
-) -> Outcome:
-    """Watch the cluster at ``address`` until the jobs it followed have ended (or ``stop()``); events to ``emit``."""
+def follow(address: str | None, emit: Callable[[dict], None], poll_s: float = rules.POLL_S) -> Outcome:
+    """Watch the cluster at ``address`` until the jobs it followed have ended; events to ``emit``."""
     ray = fanout.import_ray()
-    raywait.connect(ray, address)
+    raywait.connect(ray, address, NAMESPACE)
     try:
-        return _loop(Cluster(ray), address or "auto", emit, poll_s, stop)
+        return _loop(Cluster(ray), address or "auto", emit, poll_s)
     finally:
         ray.shutdown()
 
 
-def _loop(cluster: Cluster, address: str, emit, poll_s: float, stop) -> Outcome:
+def _loop(cluster: Cluster, address: str, emit, poll_s: float) -> Outcome:
     detector = rules.Detector(poll_s)
     outcome, alive = Outcome(), {}
     emit({"event": "started", "address": address, "poll_s": poll_s, "time": rules.iso(time.time())})
-    while not stop():
+    while True:
         began = time.monotonic()
-        jobs = {j["job_id"]: j for j in cluster.jobs()}
+        try:
+            jobs = {j["job_id"]: j for j in cluster.jobs()}
+        except Exception as e:  # the head went away: say so and end, never a traceback
+            why = f"lost the cluster: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+            emit(
+                {
+                    "event": "ended",
+                    "jobs": outcome.jobs,
+                    "stalls": outcome.stalls,
+                    "time": rules.iso(time.time()),
+                    "error": why,
+                }
+            )
+            return outcome
         for job_id, job in jobs.items():
             if job["alive"] and job_id not in alive:
                 alive[job_id] = job
@@ -128,7 +144,11 @@ def _loop(cluster: Cluster, address: str, emit, poll_s: float, stop) -> Outcome:
             emit({"event": "job", "job_id": job_id, "state": "ended", **_who(job), "time": rules.iso(time.time())})
         if outcome.jobs and not alive:
             break
-        ranks = {r.pid: r for job_id in alive for r in cluster.actors(job_id)}
+        try:
+            ranks = {r.pid: r for job_id in alive for r in cluster.actors(job_id)}
+        except Exception:  # a job that ended between the two reads: the next poll sees it
+            time.sleep(poll_s)
+            continue
         by_node: dict[str, list[int]] = {}
         for r in ranks.values():
             by_node.setdefault(r.node_id, []).append(r.pid)

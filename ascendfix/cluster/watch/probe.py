@@ -76,9 +76,11 @@ def dump_stack(pid: int, tool: str | None) -> dict:
         return {"stack_error": f"py-spy could not start: {e}"}
     text = done.stdout[: 1 << 20].decode(errors="replace")
     if done.returncode != 0:
-        why = (done.stderr[-2000:].decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        if any(word in why for word in NO_PTRACE):
-            why = f"ptrace is not permitted here ({why}): run with CAP_SYS_PTRACE to see stacks"
+        said = [line.strip() for line in done.stderr[:4000].decode(errors="replace").splitlines() if line.strip()]
+        why = next((line for line in said if line.startswith("Error:")), said[0] if said else "no output")
+        if any(word in line for line in said for word in NO_PTRACE):
+            denied = next(line for line in said if any(word in line for word in NO_PTRACE))
+            why = f"ptrace is not permitted here ({why} {denied}): give the Ray nodes CAP_SYS_PTRACE to see stacks"
         return {"stack_error": f"py-spy: {why[:MAX_LINE]}"}
     return {"stack": main_frames(text)[:MAX_FRAMES]}
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 POLL_S = 2.0  # the watch's poll interval
@@ -62,6 +62,18 @@ def in_collective(stack: tuple[str, ...]) -> bool:
     return False
 
 
+def waits_on_ray(stack: tuple[str, ...] | None) -> bool:
+    """Whether the stack's innermost frames are Ray's ``get``/``wait``: the rank waits on other Ray calls."""
+    for frame in stack or ():
+        name, _, where = frame.partition(" ")
+        if re.search(r"[(/]ray/", where):
+            if name.rsplit(".", 1)[-1] in ("get", "wait"):
+                return True
+            continue
+        return False
+    return False
+
+
 @dataclass(frozen=True)
 class Rank:
     """Who one rank is: its process and where, its actor, its job."""
@@ -100,7 +112,7 @@ class Budget:
 
     @property
     def usual(self) -> float:
-        """The longest of the remembered calls (s)."""
+        """The longest of the remembered calls (s, to a poll)."""
         return max(self.durations, default=0.0)
 
     def bound(self, poll_s: float) -> float:
@@ -201,14 +213,13 @@ class Detector:
             dumped = now if sample.stack is not None or sample.stack_error else None
             if dumped is None and before is not None and before.dumped is not None:
                 if method_of(sample.title) == method_of(before.sample.title):  # the last dump stands
-                    sample = Sample(**{**vars(sample), "stack": before.sample.stack})
-                    sample = Sample(**{**vars(sample), "stack_error": before.sample.stack_error})
+                    sample = replace(sample, stack=before.sample.stack, stack_error=before.sample.stack_error)
                     dumped = before.dumped
             self.seen[pid] = _Seen(rank, sample, now, busy, dumped)
 
     def _completed(self, call: _Call) -> list[dict]:
         budget = self.budgets.setdefault(call.method, Budget())
-        budget.durations.append(call.last - call.start)
+        budget.durations.append(call.last - call.start + self.poll_s)  # seen in k polls: at most k + 1 polls long
         budget.quiet.append(call.longest_quiet)
         bound = budget.bound(self.poll_s)
         told = self.told.get(call.method)
@@ -238,6 +249,9 @@ class Detector:
                 call.first_stacks = {s.rank.pid: s.sample.stack for s in members}
             else:
                 self._wants |= {s.rank.pid for s in members}
+            return None
+        if all(waits_on_ray(s.sample.stack) for s in ranks):
+            call.named = True  # a call waiting on other Ray calls (verl's trainer): those are judged, not it
             return None
         if quiet < bound:
             return None
