@@ -16,6 +16,8 @@ passes the changed bytes.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import importlib.metadata
 import importlib.util
 import io
@@ -87,6 +89,29 @@ def convert(hf: Path, out: Path, ranks: int = 1) -> Path:
         launch = ["-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port", port]
         _python([*launch, "-m", "tests.convert_main", *args], env=env, timeout=900)
     return out
+
+
+def built() -> dict[str, Path]:
+    """The tiny Qwen3-MoE model, its conversions at 1 rank and at 2 (PP=2), the dense model and its conversion:
+    built once into the test cache (a folder named after what builds them), read-only to the tests."""
+    require()
+    recipe = hashlib.sha256()
+    for text in (MOE, DENSE, SAVE, VERL, (cli.REPO / "tests" / "mcore_standins.py").read_text()):
+        recipe.update(text.encode())
+    root = upstream.cache_dir() / "conversions" / recipe.hexdigest()[:16]
+    names = {"moe": "moe-hf", "moe-mcore": "moe-mcore", "moe-mcore-pp2": "moe-mcore-pp2", "dense": "dense-hf",
+             "dense-mcore": "dense-mcore"}  # fmt: skip
+    with open(upstream.cache_dir() / ".conversions.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test processes share the cache
+        if not (root / ".complete").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            moe = hf_model(root / "moe-hf")
+            dense = hf_model(root / "dense-hf", "dense", shard="5GB")
+            convert(moe, root / "moe-mcore")
+            convert(moe, root / "moe-mcore-pp2", ranks=2)
+            convert(dense, root / "dense-mcore")
+            (root / ".complete").touch()
+    return {key: root / name for key, name in names.items()}
 
 
 def _python(args: list[str], env: dict | None = None, timeout: float = 300) -> None:

@@ -23,7 +23,7 @@ from ascendfix import resources
 from ascendfix.errors import UsageError
 
 try:
-    import tomllib
+    import tomllib  # novermin (guarded: Python 3.10 reads tomli, the same parser)
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
