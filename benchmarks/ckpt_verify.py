@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,12 +57,20 @@ def files(*folders: Path) -> list[str]:
     return [str(p) for folder in folders for p in sorted(folder.iterdir()) if p.is_file()]
 
 
-def timed(argv: list[str], **kwargs) -> tuple[float, int]:
-    """Seconds, and the peak RSS (bytes) of the process and its children."""
-    start = time.perf_counter()
-    subprocess.run(argv, check=True, **kwargs)
-    seconds = time.perf_counter() - start
-    return seconds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+MEASURE = """
+import resource, subprocess, sys, time
+start = time.perf_counter()
+subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
+print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
+
+
+def timed(argv: list[str], env: dict | None = None) -> tuple[float, int]:
+    """Seconds, and the peak RSS (bytes) of ``argv``'s process and its children alone, measured by a small
+    interpreter that starts it (its own start-up not counted)."""
+    result = subprocess.run([sys.executable, "-c", MEASURE, *argv], check=True, env=env, capture_output=True)
+    seconds, rss = result.stdout.split()
+    return float(seconds), int(rss)
 
 
 def main() -> None:
@@ -82,8 +88,8 @@ def main() -> None:
     verify = [sys.executable, "-m", "ascendfix", "ckpt", "verify", str(hf), str(mcore)]
     cats, verifies, peak = [], [], 0
     for _ in range(args.repeat):
-        cats.append(timed(["cat", *names], stdout=subprocess.DEVNULL)[0])
-        seconds, rss = timed(verify, stdout=subprocess.DEVNULL, env=env)
+        cats.append(timed(["cat", *names])[0])
+        seconds, rss = timed(verify, env=env)
         verifies.append(seconds)
         peak = max(peak, rss)
     cat, ours = statistics.median(cats), statistics.median(verifies)
