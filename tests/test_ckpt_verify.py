@@ -239,3 +239,20 @@ def test_bad_input_is_one_line_and_exit_2(built, ascendfix_cli, tmp_path):
     assert disagrees.returncode == 2 and "the config is not this model's" in disagrees.stderr
     assert len(disagrees.stderr.strip().splitlines()) == 1
     shutil.rmtree(other)
+
+
+def test_the_mergers_direction_names_permuted_experts_too(built, ascendfix_cli, tmp_path):
+    merged = _merged(built, tmp_path)
+    five, six = (f"model.layers.1.mlp.experts.{e}.down_proj.weight" for e in (5, 6))
+    shard = next(p for p in merged.glob("*.safetensors") if five in json.loads(_header(p)))
+
+    def change(tensors):
+        tensors[five], tensors[six] = tensors[six], tensors[five]
+
+    _rewrite(shard, change)
+    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    assert code == 1 and report["direction"] == "mcore-to-hf" and kinds(report) == ["value-mismatch"]
+    found = {p["tensor"]: p for p in report["problems"]}
+    assert set(found) == {five, six}
+    assert "expert 5 holds expert 6's bytes" in found[five]["detail"] and found[five]["file"] == shard.name
+    assert found[five]["source_tensor"] == FC2
