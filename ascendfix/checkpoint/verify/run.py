@@ -131,6 +131,7 @@ class _Verify:
         self._uncovered: set[str] = set()  # HF tensors not every byte of which has a place to be compared
         self._unread: list[_Run] = []
         self._by_region: dict[int, list[_Run]] = defaultdict(list)
+        self._chunk_index: dict[tuple, tuple[dict, list]] = {}  # (mcore name, depth): chunks by index, wide ones
         self.differ: dict[int, list] = {}  # region: [first, last differing byte, chunk, source bytes, converted]
 
     @property
@@ -239,6 +240,20 @@ class _Verify:
 
     # regions into runs
 
+    def _chunks_at(self, mc: sides.McTensor, index: tuple[int, ...]) -> list[sides.Chunk]:
+        """The chunks of ``mc`` that may hold its slab at ``index``: those one index wide there (found by their
+        offsets), and every wider one."""
+        key = (mc.name, len(index))
+        found = self._chunk_index.get(key)
+        if found is None:
+            found = self._chunk_index[key] = (defaultdict(list), [])
+            for chunk in mc.chunks:
+                if all(n == 1 for n in chunk.sizes[: len(index)]):
+                    found[0][chunk.offsets[: len(index)]].append(chunk)
+                else:
+                    found[1].append(chunk)
+        return found[0].get(index, []) + found[1]
+
     def _cut(self, i: int) -> None:
         """The runs of region ``i``: its rows intersected with each chunk of its mcore tensor."""
         region = self.regions[i]
@@ -248,7 +263,7 @@ class _Verify:
         item = self.itemsize[region.mcore]
         row_bytes = mapping.row_elements(hf.shape) * item
         covered = 0
-        for chunk in mc.chunks:
+        for chunk in self._chunks_at(mc, region.index):
             o, s = chunk.offsets, chunk.sizes
             if any(not o[j] <= region.index[j] < o[j] + s[j] for j in range(k)):
                 continue
