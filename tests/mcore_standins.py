@@ -231,6 +231,15 @@ def install() -> None:
     _write_item_default_format()
 
 
+def install_for_merger() -> None:
+    """:func:`install`, and verl's ``get_nccl_backend()`` (which the merger calls, and which raises on a CPU)
+    answering gloo."""
+    install()
+    from verl.utils import device
+
+    device.get_nccl_backend = lambda: "gloo"
+
+
 def _write_item_default_format() -> None:
     """torch >= 2.7's ``filesystem._write_item`` takes a ``serialization_format`` megatron-core 0.12.1's
     ``filesystem_async.py`` (lines 320, 326) does not pass: default it to ``TORCH_SAVE``, the one format

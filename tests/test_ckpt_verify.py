@@ -3,8 +3,8 @@ proven intact, then damaged the ways conversions fail in the field, each named b
 
 The value damage (swapped halves, permuted experts, QKV order, the embedding in ``output_layer``, a
 1-ulp drift) keeps every zip and CRC-32 valid: ``ckpt check --bytes`` passes it, ``ckpt verify``
-names it. The merger's direction is proven against the source folder itself as the merged output
-(verl's merger writes it back byte-identical; its own run is not part of these tests).
+names it. The merger's direction runs on verl's own merger's output (``global_step_N/actor``, as
+verl's trainer lays a save out, merged at 1 and at 2 ranks), and is damaged there.
 """
 
 from __future__ import annotations
@@ -49,10 +49,12 @@ def kinds(report: dict) -> list[str]:
         ("moe", "moe-mcore", "hf-to-mcore", 135),
         ("moe", "moe-mcore-pp2", "hf-to-mcore", 135),
         ("dense", "dense-mcore", "hf-to-mcore", 36),
+        ("moe-actor", "moe-merged", "mcore-to-hf", 135),
+        ("moe-actor", "moe-merged-pp2", "mcore-to-hf", 135),
+        ("dense-actor", "dense-merged", "mcore-to-hf", 36),
         ("moe-mcore", "moe", "mcore-to-hf", 135),
-        ("moe-mcore-pp2", "moe", "mcore-to-hf", 135),
-        ("dense-mcore", "dense", "mcore-to-hf", 36),
     ],
+    ids=["moe", "moe-pp2", "dense", "merge-moe", "merge-moe-pp2", "merge-dense", "moe-back-to-its-source"],
 )
 def test_a_real_conversion_is_proven_byte_for_byte(built, ascendfix_cli, source, converted, direction, tensors):
     code, report = verify(ascendfix_cli, built[source], built[converted])
@@ -151,7 +153,12 @@ def test_a_cut_data_file_is_ckpt_checks_finding(built, ascendfix_cli, tmp_path):
 
 
 def _merged(built, tmp_path) -> Path:
-    return conversion.copy(built["moe"], tmp_path / "merged")
+    """A copy of verl's merger's output (2 ranks: four shards and their index)."""
+    return conversion.copy(built["moe-merged-pp2"], tmp_path / "merged")
+
+
+def _shards(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.safetensors"))
 
 
 def _rewrite(path: Path, change) -> None:
@@ -164,10 +171,11 @@ def _rewrite(path: Path, change) -> None:
 
 def test_a_shard_the_index_lists_is_missing(built, ascendfix_cli, tmp_path):
     merged = _merged(built, tmp_path)
-    (merged / "model-00002-of-00002.safetensors").unlink()
-    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    shard = _shards(merged)[-1]
+    shard.unlink()
+    code, report = verify(ascendfix_cli, built["moe-actor"], merged)
     assert code == 1 and kinds(report) == ["missing-file"]
-    assert report["problems"][0]["file"] == "model-00002-of-00002.safetensors"
+    assert report["problems"][0]["file"] == shard.name
 
 
 @pytest.mark.parametrize("same", [True, False])
@@ -182,7 +190,7 @@ def test_a_key_in_two_shards_is_a_duplicate(built, ascendfix_cli, tmp_path, same
     if not same:
         copy[0, 0] += 1
     _rewrite(other, lambda tensors: tensors.__setitem__(name, copy))
-    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    code, report = verify(ascendfix_cli, built["moe-actor"], merged)
     assert code == 1 and kinds(report) == ["duplicate"]
     problem = report["problems"][0]
     assert problem["tensor"] == name and first.name in problem["detail"] and other.name in problem["detail"]
@@ -191,9 +199,9 @@ def test_a_key_in_two_shards_is_a_duplicate(built, ascendfix_cli, tmp_path, same
 
 def test_a_cut_shard_is_truncated_at_its_first_cut_tensor(built, ascendfix_cli, tmp_path):
     merged = _merged(built, tmp_path)
-    shard = merged / "model-00001-of-00002.safetensors"
+    shard = max(_shards(merged), key=lambda p: p.stat().st_size)
     os.truncate(shard, shard.stat().st_size - 100_000)
-    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    code, report = verify(ascendfix_cli, built["moe-actor"], merged)
     assert code == 1 and kinds(report) == ["truncated"]
     problem = report["problems"][0]
     assert problem["file"] == shard.name and problem["tensor"].startswith("model.")
@@ -213,7 +221,7 @@ def test_expert_keys_not_renamed_and_lora_left_unmerged_are_diagnosed(built, asc
     weights = json.loads(index.read_text())
     weights["weight_map"].pop(old)
     index.write_text(json.dumps(weights))
-    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    code, report = verify(ascendfix_cli, built["moe-actor"], merged)
     assert code == 1 and kinds(report) == ["missing-tensor", "unexpected-tensor"]
     details = {p["tensor"]: p["detail"] for p in report["problems"]}
     assert "the merger's expert rename did not run" in details["model.layers.3.mlp.experts.gate_proj.weight7"]
@@ -250,7 +258,7 @@ def test_the_mergers_direction_names_permuted_experts_too(built, ascendfix_cli, 
         tensors[five], tensors[six] = tensors[six], tensors[five]
 
     _rewrite(shard, change)
-    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    code, report = verify(ascendfix_cli, built["moe-actor"], merged)
     assert code == 1 and report["direction"] == "mcore-to-hf" and kinds(report) == ["value-mismatch"]
     found = {p["tensor"]: p for p in report["problems"]}
     assert set(found) == {five, six}
