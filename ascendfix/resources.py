@@ -9,8 +9,7 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def data_dir(name: str) -> Path:
-    """The bundled ``manifests``, ``patches`` or ``mappings`` folder: inside a wheel, or beside the package in a
-    checkout."""
+    """The bundled ``manifests``, ``patches`` or ``mappings`` folder: in a wheel, or beside the package."""
     installed = _PACKAGE / "_data" / name
     return installed if installed.is_dir() else _PACKAGE.parent / name
 

@@ -1,5 +1,6 @@
 """Real conversions for ``ckpt verify``'s tests: a tiny random Hugging Face model, converted by verl's own
-``scripts/converter_hf_to_mcore.py`` with megatron-core 0.12.1's own ``dist_checkpointing.save``, on CPU.
+``scripts/converter_hf_to_mcore.py`` with megatron-core 0.12.1's own ``dist_checkpointing.save``, and merged
+back by verl's own ``verl.model_merger`` (megatron backend), on CPU.
 
 verl's tree comes at test time from PyPI (:func:`tests.upstream.verl_checkout`, the 0.5.0 source
 distribution, into the test cache): its converter differs from the one at the profile's pin
@@ -16,6 +17,8 @@ passes the changed bytes.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import importlib.metadata
 import importlib.util
 import io
@@ -52,6 +55,16 @@ import sys, torch
 torch.manual_seed(0)
 Model(config).to(torch.bfloat16).save_pretrained(sys.argv[1], max_shard_size=sys.argv[2])
 """
+TOKENIZER = """
+import sys
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+vocab = {f"t{i}": i for i in range(500)}
+vocab["[UNK]"] = 500
+tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]").save_pretrained(sys.argv[1])
+"""
 
 
 def require() -> None:
@@ -79,7 +92,8 @@ def convert(hf: Path, out: Path, ranks: int = 1) -> Path:
     args = [script, "--hf_model_path", str(hf), "--output_path", str(out)]
     if "Moe" in (hf / "config.json").read_text():
         args.append("--use_cpu_initialization")
-    env = {"PYTHONPATH": os.pathsep.join([str(tree), str(cli.REPO)]), "OMP_NUM_THREADS": "1"}
+    # this checkout first: verl's source distribution has a tests/ package of its own
+    env = {"PYTHONPATH": os.pathsep.join([str(cli.REPO), str(tree)]), "OMP_NUM_THREADS": "1"}
     if ranks == 1:
         _python(["-m", "tests.convert_main", *args], env=env, timeout=900)
     else:
@@ -89,9 +103,66 @@ def convert(hf: Path, out: Path, ranks: int = 1) -> Path:
     return out
 
 
+_RECIPE_FILES = [cli.REPO / "tests" / "mcore_standins.py", cli.REPO / "tests" / "convert_main.py"]
+
+
+def built() -> dict[str, Path]:
+    """The tiny Qwen3-MoE model, its conversions at 1 rank and at 2 (PP=2), the dense model and its conversion,
+    and verl's merger's outputs from a trainer-style save of those (``*-actor``: at 1 rank, and for the MoE at 2):
+    built once into the test cache (a folder named after what builds them), read-only to the tests."""
+    require()
+    recipe = hashlib.sha256()
+    for text in (MOE, DENSE, SAVE, TOKENIZER, VERL, *(p.read_text() for p in _RECIPE_FILES)):
+        recipe.update(text.encode())
+    root = upstream.cache_dir() / "conversions" / recipe.hexdigest()[:16]
+    names = ["moe", "moe-mcore", "moe-mcore-pp2", "moe-actor", "moe-merged", "moe-merged-pp2", "dense",
+             "dense-mcore", "dense-actor", "dense-merged"]  # fmt: skip
+    with open(upstream.cache_dir() / ".conversions.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test processes share the cache
+        if not (root / ".complete").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            moe = hf_model(root / "moe")
+            dense = hf_model(root / "dense", "dense", shard="5GB")
+            convert(moe, root / "moe-mcore")
+            convert(moe, root / "moe-mcore-pp2", ranks=2)
+            convert(dense, root / "dense-mcore")
+            merge(root / "moe-mcore-pp2", moe, root / "moe-actor", root / "moe-merged")
+            merge(root / "moe-mcore-pp2", moe, root / "moe-actor", root / "moe-merged-pp2", ranks=2)
+            merge(root / "dense-mcore", dense, root / "dense-actor", root / "dense-merged")
+            (root / ".complete").touch()
+    return {name: root / name for name in names}
+
+
+def merge(mcore: Path, hf: Path, actor: Path, out: Path, ranks: int = 1) -> Path:
+    """verl's model merger (``python -m verl.model_merger merge --backend megatron``) run on a save laid out as
+    verl's trainer writes it: ``actor/dist_ckpt`` (the conversion ``mcore``) and ``actor/huggingface``
+    (``hf``'s config and a tokenizer, which the merger copies); into ``out``."""
+    if not actor.exists():
+        shutil.copytree(mcore, actor / "dist_ckpt")
+        (actor / "huggingface").mkdir()
+        shutil.copy(hf / "config.json", actor / "huggingface")
+        _python(["-c", TOKENIZER, str(actor / "huggingface")])
+    tree = upstream.verl_checkout(VERL)
+    args = ["-m", "verl.model_merger", "merge", "--backend", "megatron", "--local_dir", str(actor)]
+    args += ["--target_dir", str(out), "--use_cpu_initialization"]
+    env = {"PYTHONPATH": os.pathsep.join([str(cli.REPO), str(tree)]), "OMP_NUM_THREADS": "1"}
+    if ranks == 1:
+        _python(["-m", "tests.convert_main", *args], env=env, timeout=900)
+    else:
+        port = str(29500 + (os.getpid() + 7) % 1000)
+        launch = ["-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port", port]
+        _python([*launch, "-m", "tests.convert_main", *args], env=env, timeout=900)
+    return out
+
+
 def _python(args: list[str], env: dict | None = None, timeout: float = 300) -> None:
     result = subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=cli.REPO,
     )
     if result.returncode != 0:
         raise AssertionError(

@@ -1,16 +1,22 @@
-"""Stand-ins that let verl's converter and megatron-core 0.12.1 run on a CPU-only machine.
+"""Stand-ins that let verl's converter and model merger, and megatron-core 0.12.1, run on a CPU-only machine.
 
-Installed only inside the converting process (:mod:`tests.convert_main`), never in the test
-process. Nothing of verl's or megatron's files is edited:
+Installed only inside the converting (or merging) process (:mod:`tests.convert_main`), never in the
+test process. Nothing of verl's, megatron's or torch's files is edited:
 
 - ``transformer_engine``: a module whose ``Linear``, ``LayerNormLinear``, ``GroupedLinear``,
   ``RMSNorm``, ``LayerNorm`` and ``DotProductAttention`` only hold parameters under TE's names
   (``weight``, ``bias``, ``layer_norm_weight``, ``weight{i}``) and an empty ``_extra_state``;
   megatron's own TE wrappers (``megatron/core/extensions/transformer_engine.py``) subclass them and
-  their ``sharded_state_dict`` still decides the checkpoint's layout;
-- ``torch.distributed.init_process_group("nccl")`` becomes gloo;
+  their ``sharded_state_dict`` still decides the checkpoint's layout. Every other TE submodule
+  megatron imports at import time (fp8 casts, fused kernels) is inert; ``cpu_offload`` answers
+  "no offload";
+- ``torch.distributed.init_process_group("nccl")`` becomes gloo (and, for the merger, verl's
+  ``get_nccl_backend()``, which raises on a CPU);
 - the ``torch.cuda`` calls megatron's seed tracker (``tensor_parallel/random.py``), TE kwargs
-  (``current_device``) and save (``synchronize``) make answer for the CPU.
+  (``current_device``), MoE dispatcher (``Stream``) and save (``synchronize``) make answer for the
+  CPU, as do ``torch.cpu.current_device``/``empty_cache`` where verl uses them as a device's;
+- torch >= 2.7's ``filesystem._write_item`` gets the serialization format megatron-core 0.12.1
+  does not pass (``TORCH_SAVE``: one ``torch.save`` record per item, as before).
 """
 
 from __future__ import annotations
@@ -29,8 +35,7 @@ TE_VERSION = "1.13.0"  # a TE before 2.0: its _extra_state is a torch.save'd Byt
 
 
 def _device(kwargs):
-    device = kwargs.get("device")
-    return "cpu" if device is None or device not in ("meta",) else device
+    return "meta" if kwargs.get("device") == "meta" else "cpu"
 
 
 class _Module(nn.Module):
@@ -229,6 +234,15 @@ def install() -> None:
     torch.cpu.current_device = lambda: _CPU  # verl: f"{device}:{get_device_id()}" and device=get_device_id()
     torch.cuda.Stream = lambda *a, **k: None  # the MoE dispatcher's device-to-host stream, used only in forward
     _write_item_default_format()
+
+
+def install_for_merger() -> None:
+    """:func:`install`, and verl's ``get_nccl_backend()`` (which the merger calls, and which raises on a CPU)
+    answering gloo."""
+    install()
+    from verl.utils import device
+
+    device.get_nccl_backend = lambda: "gloo"
 
 
 def _write_item_default_format() -> None:

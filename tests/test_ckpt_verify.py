@@ -3,8 +3,8 @@ proven intact, then damaged the ways conversions fail in the field, each named b
 
 The value damage (swapped halves, permuted experts, QKV order, the embedding in ``output_layer``, a
 1-ulp drift) keeps every zip and CRC-32 valid: ``ckpt check --bytes`` passes it, ``ckpt verify``
-names it. The merger's direction is proven against the source folder itself as the merged output
-(verl's merger writes it back byte-identical; its own run is not part of these tests).
+names it. The merger's direction runs on verl's own merger's output (``global_step_N/actor``, as
+verl's trainer lays a save out, merged at 1 and at 2 ranks), and is damaged there.
 """
 
 from __future__ import annotations
@@ -27,19 +27,10 @@ ROW = 128 * 2  # one row of hidden 128 in bfloat16
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """The tiny Qwen3-MoE model and its conversions at 1 rank and at 2 (PP=2), the dense model and its own."""
-    conversion.require()
-    root = tmp_path_factory.mktemp("conversions")
-    moe = conversion.hf_model(root / "moe-hf")
-    dense = conversion.hf_model(root / "dense-hf", "dense", shard="5GB")
-    return {
-        "moe": moe,
-        "moe-mcore": conversion.convert(moe, root / "moe-mcore"),
-        "moe-mcore-pp2": conversion.convert(moe, root / "moe-mcore-pp2", ranks=2),
-        "dense": dense,
-        "dense-mcore": conversion.convert(dense, root / "dense-mcore"),
-    }
+def built():
+    """The tiny Qwen3-MoE model and its conversions at 1 rank and at 2 (PP=2), the dense model and its own
+    (built once into the test cache; tests copy what they damage)."""
+    return conversion.built()
 
 
 def verify(cli, source: Path, converted: Path) -> tuple[int, dict]:
@@ -58,10 +49,12 @@ def kinds(report: dict) -> list[str]:
         ("moe", "moe-mcore", "hf-to-mcore", 135),
         ("moe", "moe-mcore-pp2", "hf-to-mcore", 135),
         ("dense", "dense-mcore", "hf-to-mcore", 36),
+        ("moe-actor", "moe-merged", "mcore-to-hf", 135),
+        ("moe-actor", "moe-merged-pp2", "mcore-to-hf", 135),
+        ("dense-actor", "dense-merged", "mcore-to-hf", 36),
         ("moe-mcore", "moe", "mcore-to-hf", 135),
-        ("moe-mcore-pp2", "moe", "mcore-to-hf", 135),
-        ("dense-mcore", "dense", "mcore-to-hf", 36),
     ],
+    ids=["moe", "moe-pp2", "dense", "merge-moe", "merge-moe-pp2", "merge-dense", "moe-back-to-its-source"],
 )
 def test_a_real_conversion_is_proven_byte_for_byte(built, ascendfix_cli, source, converted, direction, tensors):
     code, report = verify(ascendfix_cli, built[source], built[converted])
@@ -160,7 +153,12 @@ def test_a_cut_data_file_is_ckpt_checks_finding(built, ascendfix_cli, tmp_path):
 
 
 def _merged(built, tmp_path) -> Path:
-    return conversion.copy(built["moe"], tmp_path / "merged")
+    """A copy of verl's merger's output (2 ranks: four shards and their index)."""
+    return conversion.copy(built["moe-merged-pp2"], tmp_path / "merged")
+
+
+def _shards(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.safetensors"))
 
 
 def _rewrite(path: Path, change) -> None:
@@ -173,10 +171,11 @@ def _rewrite(path: Path, change) -> None:
 
 def test_a_shard_the_index_lists_is_missing(built, ascendfix_cli, tmp_path):
     merged = _merged(built, tmp_path)
-    (merged / "model-00002-of-00002.safetensors").unlink()
-    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    shard = _shards(merged)[-1]
+    shard.unlink()
+    code, report = verify(ascendfix_cli, built["moe-actor"], merged)
     assert code == 1 and kinds(report) == ["missing-file"]
-    assert report["problems"][0]["file"] == "model-00002-of-00002.safetensors"
+    assert report["problems"][0]["file"] == shard.name
 
 
 @pytest.mark.parametrize("same", [True, False])
@@ -191,7 +190,7 @@ def test_a_key_in_two_shards_is_a_duplicate(built, ascendfix_cli, tmp_path, same
     if not same:
         copy[0, 0] += 1
     _rewrite(other, lambda tensors: tensors.__setitem__(name, copy))
-    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    code, report = verify(ascendfix_cli, built["moe-actor"], merged)
     assert code == 1 and kinds(report) == ["duplicate"]
     problem = report["problems"][0]
     assert problem["tensor"] == name and first.name in problem["detail"] and other.name in problem["detail"]
@@ -200,9 +199,9 @@ def test_a_key_in_two_shards_is_a_duplicate(built, ascendfix_cli, tmp_path, same
 
 def test_a_cut_shard_is_truncated_at_its_first_cut_tensor(built, ascendfix_cli, tmp_path):
     merged = _merged(built, tmp_path)
-    shard = merged / "model-00001-of-00002.safetensors"
+    shard = max(_shards(merged), key=lambda p: p.stat().st_size)
     os.truncate(shard, shard.stat().st_size - 100_000)
-    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    code, report = verify(ascendfix_cli, built["moe-actor"], merged)
     assert code == 1 and kinds(report) == ["truncated"]
     problem = report["problems"][0]
     assert problem["file"] == shard.name and problem["tensor"].startswith("model.")
@@ -214,15 +213,15 @@ def test_expert_keys_not_renamed_and_lora_left_unmerged_are_diagnosed(built, asc
     shard = next(p for p in merged.glob("*.safetensors") if old in json.loads(_header(p)))
 
     def change(tensors):
+        tensors["model.layers.3.self_attn.q_proj.lora_A.weight"] = tensors[old].clone()
         tensors["model.layers.3.mlp.experts.gate_proj.weight7"] = tensors.pop(old)
-        tensors["model.layers.3.self_attn.q_proj.lora_A.weight"] = tensors["model.layers.3.self_attn.q_norm.weight"]
 
     _rewrite(shard, change)
     index = merged / "model.safetensors.index.json"
     weights = json.loads(index.read_text())
     weights["weight_map"].pop(old)
     index.write_text(json.dumps(weights))
-    code, report = verify(ascendfix_cli, built["moe-mcore"], merged)
+    code, report = verify(ascendfix_cli, built["moe-actor"], merged)
     assert code == 1 and kinds(report) == ["missing-tensor", "unexpected-tensor"]
     details = {p["tensor"]: p["detail"] for p in report["problems"]}
     assert "the merger's expert rename did not run" in details["model.layers.3.mlp.experts.gate_proj.weight7"]
@@ -248,3 +247,20 @@ def test_bad_input_is_one_line_and_exit_2(built, ascendfix_cli, tmp_path):
     assert disagrees.returncode == 2 and "the config is not this model's" in disagrees.stderr
     assert len(disagrees.stderr.strip().splitlines()) == 1
     shutil.rmtree(other)
+
+
+def test_the_mergers_direction_names_permuted_experts_too(built, ascendfix_cli, tmp_path):
+    merged = _merged(built, tmp_path)
+    five, six = (f"model.layers.1.mlp.experts.{e}.down_proj.weight" for e in (5, 6))
+    shard = next(p for p in merged.glob("*.safetensors") if five in json.loads(_header(p)))
+
+    def change(tensors):
+        tensors[five], tensors[six] = tensors[six], tensors[five]
+
+    _rewrite(shard, change)
+    code, report = verify(ascendfix_cli, built["moe-actor"], merged)
+    assert code == 1 and report["direction"] == "mcore-to-hf" and kinds(report) == ["value-mismatch"]
+    found = {p["tensor"]: p for p in report["problems"]}
+    assert set(found) == {five, six}
+    assert "expert 5 holds expert 6's bytes" in found[five]["detail"] and found[five]["file"] == shard.name
+    assert found[five]["source_tensor"] == FC2

@@ -88,10 +88,11 @@ def _render_verify(report) -> None:
     for kind, found in by_kind.items():
         click.echo(click.style(f"{kind} ({len(found)})", fg="red", bold=True))
         for p in found[:_SHOWN_PER_KIND]:
-            names = " <- ".join(clean(n) for n in (p.tensor, p.source_tensor) if n) or clean(p.file)
-            where = f" {clean(p.region)}" if p.region and p.region not in names else ""
-            file = f" [{clean(p.file)}]" if p.file and p.file not in names else ""
-            click.echo(f"  {names}{where}{file}: {clean(p.detail)}")
+            where = clean(p.region or p.tensor or p.file)
+            source = f" <- {clean(p.source_tensor)}" if p.source_tensor and p.source_tensor != p.tensor else ""
+            file = f" [{clean(p.file)}]" if p.file and p.file != where else ""
+            click.echo(f"  {where}{source}{file}")
+            click.echo(f"    {clean(p.detail)}")
         if len(found) > _SHOWN_PER_KIND:
             click.echo(f"  (and {len(found) - _SHOWN_PER_KIND} more; --json lists every one)")
     arrow = "HF -> Megatron" if report.direction == "hf-to-mcore" else "Megatron -> HF"

@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import NamedTuple
 
-from ascendfix.checkpoint import bounded, layout, verl
+from ascendfix.checkpoint import layout, verl
 from ascendfix.checkpoint.verify import compare, mapping, sides
 from ascendfix.checkpoint.verify.sides import Found, Piece
 from ascendfix.errors import AscendfixError, UsageError
@@ -56,7 +56,7 @@ class VerifyReport(NamedTuple):
 
     @classmethod
     def from_json(cls, data: dict) -> VerifyReport:
-        """The report :meth:`to_json` made (the bounded child's answer)."""
+        """The report :meth:`to_json` made."""
         fields = {k: data[k] for k in cls._fields}
         return cls(**{**fields, "problems": [Found(**p) for p in data["problems"]]})
 
@@ -87,6 +87,7 @@ def verify(source: Path, converted: Path) -> VerifyReport:
     if not os.path.isfile(config) and located.config is not None:
         config = located.config
     model = mapping.read_config(config)
+    rules = mapping.load(model.architecture)
     base = VerifyReport(str(source), str(converted), direction, model.architecture, 0, 0, [], [])
     mc_folder = located.folder
     missing = [n for n in (layout.METADATA, MEGATRON_METADATA) if not os.path.lexists(mc_folder / n)]
@@ -101,34 +102,14 @@ def verify(source: Path, converted: Path) -> VerifyReport:
     checked = verl.check_save(mc_given)
     if checked.problems:
         return base._replace(problems=[_checked(p) for p in checked.problems])
+    # ckpt check has just read this .metadata in its bounded child (memory and time limits), with the same
+    # allow-list reader: what passed there is read here again, in this process
     try:
-        size = os.lstat(mc_folder / layout.METADATA).st_size
-    except OSError:
-        size = 0
-    memory = _MEMORY_BASE + _MEMORY_PER_BYTE * size
-    args = [base.to_json(), str(hf_folder), str(mc_folder), model._asdict()]
-    try:
-        return VerifyReport.from_json(bounded.run(_verify_json, args, memory, layout.METADATA))
-    except bounded.Died as e:
-        raise AscendfixError(f"{e.subject}: {e.detail}") from None
-    except bounded.Failed as e:
-        raise (UsageError if e.exit_code == 2 else AscendfixError)(str(e)) from None
-
-
-_MEMORY_BASE = 2 << 30  # address space beyond the records, as ckpt check's (the buffers take 32 MiB of it)
-_MEMORY_PER_BYTE = 64  # the .metadata's records, per byte of its pickle (as ckpt check)
-
-
-def _verify_json(base: dict, hf_folder: str, mc_folder: str, model: dict) -> dict:
-    """Inside the bounded child: both sides read and compared; the report's JSON."""
-    given = mapping.Model(**model)
-    rules = mapping.load(given.architecture)
-    hf = sides.read_hf(Path(hf_folder))
-    bounded.note(layout.METADATA)
-    mc = sides.read_mcore(Path(mc_folder))
-    bounded.note(None)
-    report = VerifyReport.from_json(base)
-    return _Verify(report.direction, given, rules, hf, mc).report(report).to_json()
+        hf = sides.read_hf(hf_folder)
+        mc = sides.read_mcore(mc_folder)
+        return _Verify(direction, model, rules, hf, mc).report(base)
+    except OSError as e:  # a file changed under the check (removed, made a link or a FIFO)
+        raise AscendfixError(f"{e.filename or mc_folder}: {e.strerror or e} (did the files change?)") from None
 
 
 def _checked(problem) -> Found:
@@ -149,6 +130,8 @@ class _Verify:
         self._expected_shape: dict[str, tuple] = {}  # mcore name: (shape, dtype, first HF tensor mapped to it)
         self._uncovered: set[str] = set()  # HF tensors not every byte of which has a place to be compared
         self._unread: list[_Run] = []
+        self._by_region: dict[int, list[_Run]] = defaultdict(list)
+        self._chunk_index: dict[tuple, tuple[dict, list]] = {}  # (mcore name, depth): chunks by index, wide ones
         self.differ: dict[int, list] = {}  # region: [first, last differing byte, chunk, source bytes, converted]
 
     @property
@@ -174,7 +157,7 @@ class _Verify:
         ignored = sorted({b.split("/", 1)[0] for b in self.mc.blobs if self.rules.is_ignored(b)})
         for name in sorted(b for b in self.mc.blobs if not self.rules.is_ignored(b)):
             self._add("unexpected-tensor", self._mc_file(name), name, "", "", "a bytes item no mapping rule names")
-        for name in sorted(set(self.mc.tensors) - set(targeted)):
+        for name in sorted(set(self.mc.tensors) - {rule.mcore for rule in expected.values()}):
             self._add("unexpected-tensor", self._mc_file(name), name, "", "", "no mapping rule puts a tensor here")
         bad_shapes = {name for name in targeted if self._shape_problem(name, targeted[name])}
         for name, indices in targeted.items():
@@ -257,6 +240,20 @@ class _Verify:
 
     # regions into runs
 
+    def _chunks_at(self, mc: sides.McTensor, index: tuple[int, ...]) -> list[sides.Chunk]:
+        """The chunks of ``mc`` that may hold its slab at ``index``: those one index wide there (found by their
+        offsets), and every wider one."""
+        key = (mc.name, len(index))
+        found = self._chunk_index.get(key)
+        if found is None:
+            found = self._chunk_index[key] = (defaultdict(list), [])
+            for chunk in mc.chunks:
+                if all(n == 1 for n in chunk.sizes[: len(index)]):
+                    found[0][chunk.offsets[: len(index)]].append(chunk)
+                else:
+                    found[1].append(chunk)
+        return found[0].get(index, []) + found[1]
+
     def _cut(self, i: int) -> None:
         """The runs of region ``i``: its rows intersected with each chunk of its mcore tensor."""
         region = self.regions[i]
@@ -266,7 +263,7 @@ class _Verify:
         item = self.itemsize[region.mcore]
         row_bytes = mapping.row_elements(hf.shape) * item
         covered = 0
-        for chunk in mc.chunks:
+        for chunk in self._chunks_at(mc, region.index):
             o, s = chunk.offsets, chunk.sizes
             if any(not o[j] <= region.index[j] < o[j] + s[j] for j in range(k)):
                 continue
@@ -369,13 +366,20 @@ class _Verify:
     def _bytes(self, region: mapping.Region) -> int:
         return region.rows * mapping.row_elements(self.hf.tensors[region.hf].shape) * self.itemsize.get(region.mcore, 1)
 
+    def _region_runs(self, i: int) -> list[_Run]:
+        """Region ``i``'s runs, in its byte order."""
+        if not self._by_region:
+            for run in self.runs:
+                self._by_region[run.region].append(run)
+            for runs in self._by_region.values():
+                runs.sort(key=lambda r: r.at)
+        return self._by_region.get(i, [])
+
     def _converted_pieces(self, i: int) -> list[Piece]:
-        runs = sorted((r for r in self.runs if r.region == i), key=lambda r: r.at)
-        return [r.mc if self.converter else r.hf for r in runs]
+        return [r.mc if self.converter else r.hf for r in self._region_runs(i)]
 
     def _source_pieces(self, i: int) -> list[Piece]:
-        runs = sorted((r for r in self.runs if r.region == i), key=lambda r: r.at)
-        return [r.hf if self.converter else r.mc for r in runs]
+        return [r.hf if self.converter else r.mc for r in self._region_runs(i)]
 
     def _holder(self, i: int, same_size: list[int]) -> int | None:
         """The region whose source bytes region ``i``'s converted bytes equal: the same layer's first."""

@@ -249,10 +249,7 @@ def _data(reader, path: str, start: int, length: int, sizes: tuple, dtype: str) 
     pickle = next((r for r in records if r.name.endswith("/data.pkl") and r.name.count("/") == 1), None)
     if pickle is None or pickle.size > proof.MAX_DATA_PICKLE:
         raise proof._Wrong("corrupt", "no data.pkl of one tensor")
-    storages: list = []
-    ref = pickles.loads(bytes(entry.read(_data_at(entry, pickle), pickle.size)), pickles.zip_names(), storages)
-    if not isinstance(ref, pickles.TensorRef) or ref.storage is None or len(storages) != 1:
-        raise proof._Wrong("corrupt", "its data.pkl holds no single tensor")
+    ref = _tensor_ref(bytes(entry.read(_data_at(entry, pickle), pickle.size)))
     storage = ref.storage
     numel = math.prod(sizes)
     held = proof.STORAGE_DTYPES.get(storage.kind, "")
@@ -264,6 +261,21 @@ def _data(reader, path: str, start: int, length: int, sizes: tuple, dtype: str) 
     if member is None or member.size != numel * storage.itemsize:
         raise proof._Wrong("corrupt", f"no data/{storage.key} record of {numel * storage.itemsize:,} bytes")
     return Piece(path, start + _data_at(entry, member), member.size)
+
+
+_REFS: dict[bytes, pickles.TensorRef] = {}  # a data.pkl's bytes -> its tensor (chunks of one shape share one)
+
+
+def _tensor_ref(data: bytes) -> pickles.TensorRef:
+    """The one tensor a record's ``data.pkl`` holds (read through the allow-list, never run)."""
+    ref = _REFS.get(data)
+    if ref is None:
+        storages: list = []
+        ref = pickles.loads(data, pickles.zip_names(), storages)
+        if not isinstance(ref, pickles.TensorRef) or ref.storage is None or len(storages) != 1:
+            raise proof._Wrong("corrupt", "its data.pkl holds no single tensor")
+        _REFS[data] = ref
+    return ref
 
 
 def _data_at(entry, record) -> int:
