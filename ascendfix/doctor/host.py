@@ -9,7 +9,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from ascendfix.doctor import nic
+from ascendfix.doctor import ascend, nic
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
 from ascendfix.profile import rules
@@ -128,7 +128,7 @@ def check_env(ctx: Context) -> Finding:
         else:
             good.append(f"{var.name}={value}")
     warned, advice = [], []
-    ports = nic.port_warning(ctx.environ) if ctx.device == "npu" else None  # HCCL's listen ports
+    ports = nic.port_warning(ctx.environ, cann=_cann_version(ctx)) if ctx.device == "npu" else None  # HCCL's
     if ports:
         warned.append(ports[0])
         advice.append(ports[1])
@@ -272,3 +272,9 @@ def check_hazards(ctx: Context) -> Finding:
         return warn(*warnings, *notes, fix="\n".join(fixes), details=details)
     checked = f"{len(ctx.profile.rules)} rule(s) of the profile hold for the environment and verl's defaults"
     return ok(*(notes or ["none of the known hazards applies"]), checked)
+
+
+def _cann_version(ctx: Context) -> str | None:
+    """The CANN version found on disk, else the profile's (how many ports HCCL listens on depends on it)."""
+    toolkit = ascend.find_toolkit(ctx)
+    return toolkit.version if toolkit is not None else ascend.pinned(ctx, "cann")
