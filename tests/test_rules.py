@@ -109,7 +109,7 @@ def test_rl_plugin_overrides_without_verl_npu_are_refused_naming_the_install(ove
     assert problem.startswith(f"{PLUGIN}: ") and "verl_npu not importable" in problem
     assert "MindSpeed-RL.git && git -C MindSpeed-RL checkout a6ce810b5d8f1f8aac10a67647cca99ae30090ec && " in problem
     assert "-b 2.2.0" not in problem  # a branch moves: the pin is its commit
-    assert "find_spec(\"verl\").origin)))') pip install -v ." in problem and "import os, verl" not in problem
+    assert 'find_spec("verl").origin)))\') pip install -v .' in problem and "import os, verl" not in problem
 
 
 def test_rl_plugin_overrides_with_verl_npu_or_without_the_overrides_are_accepted():
