@@ -14,6 +14,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -384,3 +385,20 @@ def test_a_hand_return_with_the_body_deleted_says_more_than_the_return_differs(t
     assert (status.state, status.reason_code) == ("drifted", "hand-edit-and-more")
     assert "so something other than line 82 differs from upstream's (a line changed, added or deleted)" in status.reason
     assert "not exactly its text" not in status.reason
+
+
+def test_status_of_upstreams_own_bytes_parses_nothing(trees):
+    """A fresh node's first status: every file a known original, told from its hash alone (libcst never loads)."""
+    profile, verl, site, pristine = trees
+    code = (
+        "import sys\nfrom ascendfix.patching import engine\nfrom ascendfix.profile import manifest\n"
+        "from pathlib import Path\nfrom ascendfix.site import Site\n"
+        f"site = Site(manifest.load_profile({str(profile)!r}), 'npu', roots={{'verl': Path({str(verl)!r}), "
+        f"'torch': Path({str(site)!r})}})\n"
+        "print(sorted({s.state for s in engine.status(engine.select(site))}), 'libcst' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    # not-applied everywhere but the DAPO trainer, which the sdist does not hold; nothing parsed
+    assert done.stdout.split("] ")[1].strip() == "False", done.stdout
+    assert "'not-applied'" in done.stdout

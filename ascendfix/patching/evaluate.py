@@ -130,8 +130,10 @@ class _File(NamedTuple):
 class Evaluation:
     """One reading of a selection: each package's state folder and records opened once, the proof built once."""
 
-    def __init__(self, selection: Selection):
-        self.selection = selection
+    def __init__(self, selection: Selection, writes: bool = True):
+        """``writes``: plan what apply would write; without it (status) a known original is not-applied from its
+        hash alone, and nothing is parsed."""
+        self.selection, self.writes = selection, writes
         by_root: dict[Path, Store] = {}
         self.stores = {
             name: by_root.setdefault(t.root, Store(t.root)) for name, t in selection.targets.items() if t.root
@@ -183,6 +185,8 @@ class Evaluation:
             reason_code=ReasonCode.UNSUPPORTED_UPSTREAM,
         )
         done = self._recorded(f, base) or self._by_hand(f, base)
+        if done is None and base.preimage is not None and not self.writes:  # upstream's bytes: nothing of ours
+            return base._replace(state=State.NOT_APPLIED, reason_code=None), None
         return done if done is not None else self._by_transform(f, base)
 
     def _recorded(self, f: _File, base: FileStatus) -> Evaluated | None:
@@ -297,7 +301,7 @@ class Evaluation:
 
 def statuses(selection: Selection) -> list[PatchStatus]:
     """Each selected patch's state on disk, read without a lock or recovery (doctor's view)."""
-    return Evaluation(selection).plan().statuses
+    return Evaluation(selection, writes=False).plan().statuses
 
 
 def _read(patch: Patch, pfile: PatchFile, target: Target, store: Store | None) -> FileStatus | bytes:
