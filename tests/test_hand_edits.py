@@ -402,3 +402,15 @@ def test_status_of_upstreams_own_bytes_parses_nothing(trees):
     # not-applied everywhere but the DAPO trainer, which the sdist does not hold; nothing parsed
     assert done.stdout.split("] ")[1].strip() == "False", done.stdout
     assert "'not-applied'" in done.stdout
+
+
+def test_a_reinstall_without_a_dist_info_names_the_profiles_version(trees):
+    """A bare ``pip install --force-reinstall torch`` would take the latest release over the profile's 2.7.1."""
+    profile, verl, site, pristine = trees
+    shutil.rmtree(site / "torch-2.7.1.dist-info")
+    shards = site / upstream.SHARD_INTERNALS
+    text = shards.read_text().replace(SHARDS_DOC_END, SHARDS_DOC_END + "    return\n", 1)
+    shards.write_text(text + "# a local note\n")
+    (status,) = [s for s in engine.status(select(profile, verl, site)) if s.id == "torch-shard-overlap-check"]
+    assert (status.state, status.reason_code) == ("drifted", "hand-edit-and-more")
+    assert status.hint == "pip install --force-reinstall --no-deps torch==2.7.1; then ascendfix apply"

@@ -158,11 +158,17 @@ class Evaluation:
             if selection.device is not None and patch not in selection.profile.patches_for(selection.device):
                 statuses.append(self._off_device(patch, target))
                 continue
-            status = _aggregate(patch, [self._file(patch, f, target) for f in patch.files], target, self.stores)
+            evaluated = [self._file(patch, f, target) for f in patch.files]
+            status = _aggregate(patch, evaluated, target, self.stores, self._pinned(patch.package))
             if status.writes and target.root is not None:
                 writes.setdefault(target.root, []).extend(status.writes)
             statuses.append(status)
         return Plan(statuses, writes)
+
+    def _pinned(self, package: str) -> str | None:
+        """The version the profile pins for ``package`` (what a reinstall must name when no dist-info says)."""
+        component = self.selection.profile.component(package)
+        return component.version if component is not None and component.version else None
 
     def _file(self, patch: Patch, pfile: PatchFile, target: Target) -> Evaluated:
         """Where one file stands, and what apply would write."""
@@ -364,8 +370,9 @@ def sites_state(outcome: Outcome, want: int, rel: str, patch_id: str) -> tuple[S
     return State.DRIFTED, f"{rel}: expected {want} site(s) for {patch_id}, found {found}"
 
 
-def _hint(code: ReasonCode, patch: Patch, target: Target | None, rel: str) -> str:
-    """The command that fixes a file that is drifted or partial for ``code``."""
+def _hint(code: ReasonCode, patch: Patch, target: Target | None, rel: str, pinned: str | None = None) -> str:
+    """The command that fixes a file that is drifted or partial for ``code`` (``pinned``: the profile's version of
+    the package, for a reinstall where no dist-info names the installed one)."""
     root = target.root if target is not None else None
     if code == ReasonCode.PACKAGE_NOT_FOUND:
         return f"pass --root {patch.package}=DIR (the folder holding {patch.package}/), or --python of its interpreter"
@@ -378,12 +385,20 @@ def _hint(code: ReasonCode, patch: Patch, target: Target | None, rel: str) -> st
     if target is not None and target.is_checkout and root is not None:
         return f"git -C {root} diff -- {rel}  # then: git -C {root} checkout -- {rel}; ascendfix apply"
     if code == ReasonCode.UNSUPPORTED_UPSTREAM:
-        return f"this {patch.package} release is not one {patch.id} knows: pin the profile's version, or drop the patch"
-    return f"pip install --force-reinstall --no-deps {reinstall_spec(patch.package, root)}; then ascendfix apply"
+        version = f" {pinned}" if pinned else "'s version"
+        return (
+            f"this {patch.package} release is not one {patch.id} knows: pin the profile's{version}, or drop the patch"
+        )
+    spec = reinstall_spec(patch.package, root)
+    if spec == patch.package and pinned:  # never a bare name: pip would take the latest release
+        spec = f"{patch.package}=={pinned}"
+    return f"pip install --force-reinstall --no-deps {spec}; then ascendfix apply"
 
 
-def _aggregate(patch: Patch, evaluated: list[Evaluated], target: Target, stores: dict[str, Store]) -> PatchStatus:
-    """A patch's state over its files' states, the writes apply would make, and its fix."""
+def _aggregate(
+    patch: Patch, evaluated: list[Evaluated], target: Target, stores: dict[str, Store], pinned: str | None = None
+) -> PatchStatus:
+    """A patch's state over its files' states, the writes apply would make, and its fix (``pinned``: see _hint)."""
     files = [f for f, _ in evaluated]
     states = {f.state for f in files}
     reasons = "; ".join(dict.fromkeys(f.reason for f in files if f.reason))
@@ -407,7 +422,7 @@ def _aggregate(patch: Patch, evaluated: list[Evaluated], target: Target, stores:
     variant = variants.pop() if len(variants) == 1 else None
     bad = next((f for f in files if f.reason_code and f.state in (State.DRIFTED, State.PARTIAL)), None)
     code = bad.reason_code if bad is not None and state in (State.DRIFTED, State.PARTIAL) else None
-    hint = (bad.hint or _hint(code, patch, target, bad.path)) if code and bad else ""
+    hint = (bad.hint or _hint(code, patch, target, bad.path, pinned)) if code and bad else ""
     by_hand = next((f for f in files if f.guide), None) if state == State.HAND_EDITED else None
     if by_hand is not None:
         hint = by_hand.hint
