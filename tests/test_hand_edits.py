@@ -414,3 +414,24 @@ def test_a_reinstall_without_a_dist_info_names_the_profiles_version(trees):
     (status,) = [s for s in engine.status(select(profile, verl, site)) if s.id == "torch-shard-overlap-check"]
     assert (status.state, status.reason_code) == ("drifted", "hand-edit-and-more")
     assert status.hint == "pip install --force-reinstall --no-deps torch==2.7.1; then ascendfix apply"
+
+
+def test_a_return_at_the_top_of_the_function_fast_validate_patches_is_never_applied(trees):
+    """Whatever put it there, and with no record left to compare with: the marked patch below it never runs."""
+    profile, verl, site, pristine = trees
+    only = ("torch-shard-overlap-check",)
+    selection = engine.select(Site(manifest.load_profile(str(profile)), "npu", roots={"torch": site}), only)
+    engine.apply(selection)
+    shutil.rmtree(site / ".ascendfix")
+    shards = site / upstream.SHARD_INTERNALS
+    head = ") -> Optional[tuple[int, int]]:\n"
+    text = shards.read_text()
+    at = text.index(head, text.index("def _find_nd_overlapping_shards(")) + len(head)
+    shards.write_text(text[:at] + "    return None\n" + text[at:])
+    line = 1 + shards.read_text()[:at].count("\n")
+    (status,) = engine.status(selection)
+    assert (status.state, status.reason_code) == ("drifted", "hand-edit-and-more")
+    assert f"line {line} returns before _find_nd_overlapping_shards() runs, so fast-validate never runs" in (
+        status.reason
+    )
+    assert status.hint == f"delete line {line} of {upstream.SHARD_INTERNALS}: the patch then runs as ascendfix wrote it"

@@ -9,6 +9,7 @@ of backups built once, for every file it looks at.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -21,7 +22,7 @@ from ascendfix.patching.proof import Prove, prover
 from ascendfix.profile.records import Patch, PatchFile, Profile, Variant
 from ascendfix.site import Target, distinct_folders, reinstall_spec
 from ascendfix.states import Action, ReasonCode, State
-from ascendfix.transforms.base import Outcome, TransformError, marker
+from ascendfix.transforms.base import MARKER_PREFIX, Outcome, TransformError, marker
 
 
 class FileStatus(NamedTuple):
@@ -232,10 +233,16 @@ class Evaluation:
             if f.record is not None and base.sha256 != f.record.patched_sha256:
                 reason = f"{rel} changed since ascendfix wrote it"
                 return base._replace(reason=reason, reason_code=ReasonCode.CHANGED_SINCE_APPLIED), None
+            skipped = _returns_first(code, f.chosen, rel)
+            if skipped is not None:
+                return skipped(base), None
             note = "marked by ascendfix (no record in .ascendfix)" if not f.record else ""
             return base._replace(state=State.APPLIED, variant=f.chosen.name, reason=note, reason_code=None), None
         held = _held_variant(f.patch, code, f.pfile.sites, tried=f.chosen)
         if held is not None:
+            skipped = _returns_first(code, held[0], rel)
+            if skipped is not None:
+                return skipped(base), None
             if f.asked and held[0] is not f.chosen:
                 return self._switch(f, base, held[0].name, held[1])
             return base._replace(state=State.APPLIED, variant=held[0].name, reason_code=None), None
@@ -341,6 +348,31 @@ def _read(patch: Patch, pfile: PatchFile, target: Target, store: Store | None) -
 
 def _cannot_switch(base: FileStatus, held: str, why: str) -> FileStatus:
     return base._replace(variant=held, reason=f"{base.path}: {why}", reason_code=ReasonCode.CANNOT_SWITCH)
+
+
+def _returns_first(code: bytes, variant: Variant, rel: str) -> Callable[[FileStatus], FileStatus] | None:
+    """Where the function ``variant`` patches returns before its first statement runs (a ``return`` that is not
+    ascendfix's, after the docstring and any ``pass``): the patch is in the file but never runs, so the file is
+    drifted, naming the line; None when it does not."""
+    import ast
+
+    function = getattr(variant.build(), "function", None)
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    found = [s for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == function]
+    if len(found) != 1:
+        return None
+    body = found[0].body
+    doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+    first = next((s for s in body[1 if doc else 0 :] if not isinstance(s, ast.Pass)), None)
+    lines = code.splitlines()
+    if not isinstance(first, ast.Return) or MARKER_PREFIX.encode() in lines[first.end_lineno - 1]:
+        return None
+    reason = f"{rel}: line {first.lineno} returns before {function}() runs, so {variant.name} never runs"
+    hint = f"delete line {first.lineno} of {rel}: the patch then runs as ascendfix wrote it"
+    return lambda base: base._replace(reason=reason, reason_code=ReasonCode.HAND_EDIT_AND_MORE, hint=hint)
 
 
 def _held_variant(patch: Patch, code: bytes, want: int, tried: Variant) -> tuple[Variant, bytes] | None:
