@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ascendfix.errors import RefusedError
-from ascendfix.fsutil import Escape
 from ascendfix.patching import hand_edits
 from ascendfix.patching.journal import PlannedWrite, Record, Store, digest
 from ascendfix.patching.proof import Prove, prover
@@ -334,8 +333,8 @@ def _read(patch: Patch, pfile: PatchFile, target: Target, store: Store | None) -
     try:
         code = store.read(pfile.path)
     except RefusedError as e:  # a link, a folder, a file too large to be a source file
-        fix = getattr(e, "fix", "")
-        reason = e.problem if isinstance(e, Escape) and fix else str(e)
+        fix = getattr(e, "fix", "")  # a link's refusal knows what to do
+        reason = getattr(e, "problem", str(e)) if fix else str(e)
         return FileStatus(pfile.path, None, State.DRIFTED, reason, path, reason_code=ReasonCode.UNREADABLE, hint=fix)
     except OSError as e:
         reason = f"{path}: cannot read: {e.strerror}"
