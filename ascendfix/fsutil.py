@@ -22,7 +22,12 @@ def sha256_bytes(data: bytes) -> str:
 
 
 class Escape(RefusedError):
-    """A path that leaves its root, passes through a symbolic link, or is not what it must be (exit 1)."""
+    """A path that leaves its root, passes through a symbolic link, or is not what it must be (exit 1);
+    ``fix``: what to do, where the refusal knows it."""
+
+    def __init__(self, message: str, fix: str = ""):
+        super().__init__(f"{message}: {fix}" if fix else message)
+        self.problem, self.fix = message, fix
 
 
 def check_rel(rel: object) -> str:

@@ -143,6 +143,21 @@ def mcore_saved(tmp_path_factory):
     return _save(MCORE_SAVE, tmp / "ckpt", tmp)
 
 
+# The guide's converter layout: one data file per rank (__0_0.distcp, __1_0.distcp), common.pt, metadata.json.
+MCORE_SAVE_ONE_FILE_A_RANK = MCORE_SAVE.replace(
+    'sharded_strategy=("torch_dist", 1)',
+    "sharded_strategy=__import__('megatron.core.dist_checkpointing.strategies.torch', fromlist=['x'])"
+    '.TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=1)',
+)
+
+
+@pytest.fixture(scope="module")
+def mcore_two_files_saved(mcore_saved, tmp_path_factory):
+    """megatron-core's torch_dist save with one writer thread a rank: two data files."""
+    tmp = tmp_path_factory.mktemp("mcore-two")
+    return _save(MCORE_SAVE_ONE_FILE_A_RANK, tmp / "ckpt", tmp)
+
+
 @pytest.fixture
 def dcp(tmp_path, dcp_saved) -> Path:
     """This test's own copy of the DCP checkpoint (it may damage it)."""
@@ -906,9 +921,11 @@ def test_a_file_written_within_the_hour_before_the_metadata_is_the_saves_own(dcp
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stale", ["__1_0.distcp", "common.pt"])
-def test_a_two_file_megatron_save_mixed_from_two_saves_is_named(mcore, stale):
+def test_a_two_file_megatron_save_mixed_from_two_saves_is_named(tmp_path, mcore_two_files_saved, stale):
     """The guide's converter writes two data files, common.pt and metadata.json: a stale one is named too."""
+    mcore = Path(shutil.copytree(mcore_two_files_saved, tmp_path / "ckpt"))
     assert sorted(p.name for p in mcore.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert ckpt_check(mcore)[0] == 0
     _older(mcore / stale, 38)
     code, report = ckpt_check(mcore)
     assert code == 1

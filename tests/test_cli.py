@@ -266,3 +266,16 @@ def test_the_tests_keep_their_own_cache_not_the_users(ascendfix_cli, own_cache):
     assert not own_cache.is_relative_to(home.parent)  # this test's own folder, not the user's ~/.cache
     assert ascendfix_cli("show", "verl-796871d", "--json", clean_env=True).returncode == 0
     assert list((own_cache / "toml").glob("*.json"))  # the CLI it started parsed into the test's folder
+
+
+@pytest.mark.parametrize("args", [("env", "--device", "npu"), ("show", "verl-796871d", "--json"), ("profiles",)])
+def test_a_reader_that_went_away_ends_the_command_quietly(args, ascendfix_popen):
+    """``ascendfix ... | head -3``: stdout's reader gone, no "error: Broken pipe" on the terminal."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = ascendfix_popen(*args, stdout=write, stderr=subprocess.PIPE)
+    finally:
+        os.close(write)
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (1, b"")

@@ -172,7 +172,7 @@ def test_a2_that_matches_the_profile_is_ready(a2):
     if statuses["env"] != "ok":  # this host leaves HCCL's ports in its ephemeral range: a warning, nothing else
         assert (
             statuses["env"] == "warn"
-            and checks["env"]["fix"] == "sysctl -w net.ipv4.ip_local_reserved_ports=60000-60015"
+            and checks["env"]["fix"] == "sysctl -w net.ipv4.ip_local_reserved_ports=60000-60031"
         )
     assert checks["python"]["messages"][0].startswith("Python 3.10.")
     commits = "\n".join(checks["commits"]["messages"])

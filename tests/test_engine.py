@@ -400,3 +400,15 @@ def test_revert_refuses_what_another_profile_recorded_unless_it_can_prove_the_ba
     assert own.action == "reverted"
     assert stack.snapshot() == before
     assert not (stack.verl / ".ascendfix").exists()
+
+
+def test_a_symlinked_file_is_refused_saying_where_it_points_and_what_to_do(stack):
+    rel = "verl/utils/device.py"
+    path = stack.verl / rel
+    real = path.parent / "device_real.py"
+    path.rename(real)
+    path.symlink_to("device_real.py")  # relative, as a hand-made link often is
+    (status,) = [s for s in engine.status(select(stack)) if s.id == "verl-cuda-probe-off"]
+    assert (status.state, status.reason_code) == ("drifted", "unreadable")
+    assert status.reason == f"{path} is a symbolic link (to device_real.py); refusing to follow it"
+    assert status.hint == f"cp --remove-destination {real} {path}  # the file itself in place of the link"

@@ -66,9 +66,10 @@ def test_doctor_gives_one_fix_for_a_hand_edited_file_and_apply_takes_it(torch_si
     found = patches.check_patches(ctx)
     integrity = pyenv.check_integrity(ctx)
     assert found.status == "fail" and found.fix == apply
-    assert "torch-shard-overlap-check: hand-edited (the guide's 6.1) (hand-edited (the guide's 6.1):" in "\n".join(
+    assert "torch-shard-overlap-check: hand-edited as the guide's 6.1 says (_internals.py); apply adopts it" in (
         found.messages
     )
+    assert all(len(line) <= 100 and line.count("hand-edited") <= 1 for line in found.messages[1:])
     assert integrity.status == "warn" and integrity.fix == apply + "  # adopts the hand edits"
     assert "pip install" not in integrity.fix
     text = "\n".join(integrity.messages)
@@ -138,3 +139,23 @@ def test_help_summaries_are_whole_clauses():
         for name in group.list_commands(None):
             said = base.summary(group.get_command(None, name))
             assert said in listed and said.count("(") == said.count(")"), said
+
+
+@pytest.mark.upstream
+def test_a_hand_edited_checkout_gets_one_fix_from_commits_and_patches(tmp_path, monkeypatch):
+    """The commits check does not tell to check out (discarding the edit) what the patches check adopts."""
+    from tests import rl_plugin_files
+
+    rel = "verl/utils/device.py"
+    device = (upstream.verl_checkout("0.5.0") / rel).read_text()
+    verl, profile = rl_plugin_files.checkout_profile(tmp_path, {rel: device})
+    probe = "is_cuda_available = torch.cuda.is_available()\n"
+    (verl / rel).write_text(device.replace(probe, "# " + probe + "is_cuda_available = False\n"))
+    found = rl_plugin_files.commits(profile, verl, monkeypatch, plugin_installed=False)
+    assert "checkout --" not in found.fix
+    assert f"verl: hand-edited as the guide says (see patches): {rel} (the guide's 5.1)" in found.messages
+    ctx = Context(Site(profile, "npu", roots={"verl": verl}, environ={}), "test")
+    statuses = {line.split(":")[0]: line for line in patches.check_patches(ctx).messages[1:]}
+    assert statuses["verl-cuda-probe-off"] == (
+        "verl-cuda-probe-off: hand-edited as the guide's 5.1 says (device.py); apply adopts it"
+    )

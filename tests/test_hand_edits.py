@@ -14,6 +14,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -386,3 +387,53 @@ def test_a_hand_return_with_the_body_deleted_says_more_than_the_return_differs(t
     assert (status.state, status.reason_code) == ("drifted", "hand-edit-and-more")
     assert "so something other than line 82 differs from upstream's (a line changed, added or deleted)" in status.reason
     assert "not exactly its text" not in status.reason
+
+
+def test_status_of_upstreams_own_bytes_parses_nothing(trees):
+    """A fresh node's first status: every file a known original, told from its hash alone (libcst never loads)."""
+    profile, verl, site, pristine = trees
+    code = (
+        "import sys\nfrom ascendfix.patching import engine\nfrom ascendfix.profile import manifest\n"
+        "from pathlib import Path\nfrom ascendfix.site import Site\n"
+        f"site = Site(manifest.load_profile({str(profile)!r}), 'npu', roots={{'verl': Path({str(verl)!r}), "
+        f"'torch': Path({str(site)!r})}})\n"
+        "print(sorted({s.state for s in engine.status(engine.select(site))}), 'libcst' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    # not-applied everywhere but the DAPO trainer, which the sdist does not hold; nothing parsed
+    assert done.stdout.split("] ")[1].strip() == "False", done.stdout
+    assert "'not-applied'" in done.stdout
+
+
+def test_a_reinstall_without_a_dist_info_names_the_profiles_version(trees):
+    """A bare ``pip install --force-reinstall torch`` would take the latest release over the profile's 2.7.1."""
+    profile, verl, site, pristine = trees
+    shutil.rmtree(site / "torch-2.7.1.dist-info")
+    shards = site / upstream.SHARD_INTERNALS
+    text = shards.read_text().replace(SHARDS_DOC_END, SHARDS_DOC_END + "    return\n", 1)
+    shards.write_text(text + "# a local note\n")
+    (status,) = [s for s in engine.status(select(profile, verl, site)) if s.id == "torch-shard-overlap-check"]
+    assert (status.state, status.reason_code) == ("drifted", "hand-edit-and-more")
+    assert status.hint == "pip install --force-reinstall --no-deps torch==2.7.1; then ascendfix apply"
+
+
+def test_a_return_at_the_top_of_the_function_fast_validate_patches_is_never_applied(trees):
+    """Whatever put it there, and with no record left to compare with: the marked patch below it never runs."""
+    profile, verl, site, pristine = trees
+    only = ("torch-shard-overlap-check",)
+    selection = engine.select(Site(manifest.load_profile(str(profile)), "npu", roots={"torch": site}), only)
+    engine.apply(selection)
+    shutil.rmtree(site / ".ascendfix")
+    shards = site / upstream.SHARD_INTERNALS
+    head = ") -> Optional[tuple[int, int]]:\n"
+    text = shards.read_text()
+    at = text.index(head, text.index("def _find_nd_overlapping_shards(")) + len(head)
+    shards.write_text(text[:at] + "    return None\n" + text[at:])
+    line = 1 + shards.read_text()[:at].count("\n")
+    (status,) = engine.status(selection)
+    assert (status.state, status.reason_code) == ("drifted", "hand-edit-and-more")
+    assert f"line {line} returns before _find_nd_overlapping_shards() runs, so fast-validate never runs" in (
+        status.reason
+    )
+    assert status.hint == f"delete line {line} of {upstream.SHARD_INTERNALS}: the patch then runs as ascendfix wrote it"

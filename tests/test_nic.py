@@ -85,13 +85,26 @@ def test_hccl_if_ip_wins_and_must_be_an_address_of_an_up_interface():
 def test_hccls_ports_warn_in_the_ephemeral_range_unless_reserved(tmp_path):
     (tmp_path / "ip_local_port_range").write_text("32768\t60999\n")
     (tmp_path / "ip_local_reserved_ports").write_text("60000-60007\n")
-    warning, fix = nic.port_warning({}, tmp_path)
+    warning, fix = nic.port_warning({}, tmp_path, cann="8.1.RC1")  # 8.0/8.1: 16 ports
     assert "60000-60015 lie in the ephemeral range 32768-60999 and 8 are not reserved" in warning
     assert fix == "sysctl -w net.ipv4.ip_local_reserved_ports=60000-60015"
-    assert nic.port_warning({"HCCL_IF_BASE_PORT": "61000"}, tmp_path) is None  # above the range
-    assert nic.port_warning({"HCCL_IF_BASE_PORT": "50000"}, tmp_path)[1].endswith("=50000-50015")
+    assert nic.port_warning({"HCCL_IF_BASE_PORT": "61000"}, tmp_path, cann="8.1.RC1") is None  # above the range
+    assert nic.port_warning({"HCCL_IF_BASE_PORT": "50000"}, tmp_path, cann="8.0.0")[1].endswith("=50000-50015")
     assert nic.parse_ranges("8080,60000-60015") == [(8080, 8080), (60000, 60015)]
     assert nic.port_warning({}, tmp_path / "absent") is None
+
+
+@pytest.mark.parametrize("cann", ["8.2.RC1", "8.3.RC1", "8.5.0", "9.0.0", None])
+def test_cann_8_2_and_later_listen_on_32_ports(tmp_path, cann):
+    """CANN 8.3.RC1's HCCL_IF_BASE_PORT page: 60000-60031; a node that reserved only 16 still warns."""
+    (tmp_path / "ip_local_port_range").write_text("32768\t60999\n")
+    (tmp_path / "ip_local_reserved_ports").write_text("60000-60015\n")
+    warning, fix = nic.port_warning({}, tmp_path, cann=cann)
+    assert "60000-60031 lie in the ephemeral range 32768-60999 and 16 are not reserved" in warning
+    assert fix == "sysctl -w net.ipv4.ip_local_reserved_ports=60000-60031"
+    assert nic.hccl_ports({"HCCL_IF_BASE_PORT": "50000"}, cann) == (50000, 50031)
+    (tmp_path / "ip_local_reserved_ports").write_text("60000-60031\n")
+    assert nic.port_warning({}, tmp_path, cann=cann) is None
 
 
 # --- on real interfaces --------------------------------------------------------------------------

@@ -189,10 +189,10 @@ def test_hccl_ports_in_the_ephemeral_range_warn_unless_reserved(tmp_path):
     (tmp_path / "ip_local_port_range").write_text("32768\t60999\n")
     (tmp_path / "ip_local_reserved_ports").write_text("\n")
     (warning,) = smoke_node.ports_check({}, tmp_path)
-    assert (warning.item, warning.value, warning.status) == ("hccl ports", "60000-60015", "warn")
-    assert warning.message.endswith("fix: sysctl -w net.ipv4.ip_local_reserved_ports=60000-60015")
+    assert (warning.item, warning.value, warning.status) == ("hccl ports", "60000-60031", "warn")
+    assert warning.message.endswith("fix: sysctl -w net.ipv4.ip_local_reserved_ports=60000-60031")
     assert smoke_node.ports_check({"HCCL_IF_BASE_PORT": "20000"}, tmp_path) == []  # below the ephemeral range
-    (tmp_path / "ip_local_reserved_ports").write_text("8080,60000-60015\n")
+    (tmp_path / "ip_local_reserved_ports").write_text("8080,60000-60031\n")
     assert smoke_node.ports_check({}, tmp_path) == []
 
 

@@ -107,8 +107,9 @@ def test_the_profile_no_longer_exports_expandable_segments():
 def test_rl_plugin_overrides_without_verl_npu_are_refused_naming_the_install(override):
     [problem] = refusals([*MAIN_PPO, override], {}, verl_npu=False)
     assert problem.startswith(f"{PLUGIN}: ") and "verl_npu not importable" in problem
-    assert "MindSpeed-RL.git -b 2.2.0 && cd MindSpeed-RL/rl-plugin && VERL_PATH=$(python -c" in problem
-    assert "os.path.dirname(os.path.dirname(verl.__file__)))') pip install -v ." in problem
+    assert "MindSpeed-RL.git && git -C MindSpeed-RL checkout a6ce810b5d8f1f8aac10a67647cca99ae30090ec && " in problem
+    assert "-b 2.2.0" not in problem  # a branch moves: the pin is its commit
+    assert 'find_spec("verl").origin)))\') pip install -v .' in problem and "import os, verl" not in problem
 
 
 def test_rl_plugin_overrides_with_verl_npu_or_without_the_overrides_are_accepted():
@@ -125,8 +126,9 @@ def test_an_installed_but_inactive_rl_plugin_is_refused_naming_verl_path():
         f"{INACTIVE}: actor_rollout_ref.rollout.enable_expert_parallel=True; verl_npu importable; "
     )
     assert "verl's __init__.py lacks the rl-plugin's import verl_npu block" in problem
-    assert "fix: cd MindSpeed-RL/rl-plugin && VERL_PATH=$(python -c" in problem
+    assert "fix: cd MindSpeed-RL/rl-plugin && VERL_PATH=$(python -c 'import importlib.util, os;" in problem
     assert "setup.py:16-17" in problem  # VERL_PATH is the folder that holds verl/
+    assert "A source-installed verl is found" in problem and "an editable verl is in neither" not in problem
     [unknown] = [h.message for h in preflight_of(argv, block=None).hints if INACTIVE in h.message]
     assert unknown.startswith(f"rule {INACTIVE} not checked")
 

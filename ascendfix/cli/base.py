@@ -9,7 +9,9 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,8 @@ class Group(Listing):
         except AscendfixError as e:
             _fail(ctx, str(e), e.exit_code)
         except OSError as e:
+            if e.errno == errno.EPIPE:
+                _pipe_closed(ctx)
             bad_name = e.errno in (errno.ENAMETOOLONG, errno.EINVAL, errno.EILSEQ)
             where = f"{_shorten(str(e.filename))}: " if e.filename is not None else ""
             _fail(ctx, f"{where}{e.strerror or e}", BAD_INPUT if bad_name else FINDING)
@@ -142,6 +146,15 @@ class Group(Listing):
         if isinstance(code, int) and code:
             ctx.exit(code)
         return code
+
+
+def _pipe_closed(ctx: click.Context) -> None:
+    """stdout's reader went away (``| head -3``): nothing is left to say to it; exit 1 quietly, as rich does."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush finds no pipe
+    except (OSError, ValueError):
+        pass
+    ctx.exit(1)
 
 
 def _fail(ctx: click.Context, message: str, exit_code: int) -> None:

@@ -17,7 +17,7 @@ def ckpt_group() -> None:
 
 
 @ckpt_group.command("check")
-@click.argument("folder", type=path_type())
+@click.argument("folder", type=path_type(), metavar="DIR")
 @click.option(
     "--config",
     type=path_type(),
@@ -35,10 +35,10 @@ def ckpt_group() -> None:
 def check_command(
     folder: Path, config: Path | None, prove: bool, ray_address: str | None, ray_timeout: float, as_json: bool
 ) -> int:
-    """Check the DCP checkpoint in FOLDER: .metadata (never run), every tensor's chunks, every file, size and
+    """Check the DCP checkpoint in DIR: .metadata (never run), every tensor's chunks, every file, size and
     record frame.
 
-    FOLDER may be verl's trainer.default_local_dir (the save latest_checkpointed_iteration.txt names),
+    DIR may be verl's trainer.default_local_dir (the save latest_checkpointed_iteration.txt names),
     global_step_N, global_step_N/actor or the dist_ckpt folder itself; an mbridge save (HF safetensors)
     is checked as one. A Megatron checkpoint's metadata.json (backend torch_dist) and common.pt are
     checked too. Exit 0 when nothing is wrong, 1 with one line per problem, 2 on bad input.

@@ -28,7 +28,7 @@ from ascendfix.states import Status
 
 @click.group("ray", cls=Listing)
 def ray_group() -> None:
-    """Start this node's Ray with the profile's environment; wait until every node agrees; smoke-test the links."""
+    """Start this node's Ray with the profile's environment, wait until every node agrees, smoke-test the links."""
 
 
 @ray_group.command("start", context_settings={"ignore_unknown_options": True})

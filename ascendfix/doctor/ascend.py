@@ -28,7 +28,8 @@ def _same_version(found: str, pin: str) -> bool:
         return found.strip().lower() == pin.strip().lower()
 
 
-def _pin(ctx: Context, name: str) -> str | None:
+def pinned(ctx: Context, name: str) -> str | None:
+    """The version the profile pins for the system component ``name`` (``cann``, ``hdk``), or None."""
     component = next((c for c in ctx.components("system") if c.name == name), None)
     return component.version if component else None
 
@@ -109,7 +110,7 @@ def check_cann(ctx: Context) -> Finding:
     """The CANN toolkit's version against the profile, and whether set_env.sh was sourced."""
     if ctx.device != "npu":
         return skip(f"device is {ctx.device}")
-    pin = _pin(ctx, "cann")
+    pin = pinned(ctx, "cann")
     toolkit = find_toolkit(ctx)
     if toolkit is None:
         looked = ", ".join(str(p) for p in toolkit_dirs(ctx))
@@ -132,7 +133,7 @@ def check_driver(ctx: Context) -> Finding:
     if not _stack_present(ctx):
         return skip(_no_stack(ctx))
     path = ctx.ascend_home / "driver" / "version.info"
-    pin = _pin(ctx, "hdk")
+    pin = pinned(ctx, "hdk")
     if not path.is_file():
         return fail(f"{path} is missing: no Ascend driver installed", fix=f"install the Ascend HDK {pin} driver")
     version = _read_keys(path).get("Version")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from ascendfix.doctor import nic
+from ascendfix.doctor import ascend, nic
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
 from ascendfix.profile import rules
@@ -128,12 +128,13 @@ def check_env(ctx: Context) -> Finding:
         else:
             good.append(f"{var.name}={value}")
     warned, advice = [], []
-    base = nic.base_port_problem(ctx.environ) if ctx.device == "npu" else None
+    cann = _cann_version(ctx) if ctx.device == "npu" else None
+    base = nic.base_port_problem(ctx.environ, cann) if ctx.device == "npu" else None
     if base:
         bad.append(base)
-        whys.append("HCCL listens on HCCL_IF_BASE_PORT and the 15 ports above it")
+        whys.append(f"HCCL listens on HCCL_IF_BASE_PORT and the {nic.hccl_port_count(cann) - 1} ports above it")
         exports.append("unset HCCL_IF_BASE_PORT  # HCCL then listens from 60000")
-    ports = nic.port_warning(ctx.environ) if ctx.device == "npu" else None  # HCCL's listen ports
+    ports = nic.port_warning(ctx.environ, cann=cann) if ctx.device == "npu" else None  # HCCL's listen ports
     if ports:
         warned.append(ports[0])
         advice.append(ports[1])
@@ -277,3 +278,9 @@ def check_hazards(ctx: Context) -> Finding:
         return warn(*warnings, *notes, fix="\n".join(fixes), details=details)
     checked = f"{len(ctx.profile.rules)} rule(s) of the profile hold for the environment and verl's defaults"
     return ok(*(notes or ["none of the known hazards applies"]), checked)
+
+
+def _cann_version(ctx: Context) -> str | None:
+    """The CANN version found on disk, else the profile's (how many ports HCCL listens on depends on it)."""
+    toolkit = ascend.find_toolkit(ctx)
+    return toolkit.version if toolkit is not None else ascend.pinned(ctx, "cann")

@@ -8,7 +8,8 @@ when set, wins over ``HCCL_SOCKET_IFNAME`` and must be an address of an up inter
 reads ``GLOO_SOCKET_IFNAME`` as plain interface names, one device each: every one must be up with an
 address, and ``=``/``^`` are no names it can bind (torch 2.13: ``ifa != nullptr``).
 
-HCCL listens on 60000–60015 (16 ports from ``HCCL_IF_BASE_PORT`` when set); when those lie in the
+HCCL listens on 32 ports from 60000 (from ``HCCL_IF_BASE_PORT`` when set) on CANN 8.2 and later (8.3.RC1's
+``HCCL_IF_BASE_PORT`` page: "默认HCCL使用60000-60031端口"), 16 on 8.0 and 8.1; when those lie in the
 kernel's ephemeral range and are not reserved, any outgoing socket can take one first (EJ0003).
 Everything here reads the calling process's own network namespace; nothing prints.
 """
@@ -32,7 +33,8 @@ IFF_UP = 0x1
 SIOCGIFADDR = 0x8915
 GLOO = "GLOO_SOCKET_IFNAME"
 IF_IP = {"HCCL_SOCKET_IFNAME": "HCCL_IF_IP"}  # the address variable that wins over the interface one
-HCCL_PORTS, HCCL_BASE_PORT = 16, 60000
+HCCL_PORTS, HCCL_BASE_PORT = 32, 60000  # CANN >= 8.2 (the guide's 8.3.RC1), and when the version is unknown
+HCCL_PORTS_BEFORE_8_2 = 16
 RESERVE_FIX = "sysctl -w net.ipv4.ip_local_reserved_ports={low}-{high}"
 
 
@@ -242,28 +244,43 @@ def parse_ranges(text: str) -> list[tuple[int, int]]:
     return found
 
 
-def hccl_ports(environ: Mapping[str, str]) -> tuple[int, int]:
-    """The 16 ports HCCL listens on: from ``HCCL_IF_BASE_PORT`` when set to a port they fit above, else 60000."""
+def hccl_port_count(cann: str | None) -> int:
+    """How many ports HCCL listens on for CANN version ``cann`` (``8.1.RC1``): 16 before 8.2, else 32."""
+    match = re.match(r"\s*(\d+)\.(\d+)", cann or "")
+    if match and (int(match[1]), int(match[2])) < (8, 2):
+        return HCCL_PORTS_BEFORE_8_2
+    return HCCL_PORTS
+
+
+def hccl_ports(environ: Mapping[str, str], cann: str | None = None) -> tuple[int, int]:
+    """The ports HCCL listens on (:func:`hccl_port_count` of ``cann``): from ``HCCL_IF_BASE_PORT`` when set to a
+    port they fit above, else from 60000."""
+    count = hccl_port_count(cann)
     low = port(environ.get("HCCL_IF_BASE_PORT", ""))
-    low = low if low is not None and low <= 65536 - HCCL_PORTS else HCCL_BASE_PORT
-    return low, low + HCCL_PORTS - 1
+    low = low if low is not None and low <= 65536 - count else HCCL_BASE_PORT
+    return low, low + count - 1
 
 
-def base_port_problem(environ: Mapping[str, str]) -> str | None:
-    """Why ``HCCL_IF_BASE_PORT`` is no base HCCL can listen from (None when unset or a port with 16 above it)."""
+def base_port_problem(environ: Mapping[str, str], cann: str | None = None) -> str | None:
+    """Why ``HCCL_IF_BASE_PORT`` is no base HCCL can listen from (None when unset, or a port with HCCL's other
+    ports for CANN ``cann`` above it)."""
     value = environ.get("HCCL_IF_BASE_PORT")
     if value is None or not value.strip():
         return None
+    highest = 65536 - hccl_port_count(cann)
     low = port(value)
-    if low is not None and low <= 65536 - HCCL_PORTS:
+    if low is not None and low <= highest:
         return None
     shown = ascii(value[:20]) + ("…" if len(value) > 20 else "")
-    return f"HCCL_IF_BASE_PORT={shown} is not a port HCCL can listen from: ASCII digits, 1 to {65536 - HCCL_PORTS}"
+    return f"HCCL_IF_BASE_PORT={shown} is not a port HCCL can listen from: ASCII digits, 1 to {highest}"
 
 
-def port_warning(environ: Mapping[str, str], sysctl: Path = IPV4_SYSCTL) -> tuple[str, str] | None:
-    """(warning, fix) when HCCL's ports lie in the ephemeral range unreserved; None when safe or unreadable."""
-    low, high = hccl_ports(environ)
+def port_warning(
+    environ: Mapping[str, str], sysctl: Path = IPV4_SYSCTL, cann: str | None = None
+) -> tuple[str, str] | None:
+    """(warning, fix) when HCCL's ports (for CANN version ``cann``) lie in the ephemeral range unreserved; None when
+    safe or unreadable."""
+    low, high = hccl_ports(environ, cann)
     ephemeral = [port(p) for p in _read(sysctl / "ip_local_port_range").split()]  # "32768\t60999"
     if len(ephemeral) != 2 or None in ephemeral:
         return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
 from ascendfix.patching import evaluate, journal
@@ -23,7 +25,7 @@ def check_patches(ctx: Context) -> Finding:
             fix=ctx.site.command("status") + "  # rolls it back",
         )
     statuses = evaluate.statuses(evaluate.Selection(ctx.profile, ctx.device, chosen, targets, {}))
-    lines = [f"{s.id}: {_state_word(s)}" + (f" ({s.reason})" if s.reason else "") for s in statuses]
+    lines = [_line(s) for s in statuses]
     states = {s.state for s in statuses}
     apply = ctx.site.command("apply")
     if states <= {State.APPLIED}:
@@ -42,6 +44,14 @@ def _fix(status: evaluate.PatchStatus, apply: str) -> str:
     if status.state in (State.NOT_APPLIED, State.HAND_EDITED, State.NOT_APPLICABLE) or not status.hint:
         return apply
     return f"{status.id}: {status.hint}"
+
+
+def _line(status: evaluate.PatchStatus) -> str:
+    """One bullet a patch: its state, and the reason once (a hand edit: the guide's section and the file names)."""
+    if status.state == State.HAND_EDITED and status.guide:
+        names = ", ".join(Path(f.path).name for f in status.files if f.state == State.HAND_EDITED)
+        return f"{status.id}: hand-edited as the guide's {status.guide} says ({names}); apply adopts it"
+    return f"{status.id}: {_state_word(status)}" + (f" ({status.reason})" if status.reason else "")
 
 
 def _state_word(status: evaluate.PatchStatus) -> str:

@@ -165,6 +165,7 @@ class CheckoutState(NamedTuple):
     foreign: list[str]  # changed otherwise
     plugin_missing: list[str]  # files the installer edits, left as HEAD has them
     elsewhere: list[tuple[str, Record]]  # written by another profile's patch (its record in state.json)
+    by_hand: list[str] = []  # hand-edited exactly as the guide says, over HEAD's bytes: apply adopts them
 
 
 def recorded_elsewhere(ctx: Context, root: Path) -> dict[str, Record]:
@@ -210,7 +211,7 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> CheckoutState:
     top = Path(repo.working_tree_dir)
     package_dir = ctx.package_root(c.name) or folder
     others = recorded_elsewhere(ctx, package_dir)
-    ours, plugin, foreign, elsewhere, changed, i = [], [], [], [], set(), 0
+    ours, plugin, foreign, elsewhere, by_hand, changed, i = [], [], [], [], [], set(), 0
     while i < len(fields):
         entry = fields[i]
         i += 1
@@ -239,6 +240,8 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> CheckoutState:
             ours.append(f"{rel} ({', '.join(patches)})")
         elif rl_plugin.is_installer_edit(pkg_rel, original, restored):
             plugin.append(rel + ours_too)
+        elif guide := hand_edited(ctx.profile, pkg_rel, restored, lambda b, o=original: b == o):
+            by_hand.append(f"{rel} (the guide's {guide})")
         else:
             foreign.append(rel)
     missing = []
@@ -246,7 +249,7 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> CheckoutState:
         original = (head.tree / rel).data_stream.read()
         if rel not in changed and rl_plugin.installer_edit(pkg_rel, original) != original:
             missing.append(rel)
-    return CheckoutState(head.hexsha, ours, plugin, foreign, missing, elsewhere)
+    return CheckoutState(head.hexsha, ours, plugin, foreign, missing, elsewhere, by_hand)
 
 
 def _package_relative(path: Path, package_dir: Path, rel: str) -> str:
@@ -322,9 +325,13 @@ def check_commits(ctx: Context) -> Finding:
                     f"edits are missing from: {', '.join(state.plugin_missing)}"
                 )
                 fixes.append(_reinstall_plugin(ctx))
+            if state.by_hand:  # the patches check's fix (apply) adopts them: no checkout that would discard them
+                good.append(
+                    f"{c.distribution}: hand-edited as the guide says (see patches): {', '.join(state.by_hand)}"
+                )
             if ours:
                 good.append(f"{c.distribution}: {where}, changed only by ascendfix's patches: {', '.join(ours)}")
-            elif not foreign and not state.plugin and not state.elsewhere and _same_commit(head, c.commit):
+            elif not (foreign or state.plugin or state.elsewhere or state.by_hand) and _same_commit(head, c.commit):
                 good.append(f"{c.distribution}: {where}, clean")
             continue
         commit, how = _commit_of(info)

@@ -49,7 +49,7 @@ def status_and_recovery(
 ) -> tuple[list[PatchStatus], list[str]]:
     """Patch states, read under every root's lock after finishing any interrupted run, and what that wrote."""
     with journal.reading(selection.roots(), restorer(selection.profile), on_wait) as recovered:
-        return Evaluation(selection).plan().statuses, recovered
+        return Evaluation(selection, writes=False).plan().statuses, recovered
 
 
 def plan(selection: Selection, strict: bool = False) -> Plan:

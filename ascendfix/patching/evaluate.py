@@ -9,6 +9,7 @@ of backups built once, for every file it looks at.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -20,7 +21,7 @@ from ascendfix.patching.proof import Prove, prover
 from ascendfix.profile.records import Patch, PatchFile, Profile, Variant
 from ascendfix.site import Target, distinct_folders, reinstall_spec
 from ascendfix.states import Action, ReasonCode, State
-from ascendfix.transforms.base import Outcome, TransformError, marker
+from ascendfix.transforms.base import MARKER_PREFIX, Outcome, TransformError, marker
 
 
 class FileStatus(NamedTuple):
@@ -130,8 +131,10 @@ class _File(NamedTuple):
 class Evaluation:
     """One reading of a selection: each package's state folder and records opened once, the proof built once."""
 
-    def __init__(self, selection: Selection):
-        self.selection = selection
+    def __init__(self, selection: Selection, writes: bool = True):
+        """``writes``: plan what apply would write; without it (status) a known original is not-applied from its
+        hash alone, and nothing is parsed."""
+        self.selection, self.writes = selection, writes
         by_root: dict[Path, Store] = {}
         self.stores = {
             name: by_root.setdefault(t.root, Store(t.root)) for name, t in selection.targets.items() if t.root
@@ -156,11 +159,17 @@ class Evaluation:
             if selection.device is not None and patch not in selection.profile.patches_for(selection.device):
                 statuses.append(self._off_device(patch, target))
                 continue
-            status = _aggregate(patch, [self._file(patch, f, target) for f in patch.files], target, self.stores)
+            evaluated = [self._file(patch, f, target) for f in patch.files]
+            status = _aggregate(patch, evaluated, target, self.stores, self._pinned(patch.package))
             if status.writes and target.root is not None:
                 writes.setdefault(target.root, []).extend(status.writes)
             statuses.append(status)
         return Plan(statuses, writes)
+
+    def _pinned(self, package: str) -> str | None:
+        """The version the profile pins for ``package`` (what a reinstall must name when no dist-info says)."""
+        component = self.selection.profile.component(package)
+        return component.version if component is not None and component.version else None
 
     def _file(self, patch: Patch, pfile: PatchFile, target: Target) -> Evaluated:
         """Where one file stands, and what apply would write."""
@@ -183,6 +192,8 @@ class Evaluation:
             reason_code=ReasonCode.UNSUPPORTED_UPSTREAM,
         )
         done = self._recorded(f, base) or self._by_hand(f, base)
+        if done is None and base.preimage is not None and not self.writes:  # upstream's bytes: nothing of ours
+            return base._replace(state=State.NOT_APPLIED, reason_code=None), None
         return done if done is not None else self._by_transform(f, base)
 
     def _recorded(self, f: _File, base: FileStatus) -> Evaluated | None:
@@ -221,10 +232,16 @@ class Evaluation:
             if f.record is not None and base.sha256 != f.record.patched_sha256:
                 reason = f"{rel} changed since ascendfix wrote it"
                 return base._replace(reason=reason, reason_code=ReasonCode.CHANGED_SINCE_APPLIED), None
+            skipped = _returns_first(code, f.chosen, rel)
+            if skipped is not None:
+                return skipped(base), None
             note = "marked by ascendfix (no record in .ascendfix)" if not f.record else ""
             return base._replace(state=State.APPLIED, variant=f.chosen.name, reason=note, reason_code=None), None
         held = _held_variant(f.patch, code, f.pfile.sites, tried=f.chosen)
         if held is not None:
+            skipped = _returns_first(code, held[0], rel)
+            if skipped is not None:
+                return skipped(base), None
             if f.asked and held[0] is not f.chosen:
                 return self._switch(f, base, held[0].name, held[1])
             return base._replace(state=State.APPLIED, variant=held[0].name, reason_code=None), None
@@ -297,7 +314,7 @@ class Evaluation:
 
 def statuses(selection: Selection) -> list[PatchStatus]:
     """Each selected patch's state on disk, read without a lock or recovery (doctor's view)."""
-    return Evaluation(selection).plan().statuses
+    return Evaluation(selection, writes=False).plan().statuses
 
 
 def _read(patch: Patch, pfile: PatchFile, target: Target, store: Store | None) -> FileStatus | bytes:
@@ -316,7 +333,9 @@ def _read(patch: Patch, pfile: PatchFile, target: Target, store: Store | None) -
     try:
         code = store.read(pfile.path)
     except RefusedError as e:  # a link, a folder, a file too large to be a source file
-        return FileStatus(pfile.path, None, State.DRIFTED, str(e), path, reason_code=ReasonCode.UNREADABLE)
+        fix = getattr(e, "fix", "")  # a link's refusal knows what to do
+        reason = getattr(e, "problem", str(e)) if fix else str(e)
+        return FileStatus(pfile.path, None, State.DRIFTED, reason, path, reason_code=ReasonCode.UNREADABLE, hint=fix)
     except OSError as e:
         reason = f"{path}: cannot read: {e.strerror}"
         return FileStatus(pfile.path, None, State.DRIFTED, reason, path, reason_code=ReasonCode.UNREADABLE)
@@ -328,6 +347,31 @@ def _read(patch: Patch, pfile: PatchFile, target: Target, store: Store | None) -
 
 def _cannot_switch(base: FileStatus, held: str, why: str) -> FileStatus:
     return base._replace(variant=held, reason=f"{base.path}: {why}", reason_code=ReasonCode.CANNOT_SWITCH)
+
+
+def _returns_first(code: bytes, variant: Variant, rel: str) -> Callable[[FileStatus], FileStatus] | None:
+    """Where the function ``variant`` patches returns before its first statement runs (a ``return`` that is not
+    ascendfix's, after the docstring and any ``pass``): the patch is in the file but never runs, so the file is
+    drifted, naming the line; None when it does not."""
+    import ast
+
+    function = getattr(variant.build(), "function", None)
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    found = [s for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == function]
+    if len(found) != 1:
+        return None
+    body = found[0].body
+    doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+    first = next((s for s in body[1 if doc else 0 :] if not isinstance(s, ast.Pass)), None)
+    lines = code.splitlines()
+    if not isinstance(first, ast.Return) or MARKER_PREFIX.encode() in lines[first.end_lineno - 1]:
+        return None
+    reason = f"{rel}: line {first.lineno} returns before {function}() runs, so {variant.name} never runs"
+    hint = f"delete line {first.lineno} of {rel}: the patch then runs as ascendfix wrote it"
+    return lambda base: base._replace(reason=reason, reason_code=ReasonCode.HAND_EDIT_AND_MORE, hint=hint)
 
 
 def _held_variant(patch: Patch, code: bytes, want: int, tried: Variant) -> tuple[Variant, bytes] | None:
@@ -360,8 +404,9 @@ def sites_state(outcome: Outcome, want: int, rel: str, patch_id: str) -> tuple[S
     return State.DRIFTED, f"{rel}: expected {want} site(s) for {patch_id}, found {found}"
 
 
-def _hint(code: ReasonCode, patch: Patch, target: Target | None, rel: str) -> str:
-    """The command that fixes a file that is drifted or partial for ``code``."""
+def _hint(code: ReasonCode, patch: Patch, target: Target | None, rel: str, pinned: str | None = None) -> str:
+    """The command that fixes a file that is drifted or partial for ``code`` (``pinned``: the profile's version of
+    the package, for a reinstall where no dist-info names the installed one)."""
     root = target.root if target is not None else None
     if code == ReasonCode.PACKAGE_NOT_FOUND:
         return f"pass --root {patch.package}=DIR (the folder holding {patch.package}/), or --python of its interpreter"
@@ -374,12 +419,20 @@ def _hint(code: ReasonCode, patch: Patch, target: Target | None, rel: str) -> st
     if target is not None and target.is_checkout and root is not None:
         return f"git -C {root} diff -- {rel}  # then: git -C {root} checkout -- {rel}; ascendfix apply"
     if code == ReasonCode.UNSUPPORTED_UPSTREAM:
-        return f"this {patch.package} release is not one {patch.id} knows: pin the profile's version, or drop the patch"
-    return f"pip install --force-reinstall --no-deps {reinstall_spec(patch.package, root)}; then ascendfix apply"
+        version = f" {pinned}" if pinned else "'s version"
+        return (
+            f"this {patch.package} release is not one {patch.id} knows: pin the profile's{version}, or drop the patch"
+        )
+    spec = reinstall_spec(patch.package, root)
+    if spec == patch.package and pinned:  # never a bare name: pip would take the latest release
+        spec = f"{patch.package}=={pinned}"
+    return f"pip install --force-reinstall --no-deps {spec}; then ascendfix apply"
 
 
-def _aggregate(patch: Patch, evaluated: list[Evaluated], target: Target, stores: dict[str, Store]) -> PatchStatus:
-    """A patch's state over its files' states, the writes apply would make, and its fix."""
+def _aggregate(
+    patch: Patch, evaluated: list[Evaluated], target: Target, stores: dict[str, Store], pinned: str | None = None
+) -> PatchStatus:
+    """A patch's state over its files' states, the writes apply would make, and its fix (``pinned``: see _hint)."""
     files = [f for f, _ in evaluated]
     states = {f.state for f in files}
     reasons = "; ".join(dict.fromkeys(f.reason for f in files if f.reason))
@@ -403,7 +456,7 @@ def _aggregate(patch: Patch, evaluated: list[Evaluated], target: Target, stores:
     variant = variants.pop() if len(variants) == 1 else None
     bad = next((f for f in files if f.reason_code and f.state in (State.DRIFTED, State.PARTIAL)), None)
     code = bad.reason_code if bad is not None and state in (State.DRIFTED, State.PARTIAL) else None
-    hint = (bad.hint or _hint(code, patch, target, bad.path)) if code and bad else ""
+    hint = (bad.hint or _hint(code, patch, target, bad.path, pinned)) if code and bad else ""
     by_hand = next((f for f in files if f.guide), None) if state == State.HAND_EDITED else None
     if by_hand is not None:
         hint = by_hand.hint

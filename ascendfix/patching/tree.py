@@ -48,7 +48,7 @@ class Tree:
                     nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except OSError as e:
                     if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise Escape(self._not_plain(fd, part, "/".join(parts[: i + 1]), "a folder")) from None
+                        raise Escape(*self._not_plain(fd, part, "/".join(parts[: i + 1]), "a folder")) from None
                     raise
                 os.close(fd)
                 fd = nfd
@@ -57,12 +57,19 @@ class Tree:
             os.close(fd)
             raise
 
-    def _not_plain(self, dir_fd: int, name: str, rel: str, what: str) -> str:
+    def _not_plain(self, dir_fd: int, name: str, rel: str, what: str) -> tuple[str, str]:
+        """Why ``rel`` (a link, or not ``what``) is refused, and what to do about it."""
         path = self.root / rel
         try:
-            return f"{path} is a symbolic link (to {os.readlink(name, dir_fd=dir_fd)}); refusing to follow it"
+            target = os.readlink(name, dir_fd=dir_fd)
         except OSError:
-            return f"{path} is not {what}"
+            return f"{path} is not {what}", ""
+        real = os.path.normpath(path.parent / target)  # a relative link is relative to its folder
+        if what == "a folder":
+            fix = f"put the folder in place of the link (rm {path} && cp -a {real} {path}), or --root one without links"
+        else:
+            fix = f"cp --remove-destination {real} {path}  # the file itself in place of the link"
+        return f"{path} is a symbolic link (to {target}); refusing to follow it", fix
 
     @contextlib.contextmanager
     def _parent(self, rel: str, create: bool = False) -> Iterator[tuple[int, str]]:
@@ -109,7 +116,7 @@ class Tree:
                 fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
             except OSError as e:
                 if e.errno == errno.ELOOP:
-                    raise Escape(self._not_plain(dfd, name, rel, "a regular file")) from None
+                    raise Escape(*self._not_plain(dfd, name, rel, "a regular file")) from None
                 raise
             info = os.fstat(fd)  # before a file object: one refuses a folder with a bare errno
             if not stat.S_ISREG(info.st_mode):
