@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from ascendfix import resources
 from ascendfix.errors import UsageError
 from ascendfix.profile.jobenv import prepend_shell
 from ascendfix.profile.manifest import bundled_profiles, find_manifest
@@ -286,8 +287,7 @@ def dockerfile(profile: Profile) -> str:
         "ENV PATH=${STACK_PATH:+${STACK_PATH}:}${PATH}",
         "COPY pyproject.toml README.md /opt/ascendfix/",
         "COPY ascendfix /opt/ascendfix/ascendfix",
-        "COPY manifests /opt/ascendfix/manifests",
-        "COPY patches /opt/ascendfix/patches",
+        *(f"COPY {name} /opt/ascendfix/{name}" for name in resources.DATA_DIRS),
         "RUN python3 -m pip install /opt/ascendfix",
         f"RUN ascendfix apply --profile {name} --device {IMAGE_DEVICE} --strict",
         f"RUN ascendfix doctor --profile {name} --device {IMAGE_DEVICE} --only {only} --strict",

@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from ascendfix import resources
 
 from tests import upstream
 
@@ -163,7 +164,7 @@ def repo_context(dest: Path) -> Path:
     dest.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, dest / name)
-    for name in ("ascendfix", "manifests", "patches"):
+    for name in ("ascendfix", *resources.DATA_DIRS):
         shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "_data"))
     return dest
 

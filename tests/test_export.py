@@ -32,6 +32,21 @@ def test_committed_dockerfile_is_what_the_manifest_generates():
     assert COMMITTED.read_text() == generated, "docker/Dockerfile is stale: run ascendfix export dockerfile > it"
 
 
+def test_every_data_folder_is_in_the_wheel_and_the_image():
+    """A data folder beside the package reaches the wheel (pyproject's force-include) and the image (a COPY line)
+    only where it is named: each of resources.DATA_DIRS is, and nothing else is."""
+    try:
+        import tomllib  # novermin (the tests run on 3.11)
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    forced = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    assert forced == {name: f"ascendfix/_data/{name}" for name in resources.DATA_DIRS}
+    copied = re.findall(r"^COPY (\S+) /opt/ascendfix/(\S+)$", COMMITTED, re.M)
+    assert [(a, b) for a, b in copied if a == b] == [("ascendfix", "ascendfix"), *((n, n) for n in resources.DATA_DIRS)]
+    assert all((REPO / name).is_dir() for name in resources.DATA_DIRS)
+
+
 def test_cli_prints_the_same_dockerfile(tmp_path, ascendfix_cli):
     result = ascendfix_cli("export", "dockerfile", "--profile", PROFILE, clean_env=True, env={"PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr
