@@ -271,11 +271,12 @@ def named(logs: Path) -> tuple:
 
 @pytest.mark.slow
 def test_a_torchrun_failure_is_the_same_from_its_run_folder_its_ranks_files_and_both(tmp_path, ascendfix_cli):
-    """`ascendfix run` keeps torchrun's console (runs/1/train.log); `--log-dir` keeps each rank's output."""
+    """`ascendfix run` keeps torchrun's console (runs/1/train.log: with @record, its report holds the rank's
+    traceback); `--log-dir` keeps each rank's output."""
     pytest.importorskip("torch")
     (tmp_path / "job.py").write_text(TORCH_JOB)
     torchrun_ = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3"]
-    torchrun_ += ["--log-dir", "ranks", "--redirects", "3", "job.py", "raise", "2", "1", "plain"]
+    torchrun_ += ["--log-dir", "ranks", "--redirects", "3", "job.py", "raise", "2", "1", "record"]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
     args = ["run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1", *torchrun_]
     proc = ascendfix_cli(*args, cwd=tmp_path, env=env, clean_env=True, timeout=180)
