@@ -251,6 +251,46 @@ def test_a_line_without_a_stamp_takes_none_and_sorts_after_stamped_ones(tmp_path
     assert triage.triage(tmp_path).first.code == "RAY_WORKER_DIED"
 
 
+def test_an_unstamped_traceback_takes_its_time_from_the_stamped_findings_around_it(tmp_path):
+    """torchrun's console: the ranks' tracebacks (no stamp) come before its own stamped lines; they take the
+    first stamp below them, not "after everything", and come before a later failure in another file."""
+    write(
+        tmp_path / "a.log",
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "train.py", line 9, in <module>\n'
+        "[rank1]: ValueError: bad batch\n" + "noise\n" * 40 + FORMATS["ray"](datetime(2025, 4, 8, 18, 7, 20)),
+    )
+    write(tmp_path / "b.log", FORMATS["glog"](datetime(2025, 4, 8, 18, 7, 30)))
+    first = triage.triage(tmp_path).first
+    assert (first.code, first.rank, first.time) == ("ValueError", 1, datetime(2025, 4, 8, 18, 7, 20))
+
+
+@pytest.mark.parametrize("signal", ["SIGSEGV", "SIGBUS", "SIGABRT"])
+def test_a_workers_fatal_signal_is_named_with_the_pid_of_its_file(tmp_path, signal):
+    """Ray's logging.cc failure signal handler, as a worker's .err has it (worker-<id>-<jobid>-<pid>.err)."""
+    write(
+        tmp_path / "worker-f1427cf2-01000000-1215.err",
+        f"*** {signal} received at time=1796299694 on cpu 1 ***\n"
+        "PC: @     0x7fe02ee5a267  (unknown)  kill\n"
+        f"[2026-12-03 12:08:14,628 E 1215 1215] logging.cc:474: *** {signal} received at time=1796299694 "
+        "on cpu 1 ***\n",
+    )
+    first = first_of(tmp_path)
+    assert (first["code"], first["pid"], first["time"]) == (signal, 1215, "2026-12-03T12:08:14.628000")
+
+
+def test_torchruns_exit_by_a_signal_is_named_with_the_signals_name(tmp_path):
+    """torch before 2.5 printed `exitcode  : -6 (pid: N)` without the signal's name."""
+    write(
+        tmp_path / "train.log",
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2024-06-18_10:21:36\n  host      : node01\n"
+        "  rank      : 3 (local_rank: 3)\n  exitcode  : -6 (pid: 12345)\n  error_file: <N/A>\n",
+    )
+    first = first_of(tmp_path)
+    assert (first["code"], first["rank"], first["pid"], first["node"]) == ("TORCHRUN_SIGNAL", 3, 12345, "node01")
+    assert first["message"].endswith("(SIGABRT)")
+
+
 def test_line_numbers_are_right_when_read_in_many_blocks(tmp_path, monkeypatch):
     monkeypatch.setattr(triage_scan, "BLOCK", 4096)
     noise = "".join(f"(TaskRunner pid=11069) step noise line {i}\n" for i in range(5000))

@@ -67,6 +67,7 @@ class Burst:
     root: bool = False  # a launcher names it its first observed failure
     task: str | None = None  # the innermost Ray task a wrapper in it names
     near: datetime | None = None  # the last stamp of the file above it, for a burst without one
+    side: int = 1  # 0: timed by the first stamp below it (it came before), 1: its own, 2: by the one above it
 
     @classmethod
     def of(cls, f: Finding, file_index: int) -> Burst:
@@ -138,21 +139,23 @@ def bursts(findings: Iterable[Finding], file_index: int) -> Iterator[Burst]:
     """A file's findings (in line order) grouped into bursts, each timed by its own stamp or its neighbours'."""
     open_: list[Burst] = []
     held: list[Burst] = []  # closed before the file's first stamp: they take it
-    last: datetime | None = None  # the latest stamp of a finding so far
+    first: datetime | None = None  # the file's first stamp of a finding
+    last: datetime | None = None  # the latest so far
 
     def close(burst: Burst) -> list[Burst]:
         if burst.time is None:
-            if burst.near is None and last is None and len(held) < _HELD:
+            if burst.near is None and first is None and len(held) < _HELD:
                 held.append(burst)
                 return []
-            burst.time = burst.near or last
+            burst.time, burst.side = (burst.near, 2) if burst.near is not None else (first, 0)
         return [burst]
 
     for f in findings:
         if f.time is not None:
-            if last is None:
+            if first is None:
+                first = f.time
                 for burst in held:
-                    burst.time = f.time
+                    burst.time, burst.side = f.time, 0
                 yield from held
                 held.clear()
             last = f.time
@@ -173,11 +176,12 @@ def bursts(findings: Iterable[Finding], file_index: int) -> Iterator[Burst]:
 
 
 def _key(burst: Burst, offset: timedelta) -> tuple:
-    """Earliest first; at one time, the most specific, and a process's own log before a copy relayed by another."""
+    """Earliest first; at one time, a burst timed by the stamp below it before that stamp's own, then the most
+    specific, and a process's own log before a copy relayed by another."""
     when = burst.when
     at = when + offset if when else datetime.min
     relayed = burst.best.origin is not None
-    return (when is None, at, burst.best.priority, relayed, burst.file_index, burst.best.line)
+    return (when is None, at, burst.side, burst.best.priority, relayed, burst.file_index, burst.best.line)
 
 
 class Tally:
