@@ -309,3 +309,33 @@ def test_a_ray_segfault_is_the_same_from_its_run_folder_its_session_and_its_driv
     for name, (_, code, message, first_pid, node) in found.items():
         assert (code, first_pid, node) == ("PYTHON_FATAL", pid, "127.0.0.1"), (name, found)
         assert message.startswith("Fatal Python error: Segmentation fault · in generate ("), (name, message)
+
+
+# a job logs an exception (as a library does for a download it then gets) and ends as its argument says
+LOGGED_JOB = """
+    import logging, sys
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s -- %(message)s")
+    try:
+        raise TimeoutError("read timed out (hub)")
+    except TimeoutError:
+        logging.getLogger("hub").exception("download of the tokenizer failed")
+    print("tokenizer loaded from the cache", flush=True)
+    sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("status", [0, 1])
+def test_what_a_run_that_exited_0_logged_is_no_failure(tmp_path, ascendfix_cli, status):
+    (tmp_path / "job.py").write_text(textwrap.dedent(LOGGED_JOB))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    args = ["run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1", sys.executable, "job.py", status]
+    proc = ascendfix_cli(*args, cwd=tmp_path, env=env, clean_env=True, timeout=120)
+    assert proc.returncode == status, proc.stderr[-2000:]
+    result = CliRunner().invoke(cli.main, ["triage", str(tmp_path / "runs"), "--json"])
+    data = json.loads(result.stdout)
+    if status:  # the job failed: the exception it logged is the only candidate
+        assert result.exit_code == 1 and data["first"]["code"] == "TimeoutError", data
+        return
+    assert result.exit_code == 0 and data["first"] is None and data["by_code"] == {}, data
+    assert [(d["code"], d["file"]) for d in data["discounted"]] == [("TimeoutError", "1/train.log")]
+    assert "exited 0" in data["discounted"][0]["why"]
