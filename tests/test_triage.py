@@ -1061,7 +1061,8 @@ def test_a_real_ray_actor_killed_by_the_memory_monitor_is_named_out_of_memory(tm
 
 
 @pytest.mark.slow
-def test_a_real_clean_four_actor_ray_job_is_no_failure(tmp_path_factory):
+@pytest.mark.parametrize("attempt", range(3))  # Ray's teardown races: a worker-exit notice now and then
+def test_a_real_clean_four_actor_ray_job_is_no_failure(tmp_path_factory, attempt):
     proc, logs = run_in_netns(tmp_path_factory, CLEAN_JOB, {})
     assert proc.returncode == 0 and proc.stdout.split()[-1] == "14", proc.stderr[-2000:]
     code, data = run_json(logs)

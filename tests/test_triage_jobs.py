@@ -35,7 +35,9 @@ TORCH_JOB = textwrap.dedent(
         for step in range(6):
             if rank == bad and step == at:
                 time.sleep(0.2)  # the others are waiting in the collective
-                if how == "raise":
+                if how == "destroy":  # its group torn down first: the others lose it before it raises
+                    dist.destroy_process_group()
+                if how in ("raise", "destroy"):
                     raise ValueError(f"bad batch at step {step} on rank {rank}")
                 os.kill(os.getpid(), signal.SIGKILL)
             dist.all_reduce(t)
@@ -78,8 +80,9 @@ def first_of(logs: Path) -> tuple[dict, dict]:
 
 
 @pytest.mark.slow
-def test_a_rank_that_raises_is_named_not_the_survivors_torchrun_sigtermed(tmp_path):
-    pids = torchrun(tmp_path, "raise", 1)
+@pytest.mark.parametrize("how", ["raise", "destroy"])
+def test_a_rank_that_raises_is_named_not_the_survivors_torchrun_sigtermed(tmp_path, how):
+    pids = torchrun(tmp_path, how, 1)
     data, first = first_of(tmp_path / "console")
     assert (first["rank"], first["pid"], first["node"]) == (1, pids[1], "localhost"), first
     assert first["code"] == "ValueError" and "bad batch at step 1 on rank 1" in first["message"]

@@ -18,7 +18,7 @@ The first failure is chosen by cause before the clock:
   entry, its ``failed (exitcode: N) … (pid: P)`` line) wins, whatever the exit code; the rank's
   own burst (its traceback) names it when there is one, with the root's pid, node and time;
 - consequences (a fingerprint's ``role``: a gloo peer that went away, torchrun's SIGTERM of the
-  survivors and their ``-15`` exits, its own ChildFailedError) are first only when nothing else
+  survivors and their ``-15`` exits, its own ChildFailedError, RayTaskError wrappers) are first only when nothing else
   failed; an earlier consequence passed over is said in :attr:`Tally.discounted`;
 - otherwise the earliest burst, with two corrections:
 
