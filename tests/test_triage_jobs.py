@@ -219,6 +219,39 @@ RETRIED_JOB = """
 """
 
 
+# two actors in one gloo group: rank 1 never joins the all_reduce, rank 0 times out and the driver fails
+HANG_JOB = """
+    import datetime, os, socket, sys, time
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Rank:
+        def __init__(self, rank, port):
+            import torch.distributed as dist
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=3))
+            self.rank = rank
+
+        def step(self):
+            import torch, torch.distributed as dist
+            with open(f"rank{self.rank}", "w") as f:
+                f.write(str(os.getpid()))
+            if self.rank == 1:
+                time.sleep(8)  # never joins the collective
+                return 0
+            t = torch.ones(2)
+            dist.all_reduce(t)
+            return int(t[0])
+
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ranks = [Rank.remote(r, port) for r in range(2)]
+    print(ray.get([r.step.remote() for r in ranks], timeout=60))
+"""
+
+
 @pytest.mark.slow
 def test_a_ray_actors_segfault_is_named_with_its_pid_node_and_python_frame(tmp_path_factory):
     proc, logs = ray_job(tmp_path_factory, SEGFAULT_JOB)
@@ -342,3 +375,14 @@ def test_what_a_run_that_exited_0_logged_is_no_failure(tmp_path, ascendfix_cli, 
     assert result.exit_code == 0 and data["first"] is None and data["by_code"] == {}, data
     assert [(d["code"], d["file"]) for d in data["discounted"]] == [("TimeoutError", "1/train.log")]
     assert "exited 0" in data["discounted"][0]["why"]
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_joins_a_collective_leaves_the_waiting_ranks_timeout_named(tmp_path_factory):
+    pytest.importorskip("torch")
+    proc, logs = ray_job(tmp_path_factory, HANG_JOB)
+    assert proc.returncode == 1 and "Timed out waiting 3000ms" in proc.stderr, proc.stderr[-3000:]
+    pid = int((logs.parents[2] / "rank0").read_text())
+    data, first = first_of(logs)
+    assert (first["code"], first["pid"], first["node"]) == ("GLOO_TIMEOUT", pid, "127.0.0.1"), first
+    assert first["message"].endswith("(in ray::Rank.step())") and "Find the rank that stopped first" in first["fix"]
