@@ -252,15 +252,20 @@ def test_a_line_without_a_stamp_takes_none_and_sorts_after_stamped_ones(tmp_path
 
 
 def test_an_unstamped_traceback_takes_its_time_from_the_stamped_findings_around_it(tmp_path):
-    """torchrun's console: the ranks' tracebacks (no stamp) come before its own stamped lines; they take the
-    first stamp below them, not "after everything", and come before a later failure in another file."""
+    """A rank's traceback (no stamp) above another rank's stamped lost peer: it takes the first stamp below it,
+    not "after everything", and comes before a later failure in another file."""
     write(
         tmp_path / "a.log",
         "[rank1]: Traceback (most recent call last):\n"
         '[rank1]:   File "train.py", line 9, in <module>\n'
-        "[rank1]: ValueError: bad batch\n" + "noise\n" * 40 + FORMATS["ray"](datetime(2025, 4, 8, 18, 7, 20)),
+        "[rank1]: ValueError: bad batch\n"
+        + "noise\n"
+        * 40
+        + "[rank0]:[E0408 18:07:20.000000000 ProcessGroupGloo.cpp:143] RuntimeError: [../third_party/gloo/gloo/"
+        "transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:5322\n",
+        mtime=datetime(2025, 4, 9),  # the glog stamps' year
     )
-    write(tmp_path / "b.log", FORMATS["glog"](datetime(2025, 4, 8, 18, 7, 30)))
+    write(tmp_path / "b.log", FORMATS["glog"](datetime(2025, 4, 8, 18, 7, 30)), mtime=datetime(2025, 4, 9))
     first = triage.triage(tmp_path).first
     assert (first.code, first.rank, first.time) == ("ValueError", 1, datetime(2025, 4, 8, 18, 7, 20))
 

@@ -67,7 +67,7 @@ class Burst:
     root: bool = False  # a launcher names it its first observed failure
     task: str | None = None  # the innermost Ray task a wrapper in it names
     near: datetime | None = None  # the last stamp of the file above it, for a burst without one
-    side: int = 1  # 0: timed by the first stamp below it (it came before), 1: its own, 2: by the one above it
+    side: int = 0  # 0: timed by its own stamp, 1: by the first stamp below it, 2: by the last one above it
 
     @classmethod
     def of(cls, f: Finding, file_index: int) -> Burst:
@@ -147,7 +147,7 @@ def bursts(findings: Iterable[Finding], file_index: int) -> Iterator[Burst]:
             if burst.near is None and first is None and len(held) < _HELD:
                 held.append(burst)
                 return []
-            burst.time, burst.side = (burst.near, 2) if burst.near is not None else (first, 0)
+            burst.time, burst.side = (burst.near, 2) if burst.near is not None else (first, 1)
         return [burst]
 
     for f in findings:
@@ -155,7 +155,7 @@ def bursts(findings: Iterable[Finding], file_index: int) -> Iterator[Burst]:
             if first is None:
                 first = f.time
                 for burst in held:
-                    burst.time, burst.side = f.time, 0
+                    burst.time, burst.side = f.time, 1
                 yield from held
                 held.clear()
             last = f.time
@@ -176,8 +176,9 @@ def bursts(findings: Iterable[Finding], file_index: int) -> Iterator[Burst]:
 
 
 def _key(burst: Burst, offset: timedelta) -> tuple:
-    """Earliest first; at one time, a burst timed by the stamp below it before that stamp's own, then the most
-    specific, and a process's own log before a copy relayed by another."""
+    """Earliest first; at one time, a burst's own stamp before one it took from a neighbour (a driver's log
+    interleaves what the processes relay), then the most specific, and a process's own log before a copy relayed
+    by another."""
     when = burst.when
     at = when + offset if when else datetime.min
     relayed = burst.best.origin is not None
