@@ -35,7 +35,9 @@ TORCH_JOB = textwrap.dedent(
         for step in range(6):
             if rank == bad and step == at:
                 time.sleep(0.2)  # the others are waiting in the collective
-                if how == "raise":
+                if how == "destroy":  # its group torn down first: the others lose it before it raises
+                    dist.destroy_process_group()
+                if how in ("raise", "destroy"):
                     raise ValueError(f"bad batch at step {step} on rank {rank}")
                 os.kill(os.getpid(), signal.SIGKILL)
             dist.all_reduce(t)
@@ -78,8 +80,9 @@ def first_of(logs: Path) -> tuple[dict, dict]:
 
 
 @pytest.mark.slow
-def test_a_rank_that_raises_is_named_not_the_survivors_torchrun_sigtermed(tmp_path):
-    pids = torchrun(tmp_path, "raise", 1)
+@pytest.mark.parametrize("how", ["raise", "destroy"])
+def test_a_rank_that_raises_is_named_not_the_survivors_torchrun_sigtermed(tmp_path, how):
+    pids = torchrun(tmp_path, how, 1)
     data, first = first_of(tmp_path / "console")
     assert (first["rank"], first["pid"], first["node"]) == (1, pids[1], "localhost"), first
     assert first["code"] == "ValueError" and "bad batch at step 1 on rank 1" in first["message"]
@@ -216,6 +219,39 @@ RETRIED_JOB = """
 """
 
 
+# two actors in one gloo group: rank 1 never joins the all_reduce, rank 0 times out and the driver fails
+HANG_JOB = """
+    import datetime, os, socket, sys, time
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Rank:
+        def __init__(self, rank, port):
+            import torch.distributed as dist
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=3))
+            self.rank = rank
+
+        def step(self):
+            import torch, torch.distributed as dist
+            with open(f"rank{self.rank}", "w") as f:
+                f.write(str(os.getpid()))
+            if self.rank == 1:
+                time.sleep(8)  # never joins the collective
+                return 0
+            t = torch.ones(2)
+            dist.all_reduce(t)
+            return int(t[0])
+
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ranks = [Rank.remote(r, port) for r in range(2)]
+    print(ray.get([r.step.remote() for r in ranks], timeout=60))
+"""
+
+
 @pytest.mark.slow
 def test_a_ray_actors_segfault_is_named_with_its_pid_node_and_python_frame(tmp_path_factory):
     proc, logs = ray_job(tmp_path_factory, SEGFAULT_JOB)
@@ -271,11 +307,12 @@ def named(logs: Path) -> tuple:
 
 @pytest.mark.slow
 def test_a_torchrun_failure_is_the_same_from_its_run_folder_its_ranks_files_and_both(tmp_path, ascendfix_cli):
-    """`ascendfix run` keeps torchrun's console (runs/1/train.log); `--log-dir` keeps each rank's output."""
+    """`ascendfix run` keeps torchrun's console (runs/1/train.log: with @record, its report holds the rank's
+    traceback); `--log-dir` keeps each rank's output."""
     pytest.importorskip("torch")
     (tmp_path / "job.py").write_text(TORCH_JOB)
     torchrun_ = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3"]
-    torchrun_ += ["--log-dir", "ranks", "--redirects", "3", "job.py", "raise", "2", "1", "plain"]
+    torchrun_ += ["--log-dir", "ranks", "--redirects", "3", "job.py", "raise", "2", "1", "record"]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
     args = ["run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1", *torchrun_]
     proc = ascendfix_cli(*args, cwd=tmp_path, env=env, clean_env=True, timeout=180)
@@ -308,3 +345,44 @@ def test_a_ray_segfault_is_the_same_from_its_run_folder_its_session_and_its_driv
     for name, (_, code, message, first_pid, node) in found.items():
         assert (code, first_pid, node) == ("PYTHON_FATAL", pid, "127.0.0.1"), (name, found)
         assert message.startswith("Fatal Python error: Segmentation fault · in generate ("), (name, message)
+
+
+# a job logs an exception (as a library does for a download it then gets) and ends as its argument says
+LOGGED_JOB = """
+    import logging, sys
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s -- %(message)s")
+    try:
+        raise TimeoutError("read timed out (hub)")
+    except TimeoutError:
+        logging.getLogger("hub").exception("download of the tokenizer failed")
+    print("tokenizer loaded from the cache", flush=True)
+    sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("status", [0, 1])
+def test_what_a_run_that_exited_0_logged_is_no_failure(tmp_path, ascendfix_cli, status):
+    (tmp_path / "job.py").write_text(textwrap.dedent(LOGGED_JOB))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    args = ["run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1", sys.executable, "job.py", status]
+    proc = ascendfix_cli(*args, cwd=tmp_path, env=env, clean_env=True, timeout=120)
+    assert proc.returncode == status, proc.stderr[-2000:]
+    result = CliRunner().invoke(cli.main, ["triage", str(tmp_path / "runs"), "--json"])
+    data = json.loads(result.stdout)
+    if status:  # the job failed: the exception it logged is the only candidate
+        assert result.exit_code == 1 and data["first"]["code"] == "TimeoutError", data
+        return
+    assert result.exit_code == 0 and data["first"] is None and data["by_code"] == {}, data
+    assert [(d["code"], d["file"]) for d in data["discounted"]] == [("TimeoutError", "1/train.log")]
+    assert "exited 0" in data["discounted"][0]["why"]
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_joins_a_collective_leaves_the_waiting_ranks_timeout_named(tmp_path_factory):
+    pytest.importorskip("torch")
+    proc, logs = ray_job(tmp_path_factory, HANG_JOB)
+    assert proc.returncode == 1 and "Timed out waiting 3000ms" in proc.stderr, proc.stderr[-3000:]
+    pid = int((logs.parents[2] / "rank0").read_text())
+    data, first = first_of(logs)
+    assert (first["code"], first["pid"], first["node"]) == ("GLOO_TIMEOUT", pid, "127.0.0.1"), first
+    assert first["message"].endswith("(in ray::Rank.step())") and "Find the rank that stopped first" in first["fix"]

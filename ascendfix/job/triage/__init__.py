@@ -10,6 +10,9 @@ run`` folders (``<time>/train.log``), CANN plog folders, per-node copies of them
 timeouts point at, is the first failure; every other finding is counted as one of its likely
 consequences.
 
+What an ``ascendfix run`` folder's job logged is no failure when its run.json says it exited 0: it is
+listed, with why, among the findings discounted.
+
 The node of a line is the Ray prefix's ip, else the one its message names (``IP: 10.0.0.9``),
 else the kernel log's host, else the folder's: the first folder on its path named as an IP
 address, or the top folder under LOGDIR when it is named like a host (``node07/ascend/log/…``).
@@ -18,7 +21,10 @@ address, or the top folder under LOGDIR when it is named like a host (``node07/a
 from __future__ import annotations
 
 import ipaddress
+import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -48,6 +54,8 @@ __all__ = [
 ]
 
 DEFAULT_LOGDIR = Path("/tmp/ray/session_latest/logs")
+_MAX_RUN_JSON = 1 << 20
+_SUCCEEDED = "the job exited 0 (its run.json says so): what it logged and went on from is no failure"
 _FILE_PID = re.compile(r"^(?:worker-[0-9a-f]+-[0-9a-f]+-|python-core-worker-[0-9a-f]+_|plog-)(\d+)")
 _HOST = re.compile(r"^[A-Za-z][A-Za-z0-9-]*\d[A-Za-z0-9.-]*$")
 _NOT_A_HOST = re.compile(r"^(?:session_|device-|worker-|plog|debug|run|logs?$|old$|events$)", re.I)
@@ -100,14 +108,21 @@ def triage(logdir: Path = DEFAULT_LOGDIR) -> Triage:
     files = size = 0
     skipped: list[tuple[str, str]] = []
     nodes: dict[Path, str | None] = {}
+    succeeded: dict[Path, bool] = {}
     for index, path in enumerate(log_files(logdir, skipped)):
         rel = path.relative_to(logdir) if path != logdir else Path(path.name)
         if rel.parent not in nodes:
             nodes[rel.parent] = _node_of(rel.parent)
+            succeeded[rel.parent] = _exited_zero(path.parent)
         m = _FILE_PID.match(path.name)
         scan = FileScan(path, clean(str(rel)), nodes[rel.parent], int(m.group(1)) if m else None, table)
-        for burst in bursts(scan.findings(), index):
-            tally.add(burst)
+        if succeeded[rel.parent]:  # an `ascendfix run` folder whose job exited 0: what it logged is no failure
+            for f in scan.findings():
+                if len(scan.discounted) < MAX_DISCOUNTED:
+                    scan.discounted.append(Discount(f.code, f.file, f.line, _SUCCEEDED))
+        else:
+            for burst in bursts(scan.findings(), index):
+                tally.add(burst)
         tally.discounted += scan.discounted[: max(0, MAX_DISCOUNTED - len(tally.discounted))]
         if scan.error is not None:
             skipped.append((clean(str(rel)), scan.error))
@@ -124,6 +139,22 @@ def triage(logdir: Path = DEFAULT_LOGDIR) -> Triage:
     return Triage(
         clean(str(logdir)), first, tally.total - size_first, by_code, files, size, skipped, skew, tally.discounted
     )
+
+
+def _exited_zero(folder: Path) -> bool:
+    """Whether the folder is an ``ascendfix run`` folder whose run.json says the job ended with exit status 0."""
+    try:
+        fd = os.open(folder / "run.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return False
+            record = json.loads(f.read(_MAX_RUN_JSON))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("exit_status") == 0 and "ended" in record
 
 
 def _seconds(delta: timedelta) -> float:

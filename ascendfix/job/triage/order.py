@@ -18,7 +18,7 @@ The first failure is chosen by cause before the clock:
   entry, its ``failed (exitcode: N) … (pid: P)`` line) wins, whatever the exit code; the rank's
   own burst (its traceback) names it when there is one, with the root's pid, node and time;
 - consequences (a fingerprint's ``role``: a gloo peer that went away, torchrun's SIGTERM of the
-  survivors and their ``-15`` exits, its own ChildFailedError) are first only when nothing else
+  survivors and their ``-15`` exits, its own ChildFailedError, RayTaskError wrappers) are first only when nothing else
   failed; an earlier consequence passed over is said in :attr:`Tally.discounted`;
 - otherwise the earliest burst, with two corrections:
 
@@ -67,6 +67,7 @@ class Burst:
     root: bool = False  # a launcher names it its first observed failure
     task: str | None = None  # the innermost Ray task a wrapper in it names
     near: datetime | None = None  # the last stamp of the file above it, for a burst without one
+    side: int = 0  # 0: timed by its own stamp, 1: by the first stamp below it, 2: by the last one above it
 
     @classmethod
     def of(cls, f: Finding, file_index: int) -> Burst:
@@ -138,21 +139,23 @@ def bursts(findings: Iterable[Finding], file_index: int) -> Iterator[Burst]:
     """A file's findings (in line order) grouped into bursts, each timed by its own stamp or its neighbours'."""
     open_: list[Burst] = []
     held: list[Burst] = []  # closed before the file's first stamp: they take it
-    last: datetime | None = None  # the latest stamp of a finding so far
+    first: datetime | None = None  # the file's first stamp of a finding
+    last: datetime | None = None  # the latest so far
 
     def close(burst: Burst) -> list[Burst]:
         if burst.time is None:
-            if burst.near is None and last is None and len(held) < _HELD:
+            if burst.near is None and first is None and len(held) < _HELD:
                 held.append(burst)
                 return []
-            burst.time = burst.near or last
+            burst.time, burst.side = (burst.near, 2) if burst.near is not None else (first, 1)
         return [burst]
 
     for f in findings:
         if f.time is not None:
-            if last is None:
+            if first is None:
+                first = f.time
                 for burst in held:
-                    burst.time = f.time
+                    burst.time, burst.side = f.time, 1
                 yield from held
                 held.clear()
             last = f.time
@@ -173,11 +176,13 @@ def bursts(findings: Iterable[Finding], file_index: int) -> Iterator[Burst]:
 
 
 def _key(burst: Burst, offset: timedelta) -> tuple:
-    """Earliest first; at one time, the most specific, and a process's own log before a copy relayed by another."""
+    """Earliest first; at one time, a burst's own stamp before one it took from a neighbour (a driver's log
+    interleaves what the processes relay), then the most specific, and a process's own log before a copy relayed
+    by another."""
     when = burst.when
     at = when + offset if when else datetime.min
     relayed = burst.best.origin is not None
-    return (when is None, at, burst.best.priority, relayed, burst.file_index, burst.best.line)
+    return (when is None, at, burst.side, burst.best.priority, relayed, burst.file_index, burst.best.line)
 
 
 class Tally:

@@ -131,14 +131,6 @@ def _alternatives(pattern: str) -> list[str]:
     return [*parts, pattern[start:]]
 
 
-def overlap(a: str, b: str) -> bool:
-    """Whether ``a`` and ``b`` can share characters where they occur in a line: one holds the other, or one
-    ends with what the other starts with."""
-    if a in b or b in a:
-        return True
-    return any(a.endswith(b[:k]) or b.endswith(a[:k]) for k in range(1, min(len(a), len(b))))
-
-
 class Table:
     """The fingerprints, and which of them a line can match, by the needles it holds."""
 
@@ -151,17 +143,18 @@ class Table:
             for n in fp.needles:
                 owners.setdefault(n, set()).add(i)
         literals = sorted(owners, key=len, reverse=True)
-        # a literal found stands for every needle it overlaps too: the search reports one match at a place and
-        # goes on after it, so a needle inside it, or one that starts inside it and runs on ("… request" then
-        # "request {"), is not reported; their patterns are tried, most specific first
-        self.owners = {lit: sorted({i for n in literals if overlap(n, lit) for i in owners[n]}) for lit in literals}
-        self.any_needle = re.compile("|".join(map(re.escape, literals)) or "(?!)")  # literals only: fast
+        # a literal found stands for every needle inside it too (the search reports the longest at a place); it
+        # looks at every place, so a needle that starts inside another and runs on ("… request", "request {")
+        # is found at its own
+        self.owners = {lit: sorted({i for n in literals if n in lit for i in owners[n]}) for lit in literals}
+        alternatives = "|".join(map(re.escape, literals))
+        self.any_needle = re.compile(f"(?=({alternatives}))" if literals else "(?!)")  # literals only: fast
 
     def match(self, text: str, info: bool = False) -> tuple[int, re.Match[str]] | None:
         """The first fingerprint (by index) that matches ``text``, and its match; on an INFO line
         (``info``) only the fingerprints that fire there."""
         maybe = list(self.always)
-        found = {m.group() for m in self.any_needle.finditer(text)}
+        found = {m.group(1) for m in self.any_needle.finditer(text)}
         if found:
             maybe = sorted({*maybe, *(i for lit in found for i in self.owners[lit])})
         for i in maybe:
