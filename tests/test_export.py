@@ -42,7 +42,7 @@ def test_every_data_folder_is_in_the_wheel_and_the_image():
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     forced = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
     assert forced == {name: f"ascendfix/_data/{name}" for name in resources.DATA_DIRS}
-    copied = re.findall(r"^COPY (\S+) /opt/ascendfix/(\S+)$", COMMITTED, re.M)
+    copied = re.findall(r"^COPY (\S+) /opt/ascendfix/(\S+)$", COMMITTED.read_text(), re.M)
     assert [(a, b) for a, b in copied if a == b] == [("ascendfix", "ascendfix"), *((n, n) for n in resources.DATA_DIRS)]
     assert all((REPO / name).is_dir() for name in resources.DATA_DIRS)
 
