@@ -102,4 +102,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from recorded import recorded
+
+    recorded(__file__, main)

@@ -53,3 +53,25 @@ def test_qkv_is_interleaved_per_kv_group():
 def test_an_unknown_architecture_is_refused_by_name():
     with pytest.raises(UsageError, match="'LlamaForCausalLM' has no reviewed mapping"):
         mapping.load("LlamaForCausalLM")
+
+
+@pytest.mark.parametrize("at", [0, 7, 8, 4095, 65536, (1 << 20) - 1])
+def test_blocks_compare_equal_only_when_every_byte_is(at):
+    """memcmp over the windows' writable buffers, 8-byte words over read-only views: one flipped bit
+    anywhere (a word's edge, a page's, the last byte) is found, and where."""
+    import mmap
+    import os
+
+    from ascendfix.checkpoint.verify import compare
+
+    n = 1 << 20
+    data = os.urandom(n)
+    left, right = mmap.mmap(-1, n), mmap.mmap(-1, n)
+    left.write(data)
+    right.write(data)
+    a, b = memoryview(left), memoryview(right)
+    assert compare.same(a, b) and compare.same(a[3:-5], b[3:-5]) and compare.same(a[:0], b[:0])
+    right[at] ^= 0x10
+    for x, y in ((a, b), (memoryview(bytes(left)), memoryview(bytes(right)))):  # writable, then read-only
+        assert not compare.same(x, y) and compare.same(x[:at], y[:at]) and compare.same(x[at + 1 :], y[at + 1 :])
+        assert compare.first_difference(x, y) == at == compare.last_difference(x, y)

@@ -2,12 +2,15 @@
 
 Each buffer is an anonymous ``mmap`` of :data:`BLOCK` bytes, filled with ``preadv`` (page-cached
 reads into a reused ``bytearray`` measured 4-5x slower); a run of bytes longer than a buffer is
-compared block by block. Equal blocks are compared as 8-byte words (``memoryview.cast``), and a
-differing block is searched by halves for its first and last differing byte.
+compared block by block. Blocks are compared with the C library's ``memcmp`` over the two buffers
+(a memoryview's own ``==`` compares item by item: 8-byte words ran 3-4x slower than ``memcmp``), as
+8-byte words where no C library answers, and a differing block is searched by halves for its first
+and last differing byte.
 """
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 from pathlib import Path
@@ -71,9 +74,30 @@ class Window:
             pass
 
 
+def _libc_memcmp():
+    """The C library's ``memcmp``, or None where there is none to load."""
+    try:
+        found = ctypes.CDLL(None).memcmp
+    except (OSError, AttributeError):
+        return None
+    found.restype = ctypes.c_int
+    found.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+    return found
+
+
+_MEMCMP = _libc_memcmp()
+
+
+def _address(view: memoryview) -> int:
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
+
+
 def same(a: memoryview, b: memoryview) -> bool:
-    """Whether two equally long byte views are equal (compared as 8-byte words where they can be)."""
+    """Whether two equally long byte views are equal: ``memcmp`` over writable views (the windows' are), else
+    compared as 8-byte words where they can be."""
     n = len(a)
+    if n and _MEMCMP is not None and not a.readonly and not b.readonly:
+        return _MEMCMP(_address(a), _address(b), n) == 0
     words = n - n % 8
     if words and a[:words].cast("Q") != b[:words].cast("Q"):
         return False
