@@ -117,7 +117,7 @@ def run_json(logdir: Path) -> tuple[int, dict]:
 def test_a_multinode_session_names_the_port_that_went_down_first(tmp_path):
     code, data = run_json(session(tmp_path))
     assert code == 1
-    assert set(data) == {"logs", "first", "later", "by_code", "skipped", "clock_skew", "discounted"}
+    assert set(data) == {"logs", "first", "later", "consequences", "by_code", "skipped", "clock_skew", "discounted"}
     first = data["first"]
     assert set(first) == {"time", "file", "line", "node", "pid", "rank", "code", "message", "cause", "fix"}
     assert first["code"] == "EJ0002" and first["node"] == "10.0.0.4" and first["pid"] == 3007 and first["rank"] == 7
@@ -129,6 +129,9 @@ def test_a_multinode_session_names_the_port_that_went_down_first(tmp_path):
     # rank 7: RuntimeError+EJ0002 on one line, ERR02200; ranks 1 and 9: RuntimeError, ERR01100, EI0006 each
     assert data["by_code"] == {"EI0006": 2, "ERR01100": 2, "RuntimeError": 2, "EJ0002": 1, "ERR02200": 1}
     assert data["later"] == 6
+    # what followed, by name: each other rank's earliest finding (ranks 1 and 9 waited for rank 7), first excluded
+    assert [(c["code"], c["rank"]) for c in data["consequences"]] == [("EI0006", 1), ("EI0006", 9)]
+    assert all(set(c) == set(first) for c in data["consequences"])
 
 
 def test_the_ray_prefix_gives_pid_and_ip_through_its_colour_codes(tmp_path):
@@ -318,6 +321,7 @@ def test_healthy_logs_that_mention_errors_in_passing_exit_0(tmp_path):
         "logs": str(tmp_path),
         "first": None,
         "later": 0,
+        "consequences": [],
         "by_code": {},
         "skipped": [],
         "clock_skew": {},

@@ -75,6 +75,7 @@ class Triage:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path under LOGDIR, why), unread
     clock_skew: dict[str, float] = field(default_factory=dict)  # node -> seconds its stamps are behind
     discounted: list[Discount] = field(default_factory=list)  # earlier findings not taken as the first, and why
+    consequences: list[Finding] = field(default_factory=list)  # what followed, by name (``later`` counts all)
 
     @property
     def failed(self) -> bool:
@@ -82,13 +83,14 @@ class Triage:
         return self.first is not None or bool(self.skipped)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"logs", "first", "later", "by_code", "skipped", "clock_skew", "discounted"}``."""
+        """``{"logs", "first", "later", "consequences", "by_code", "skipped", "clock_skew", "discounted"}``."""
         first = self.first.to_json() if self.first else None
         skipped = [{"path": path, "why": why} for path, why in self.skipped]
         return {
             "logs": self.logs,
             "first": first,
             "later": self.later,
+            "consequences": [f.to_json() for f in self.consequences],
             "by_code": self.by_code,
             "skipped": skipped,
             "clock_skew": self.clock_skew,
@@ -136,8 +138,18 @@ def triage(logdir: Path = DEFAULT_LOGDIR) -> Triage:
     first, size_first = tally.first(offsets)
     skew = {node: _seconds(delta) for node, delta in sorted(offsets.items())}
     by_code = dict(tally.by_code.most_common())
+    later = tally.others(first)
     return Triage(
-        clean(str(logdir)), first, tally.total - size_first, by_code, files, size, skipped, skew, tally.discounted
+        clean(str(logdir)),
+        first,
+        tally.total - size_first,
+        by_code,
+        files,
+        size,
+        skipped,
+        skew,
+        tally.discounted,
+        later,
     )
 
 

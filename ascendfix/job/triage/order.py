@@ -47,6 +47,7 @@ _OPEN = 8  # bursts of one file followed at once (interleaved processes in a dri
 _HELD = 64  # untimed bursts of one file held until its first stamp
 _ROOTS = 16  # root bursts kept
 _PIDS = 4096  # pids whose node a message names, kept
+MAX_CONSEQUENCES = 20  # the later findings listed by name (the rest are counted)
 ROOT, OWN, CONSEQUENCE = 0, 1, 2  # a burst's tier: the launcher's root cause, a failure of its own, a consequence
 
 
@@ -218,6 +219,14 @@ class Tally:
             seen = self.waits.setdefault((burst.points_to, burst.best.code), {})
             if node not in seen or burst.when < seen[node]:
                 seen[node] = burst.when
+
+    def others(self, first: Finding | None, limit: int = MAX_CONSEQUENCES) -> list[Finding]:
+        """What the tally kept besides ``first`` (each node's earliest finding of each tier, each rank's own, the
+        launcher's roots), earliest first, at most ``limit``: the likely consequences a person checks next."""
+        kept = {id(b): b for b in (*self.roots, *self.by_node.values(), *self.by_rank.values())}.values()
+        shown = [b.best for b in kept if first is None or (b.best.file, b.best.line) != (first.file, first.line)]
+        far = datetime.max
+        return sorted(shown, key=lambda f: (f.time is None, f.time or far, f.file, f.line))[:limit]
 
     def skew(self) -> dict[str, timedelta]:
         """Each node whose clock is off: the correction to add to its stamps."""
