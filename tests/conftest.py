@@ -28,6 +28,11 @@ GET_PYTHON310 = (
 # tests/test_ray_start.py turns it back on for its `ray start` nodes, which run in a network
 # namespace that has nothing but loopback.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+# Ray >= 2.5x turns token authentication on for a new local cluster (ray.init, cluster_utils) when
+# RAY_AUTH_MODE is unset, and writes a token to ~/.ray/auth_token: into the home of whoever runs the tests,
+# where every later head on the machine finds it. The tests' clusters run without it; a test of token
+# mode sets RAY_AUTH_MODE and HOME itself.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 @pytest.fixture
