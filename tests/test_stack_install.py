@@ -201,9 +201,10 @@ def resolve(
             if sep:
                 installed[canonicalize_name(name.strip())] = version.strip()
     result = {"ok": done.returncode == 0, "installed": installed, "error": done.stderr.strip()[-3000:]}
-    with open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        hit.write_text(json.dumps(result))
+    if done.returncode == 0 or "No solution found" in done.stderr:  # an answer about the inputs, never a mishap
+        with open(cache / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            hit.write_text(json.dumps(result))
     return result
 
 
