@@ -367,7 +367,7 @@ def _returns_first(code: bytes, variant: Variant, rel: str) -> Callable[[FileSta
     doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
     first = next((s for s in body[1 if doc else 0 :] if not isinstance(s, ast.Pass)), None)
     lines = code.splitlines()
-    if not isinstance(first, ast.Return) or MARKER_PREFIX.encode() in lines[first.end_lineno - 1]:
+    if not isinstance(first, ast.Return) or MARKER_PREFIX.encode() in lines[(first.end_lineno or first.lineno) - 1]:
         return None
     reason = f"{rel}: line {first.lineno} returns before {function}() runs, so {variant.name} never runs"
     hint = f"delete line {first.lineno} of {rel}: the patch then runs as ascendfix wrote it"
