@@ -150,6 +150,13 @@ def test_an_unexpected_exception_is_one_line_exit_3_and_a_crash_log(ascendfix_cl
             answer = json.loads(result.stdout)
             assert answer == {"schema": 1, "ok": False, "error": line.removeprefix("error: "), "exit_code": 3}
         log.unlink()
+    (own_cache / "crashes").rmdir()
+    elsewhere = own_cache.parent / "elsewhere"
+    elsewhere.mkdir()
+    (own_cache / "crashes").symlink_to(elsewhere)  # a planted link: followed, the log would land there
+    result = ascendfix_cli("show", "x", code=CRASH)
+    assert result.returncode == 3 and "no crash log could be written" in result.stderr
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_env_without_a_device_makes_eval_fail_under_set_e(tmp_path, ascendfix_cli):

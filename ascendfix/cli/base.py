@@ -168,28 +168,30 @@ def _fail(ctx: click.Context, message: str, exit_code: int) -> None:
 
 
 def crash_log(error: BaseException) -> Path | None:
-    """Write ``error``'s traceback to a new file under ``<cache>/crashes/`` (never through a link); its path,
-    or None when nothing could be written."""
+    """Write ``error``'s traceback to a new file in the private folder ``<cache>/crashes/`` (fsutil's: no link
+    followed, this user's own, 0600); its path, or None when nothing could be written."""
     import os
     import sys
     import time
     import traceback
 
+    from ascendfix.fsutil import open_private_folder, write_private
     from ascendfix.job.redact import redact_argv
     from ascendfix.resources import cache_dir
 
-    folder = cache_dir() / "crashes"
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     header = f"ascendfix {' '.join(map(clean, redact_argv(sys.argv[1:])))}\n{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n\n"
-    path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    name = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    folder = open_private_folder(cache_dir() / "crashes", create=True)
+    if folder is None:
+        return None
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(header + text)
+        write_private(folder, name, (header + text).encode("utf-8", "replace"))
     except OSError:
         return None
-    return path
+    finally:
+        os.close(folder)
+    return cache_dir() / "crashes" / name
 
 
 def _shorten(text: str, keep: int = 120) -> str:
