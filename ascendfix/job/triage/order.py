@@ -16,7 +16,10 @@ The first failure is chosen by cause before the clock:
 
 - roots: what a launcher says failed first (torchrun's ``Root Cause (first observed failure)``
   entry, its ``failed (exitcode: N) … (pid: P)`` line) wins, whatever the exit code; the rank's
-  own burst (its traceback) names it when there is one, with the root's pid, node and time;
+  own burst (its traceback) names it when there is one, with the root's pid, node and time; but
+  when that rank's own lines only lost a peer and another rank raised on its own (the bad rank tore
+  its group down before raising, and the survivor exited first), that rank is named, with the pid
+  and time of its launcher entry (``role = "report"``: a rank's own lines are preferred to it);
 - consequences (a fingerprint's ``role``: a gloo peer that went away, torchrun's SIGTERM of the
   survivors and their ``-15`` exits, its own ChildFailedError, RayTaskError wrappers) are first only when nothing else
   failed; an earlier consequence passed over is said in :attr:`Tally.discounted`;
@@ -83,15 +86,17 @@ class Burst:
 
     def joins(self, f: Finding) -> bool:
         """Relayed by the same process (the same Ray prefix, or none), a consequence only to consequences (an
-        exception joins the wrapper above it), no other rank, no other pid (a line may not say them), close
-        enough below; but a line that says only a pid does not join a burst that says only a rank, nor the
-        other way round (nothing ties them)."""
+        exception joins the wrapper above it), a launcher's report only to reports (it is another process's
+        line), no other rank, no other pid (a line may not say them), close enough below; but a line that says
+        only a pid does not join a burst that says only a rank, nor the other way round (nothing ties them)."""
         rank_ok = f.rank is None or self.rank is None or f.rank == self.rank
         pid_ok = not f.pids or not self.pids or bool(f.pids & self.pids)
         says = (f.rank is not None, bool(f.pids))
         apart = says in ((True, False), (False, True)) and (self.rank is not None, bool(self.pids)) == says[::-1]
         same_origin = f.origin == self.best.origin
         kind_ok = f.role != "consequence" or self.best.role == "consequence"
+        reports_apart = (f.role == "report") != (self.best.role == "report")  # the launcher's entry, the rank's lines
+        kind_ok = kind_ok and not reports_apart
         return same_origin and kind_ok and rank_ok and pid_ok and not apart and f.line - self.last_line <= BURST_LINES
 
     def take(self, f: Finding) -> None:
@@ -176,6 +181,11 @@ def bursts(findings: Iterable[Finding], file_index: int) -> Iterator[Burst]:
     yield from held
 
 
+def _own_key(burst: Burst) -> tuple:
+    """A rank's own lines before a launcher's entry for it, then earliest first."""
+    return (burst.best.role == "report", _key(burst, timedelta(0)))
+
+
 def _key(burst: Burst, offset: timedelta) -> tuple:
     """Earliest first; at one time, a burst's own stamp before one it took from a neighbour (a driver's log
     interleaves what the processes relay), then the most specific, and a process's own log before a copy relayed
@@ -199,6 +209,8 @@ class Tally:
         self.waits: dict[tuple[int, str], dict[str, datetime]] = {}  # (remote rank, code) -> node -> earliest
         self.discounted: list[Discount] = []
         self.pid_nodes: dict[int, set[str]] = {}  # the nodes a message names for a pid (Ray's death notices)
+        self.entries: dict[int, Burst] = {}  # each rank's first burst that says its pid (a launcher's entry)
+        self.lost: dict[int, Burst] = {}  # each rank's first consequence of its own (a lost peer)
 
     def add(self, burst: Burst) -> None:
         """Count a burst, and keep it when it is the earliest of its node, tier or rank so far."""
@@ -211,8 +223,13 @@ class Tally:
         elif (tier, node) not in self.by_node or _key(burst, zero) < _key(self.by_node[tier, node], zero):
             self.by_node[tier, node] = burst
         if burst.rank is not None and burst.points_to is None and tier == OWN:
-            if burst.rank not in self.by_rank or _key(burst, zero) < _key(self.by_rank[burst.rank], zero):
+            if burst.rank not in self.by_rank or _own_key(burst) < _own_key(self.by_rank[burst.rank]):
                 self.by_rank[burst.rank] = burst
+        if burst.rank is not None and burst.pids and burst.rank not in self.entries and len(self.entries) < _PIDS:
+            self.entries[burst.rank] = burst
+        lost_peer = tier == CONSEQUENCE and burst.best.role == "consequence"
+        if burst.rank is not None and lost_peer and len(self.lost) < _PIDS:
+            self.lost.setdefault(burst.rank, burst)
         if burst.message_pid is not None and node is not None and len(self.pid_nodes) < _PIDS:
             self.pid_nodes.setdefault(burst.message_pid, set()).add(node)
         if burst.points_to is not None and node is not None and burst.when is not None:
@@ -289,6 +306,10 @@ class Tally:
         pid = named.pid if named.pid is not None else next((p for p in root.pids), None)
         named = replace(named, rank=rank, pid=pid)
         own = self.by_rank.get(rank) if rank is not None else None
+        if own is None or own.best.role == "report":
+            raised = self._raised_instead(rank, named, offset)
+            if raised is not None:
+                return raised
         if own is None:
             return named, root.size
         mine = own.named(offset(own))
@@ -301,6 +322,33 @@ class Tally:
                 rank=rank,
             ),
             root.size + own.size,
+        )
+
+    def _raised_instead(self, rank: int | None, root: Finding, offset) -> tuple[Finding, int] | None:
+        """When the launcher's first observed failure is a rank whose own lines only lost a peer (it exited
+        before the rank that tore its group down and then raised), the rank that raised on its own: its burst,
+        with its launcher entry's pid, node and time. The root passed over is said in :attr:`discounted`."""
+        lost = self.lost.get(rank) if rank is not None else None
+        raised = [b for r, b in self.by_rank.items() if r != rank and b.best.role != "report"]
+        if lost is None or not raised:
+            return None
+        own = min(raised, key=lambda b: _key(b, offset(b)))
+        mine = own.named(offset(own))
+        entry = self.entries.get(own.rank) if own.rank is not None else None
+        told = entry.named(offset(entry)) if entry is not None else None
+        why = (
+            f"the launcher's first observed failure, but rank {rank}'s own lines only lost a peer "
+            f"({lost.best.code}, line {lost.best.line}); rank {own.rank} raised on its own ({mine.code})"
+        )
+        self.discounted.append(Discount(root.code, root.file, root.line, why))
+        return (
+            replace(
+                mine,
+                pid=mine.pid if mine.message_pid or told is None else told.pid,
+                node=mine.node or (told.node if told else None),
+                time=(told.time if told else None) or mine.time,
+            ),
+            own.size,
         )
 
     def _passed_over(self, consequence: Burst | None, first: Burst, offset) -> None:

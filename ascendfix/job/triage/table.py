@@ -31,7 +31,8 @@ class Fingerprint:
     above: re.Pattern[str] | None = None  # searched in the lines just above: its groups stamp, node, rank
     info: bool = False  # also fires on an INFO/DEBUG line (Ray logs its OOM kills and pending requests so)
     handled: re.Pattern[bytes] | None = None  # the line right above its `after` line says the exception was handled
-    role: str = ""  # "consequence": it follows another failure (a lost peer, a launcher's SIGTERM), never first
+    role: str = ""  # "consequence": it follows another failure (a lost peer, a launcher's SIGTERM), never first;
+    # "report": a launcher's entry for a rank's exit (its pid and exit code, not why): the rank's own lines name it
     below: re.Pattern[str] | None = None  # searched in the entry below the line: its last match's code and message
     discount: re.Pattern[bytes] | None = None  # a line it fires on that also matches this is no failure, ...
     discount_why: str = ""  # ... for this reason, said in the output
@@ -71,7 +72,7 @@ def fingerprints(path: Path = CODES) -> tuple[Fingerprint, ...]:
         raise UsageError(f"{path}: not a valid fingerprint table: {e}") from None
 
 
-ROLES = ("", "consequence")
+ROLES = ("", "consequence", "report")
 
 
 def _role(value: str) -> str:
