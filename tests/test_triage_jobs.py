@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from ascendfix import cli
+from ascendfix.job.triage import scan as triage_scan
 from click.testing import CliRunner
 
 # a rank raises (or SIGKILLs itself, as the OOM killer does) at a step; the others are in an all_reduce
@@ -169,12 +170,16 @@ SEGFAULT_JOB = """
     import os, signal, sys
     import ray
 
+    NOISE = 0
+
     @ray.remote(num_cpus=0, max_restarts=0)
     class Rollout:
         def generate(self, n):
             if n == 2:
                 with open("crashed", "w") as f:
                     f.write(str(os.getpid()))
+                sys.stderr.write("loading shard: 1 of 1 done\\n" * NOISE)  # a long log above the crash
+                sys.stderr.flush()
                 os.kill(os.getpid(), signal.SIGSEGV)  # what a bad kernel or extension does
             return n
 
@@ -269,13 +274,15 @@ HANG_JOB = """
 
 @pytest.mark.slow
 def test_a_ray_actors_segfault_is_named_with_its_pid_node_and_python_frame(tmp_path_factory):
-    proc, logs = ray_job(tmp_path_factory, SEGFAULT_JOB)
+    # the worker logs ~800 KiB before it crashes: its crash is looked for in its log's last bytes only
+    proc, logs = ray_job(tmp_path_factory, SEGFAULT_JOB.replace("NOISE = 0", "NOISE = 30000"))
     assert proc.returncode == 1 and "ActorDiedError" in proc.stderr, proc.stderr[-3000:]
     pid = int((logs.parents[2] / "crashed").read_text())
     data, first = first_of(logs)
     assert (first["code"], first["pid"], first["node"]) == ("PYTHON_FATAL", pid, "127.0.0.1"), first
     assert "Segmentation fault" in first["message"] and "in generate (" in first["message"]
     assert first["file"].startswith("worker-") and first["file"].endswith(f"-{pid}.err")
+    assert (logs / first["file"]).stat().st_size > triage_scan.DEATH_TAIL  # found in the worker log's last bytes
     assert data["by_code"]["SIGSEGV"] >= 1 and data["later"] >= 2  # the GCS's and the driver's reports of it
     (logs / "train.log").unlink()  # the session's own logs alone: the same
     _, alone = first_of(logs)

@@ -46,8 +46,14 @@ NEEDLES = (
     b"exitcode",  # torchrun's failure block and its "failed (exitcode: -9)"
     b"kill details",  # the raylet's INFO "Killing 1 worker(s), kill details: Memory on the node (IP: …"
 )
-# a Ray worker's own log: the native crash it prints without any of the pre-filter's words
-WORKER_NEEDLES = (b"Fatal Python error", b"*** SIG")
+# a native crash, printed without any of the pre-filter's words: faulthandler's "Fatal Python error" and
+# Ray's failure signal handler's "*** SIGSEGV received at time=…" (its longest literal: the fastest to find)
+WORKER_NEEDLES = (b"Fatal Python error", b" received at time=")
+# a Ray worker's log is one process's output, and a native crash is the last it writes: Ray's handler's line
+# and its native stack (a few KiB), faulthandler's dump of the Python threads (a worker's dozen threads at 100
+# frames of ~120 bytes: ~150 KiB) and its extension modules: the crash's needles are searched in its last bytes
+# only (a crash further up is still named by the raylet's notice of the worker's death)
+DEATH_TAIL = 1 << 18
 KERNEL_NEEDLES = (b"of memory",)  # the OOM killer, "Out of memory: Killed process" / "Memory cgroup out of memory"
 KERNEL_LOG = re.compile(r"^(?:dmesg|kern|syslog|messages|journal)", re.I)
 RAY_WORKER_LOG = re.compile(r"^worker-[0-9a-f]+-[0-9a-f]+-\d+\.(?:out|err)$")
@@ -88,6 +94,9 @@ class FileScan:
     def __init__(self, path: Path, rel: str, node: str | None, file_pid: int | None, table: Table):
         self.path, self.rel, self.node, self.file_pid, self.table = path, rel, node, file_pid, table
         self.needles = needles_for(path.name)
+        self.one_process = bool(RAY_WORKER_LOG.match(path.name))
+        self.needles_from = 0  # the file offset the needles are searched from
+        self.undated: bytes = b""  # the end of the last block, searched for a dated stamp only when one is needed
         self.parsed: dict[bytes, Finding | None] = {}  # the last lines parsed, by their bytes
         self.seen: dict[bytes, int] = {}  # each `after` literal: the file offset it was last seen at
         self.searched: dict[bytes, int] = {a: 0 for a in table.afters}  # ... searched for up to here
@@ -108,6 +117,7 @@ class FileScan:
             if not stat.S_ISREG(info.st_mode):
                 return
             left = info.st_size  # what the file held when opened: a log still growing ends here
+            self.needles_from = max(0, left - DEATH_TAIL) if self.one_process else 0
             try:
                 chunk = f.read(min(BLOCK, left))
             except OSError as e:
@@ -136,7 +146,7 @@ class FileScan:
     def _block(self, block: bytes, base: int, lines: _Lines, clock: Clock) -> Iterator[Finding]:
         """Findings in a block of whole lines at file offset ``base``."""
         dated = 0  # dated stamps before this offset are reflected in the clock's year
-        for start, hit in _candidates(block, self.needles):
+        for start, hit in _candidates(block, self.needles, self.needles_from - base):
             end = block.find(b"\n", start)
             end = len(block) if end == -1 else end
             cut = start
@@ -165,7 +175,10 @@ class FileScan:
                 continue
             own = first_stamp(raw)
             if own is None or own.re not in DATED:  # a year-less stamp takes the year of a dated one above
+                if self.undated:
+                    _dated_year(self.undated, 0, len(self.undated), clock)
                 _dated_year(block, max(dated, start - LOOKBACK), start, clock)
+            self.undated = b""
             dated = end
             time = clock.time(own) if own is not None else None
             above = finding.fingerprint.above
@@ -177,7 +190,10 @@ class FileScan:
                 finding = _where(finding, block, cut)
             line = lines.at(base + start, block, base)
             yield finding.placed(line, time)
-        _dated_year(block, max(dated, len(block) - LOOKBACK), len(block), clock)
+        if self.undated:  # a block without a finding: the one before it ends in the year to carry
+            _dated_year(self.undated, 0, len(self.undated), clock)
+        # the block's end is searched for a dated stamp only when a later block's finding needs a year
+        self.undated = block[max(dated, len(block) - LOOKBACK) :]
         for after in self.table.afters:
             self._below(after, block, base, len(block))  # remember the block's last one for the next
 
@@ -296,8 +312,9 @@ class _Lines:
         return self.count + 1
 
 
-def _candidates(block: bytes, needles: tuple[bytes, ...]) -> list[tuple[int, int]]:
-    """(line start, first hit) of each line the pre-filter or a needle picks, in order."""
+def _candidates(block: bytes, needles: tuple[bytes, ...], needles_from: int = 0) -> list[tuple[int, int]]:
+    """(line start, first hit) of each line the pre-filter or a needle (from offset ``needles_from``) picks, in
+    order."""
     starts: dict[int, int] = {}
     rfind, find = block.rfind, block.find
     m = PREFILTER.search(block)
@@ -308,8 +325,8 @@ def _candidates(block: bytes, needles: tuple[bytes, ...]) -> list[tuple[int, int
         if end == -1:
             break
         m = PREFILTER.search(block, end)
-    for needle in needles:
-        pos = find(needle)
+    for needle in needles if needles_from < len(block) else ():
+        pos = find(needle, max(0, needles_from))
         while pos != -1:
             starts.setdefault(rfind(b"\n", 0, pos) + 1, pos)
             end = find(b"\n", pos)
