@@ -22,6 +22,7 @@ from ascendfix.cluster.watch import rules
 
 from tests import cli
 from tests.cluster import REPO, LocalCluster, Netns, ray_of_this_interpreter, team_profile
+from tests.machine import write_executable
 
 STALL_KEYS = {"event", "method", "since", "culprits", "waiting"}
 
@@ -32,7 +33,11 @@ def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     pytest.importorskip("torch", reason="the job runs real torch.distributed collectives: pip install torch")
     base = tmp_path_factory.mktemp("watch")
     netns = Netns()
-    c = LocalCluster(base, team_profile(base), ray_of_this_interpreter(base), netns)
+    bin_dir = ray_of_this_interpreter(base)  # its npu-smi prints base/npu-smi.out: 8 idle NPUs, no process
+    calls = base / "npu-smi.calls"  # each run of it, for a test to count
+    stand_in = f'#!/bin/sh\necho "$*" >> "{calls}"\n[ "$1" = info ] && cat "{base}/npu-smi.out"\n'
+    write_executable(bin_dir / "npu-smi", stand_in)
+    c = LocalCluster(base, team_profile(base), bin_dir, netns)
     try:
         c.start("head", cpus=1)
         c.wait_for_head()
@@ -127,6 +132,8 @@ def test_a_stalled_rank_is_named_with_its_stack_while_the_others_wait_in_all_red
     assert shows in culprit["stack"] and "WorkerDict.update (tests/watch_job.py" in culprit["stack"]
     assert sorted(w["actor"] for w in stall["waiting"]) == ["a1b2c3WorkerDict_0:0", "a1b2c3WorkerDict_0:2"]
     assert all(w["stack"].startswith("all_reduce (torch/distributed/") for w in stall["waiting"])
+    # the nodes' npu-smi lists none of the ranks: the NPU evidence is absent, and said so
+    assert culprit["npu"] == {"error": "npu-smi info lists no process with this pid"}, culprit
     assert any(line.startswith("step 2 done") for line in out.lines)  # learned from two steps, then named
     kinds = [e["event"] for e in watched.events()]
     assert kinds[:2] == ["started", "job"] and kinds[-2:] == ["job", "ended"]
@@ -292,3 +299,181 @@ def test_run_beside_a_command_that_is_no_ray_job_stops_its_watch_and_no_watch_st
     watched = json.loads((tmp_path / "watched" / "run.json").read_text())
     assert watched["watch"] == {"address": cluster.address, "on_stall": "report"} and watched["stalls"] == []
     assert "watch" not in json.loads((tmp_path / "unwatched" / "run.json").read_text())
+
+
+# --- NPU use: npu-smi's AICore % --------------------------------------------------------------------
+
+# ``npu-smi info`` as the driver prints it on an Atlas 800T A2 (910B): two rows per NPU, then the
+# process table. Fields and layout: Huawei's npu-smi reference, "查询基本信息" (npu-smi 25.2.0,
+# https://www.hiascend.com/document/detail/zh/Atlas%20200I%20A2/2520/re/npu/npusmi_007.html) and its
+# field list (AICore(%), Process id, Process name, Process memory(MB):
+# https://hiascend.com/document/detail/zh/Atlas%20300I%20Pro%20Inference%20Card/Atlas%20300I%20Pro%20Inference%20Card/300Ipro_015.html);
+# the 910B rows as an 8 x 910B2 node prints them (vllm-ascend's issue logs); driver 26.0.rc1 adds
+# a "Process id in container" column (Triton-Ascend's FAQ, "How to Confirm Chip Type").
+RULE = "+---------------------------+---------------+----------------------------------------------------+"
+EQ = RULE.replace("-", "=")
+
+
+def npu_info(aicore: list[int], procs: dict[int, int]) -> str:
+    """``npu-smi info`` of len(aicore) 910B2 NPUs, each at its AICore %, running ``procs`` (pid -> NPU)."""
+    lines = [
+        "+------------------------------------------------------------------------------------------------+",
+        "| npu-smi 25.2.0                   Version: 25.2.0                                               |",
+        RULE,
+        "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|",
+        "| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |",
+        EQ,
+    ]
+    for npu, pct in enumerate(aicore):
+        lines.append(f"| {npu:<5} {'910B2':<19} | {'OK':<13} | {90.9:<11} {49:<17} {'0    / 0':<15}      |")
+        use = f"{pct:<11} {'0    / 0':<17} {'60232/ 65536':<15}"
+        lines.append(f"| {0:<25} | 0000:{0x82 + npu:02X}:00.0  | {use}      |")
+        lines.append(EQ)
+    head = "| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |"
+    lines += [RULE, head, EQ]
+    for npu in range(len(aicore)):
+        mine = [pid for pid, on in procs.items() if on == npu]
+        for pid in mine:
+            lines.append(f"| {npu:<7} {0:<17} | {pid:<13} | {'python':<24} | {56293:<23} |")
+        if not mine:
+            lines.append(f"| No running processes found in NPU {npu:<61}|")
+        lines.append(EQ)
+    return "\n".join(lines) + "\n"
+
+
+IN_CONTAINER = """\
++------------------------------------------------------------------------------------------------------------------+
+| npu-smi 26.0.rc1                            Version: 26.0.rc1                                                    |
++---------------------------+---------------+----------------------------------------------------------------------+
+| NPU   Name                | Health        | Power(W)             Temp(C)                 Hugepages-Usage(page)   |
+| Chip                      | Bus-Id        | AICore(%)            Memory-Usage(MB)        HBM-Usage(MB)           |
++===========================+===============+======================================================================+
+| 0     910B4               | OK            | 82.6                 32                      0    / 0                |
+| 0                         | 0000:C1:00.0  | 0                    0    / 0                2871 / 32768            |
++===========================+===============+======================================================================+
+| 1     910B4               | OK            | 95.1                 40                      0    / 0                |
+| 0                         | 0000:C2:00.0  | 73                   0    / 0                30871/ 32768            |
++===========================+===============+======================================================================+
++---------------------------+---------------+----------------------------------------------------------------------+
+| NPU     Chip              | Process id    | Process name       | Process memory(MB)    | Process id in container |
++===========================+===============+======================================================================+
+| No running processes found in NPU 0                                                                              |
++===========================+===============+======================================================================+
+| 1       0                 | 3233241       | python             | 28000                 | 412                     |
++===========================+===============+======================================================================+
+"""
+
+# npu-smi 25.2.0 on an Atlas 200I A2 ("Chip Device" rows, Bus-Id NA): the reference's own example (npusmi_007 above)
+ONE_CHIP = """\
++--------------------------------------------------------------------------------------------------------+
+| npu-smi 25.2.0                                       Version: 25.2.0                                   |
++-------------------------------+-----------------+------------------------------------------------------+
+| NPU     Name                  | Health          | Power(W)     Temp(C)           Hugepages-Usage(page) |
+| Chip    Device                | Bus-Id          | AICore(%)    Memory-Usage(MB)                        |
++===============================+=================+======================================================+
+| 0       xxx                   | OK              | 10.4          66                15    / 15           |
+| 0       0                     | NA              | 0            957   / 10810                           |
++===============================+=================+======================================================+
+"""
+
+
+def test_npu_smi_info_gives_each_chips_aicore_and_each_processs_chip():
+    from ascendfix.cluster.watch import probe
+
+    assert probe.parse_npu_info(npu_info([0, 85, 0], {501: 0, 502: 1, 503: 2})) == (
+        {(0, 0): 0, (1, 0): 85, (2, 0): 0},
+        {501: (0, 0), 502: (1, 0), 503: (2, 0)},
+    )
+    # in a container, the pid this namespace sees is the one in its own column
+    assert probe.parse_npu_info(IN_CONTAINER) == ({(0, 0): 0, (1, 0): 73}, {412: (1, 0)})
+    assert probe.parse_npu_info(ONE_CHIP) == ({(0, 0): 0}, {})
+    assert probe.parse_npu_info("") == ({}, {})
+    assert probe.parse_npu_info("| 0 | x |\n| NPU Chip | Process id |\n| 0 0 | NA |\n|||\n") == ({}, {})
+
+
+def test_npu_use_reads_the_stand_in_on_path_and_says_why_when_it_cannot(tmp_path, monkeypatch):
+    from ascendfix.cluster.watch import probe
+
+    me, other = os.getpid(), os.getppid()
+    table = tmp_path / "table"
+    table.write_text(npu_info([0, 0, 0, 0, 0, 37], {me: 5}))
+    tools = tmp_path / "bin"
+    write_executable(tools / "npu-smi", f'#!/bin/sh\n[ "$1" = info ] && cat "{table}"\n')
+    assert probe.npu_use([me, other], path=str(tools)) == {
+        me: {"id": 5, "chip": 0, "aicore_pct": 37},
+        other: {"error": "npu-smi info lists no process with this pid"},
+    }
+    assert probe.npu_use([me], path=str(tmp_path)) == {me: {"error": "npu-smi is not on this node's PATH"}}
+    monkeypatch.setattr(probe, "NPU_SMI_TIMEOUT_S", 0.5)
+    write_executable(tools / "npu-smi", "#!/bin/sh\nsleep 600 & sleep 600\n")  # hung, a child holding the pipe
+    assert probe.npu_use([me], path=str(tools)) == {me: {"error": "npu-smi info took over 0.5 s"}}
+    monkeypatch.setattr(probe, "NPU_SMI_MAX", 4096)
+    write_executable(tools / "npu-smi", "#!/bin/sh\nexec yes '| 0 0 | 1 |'\n")  # endless output: read 4 kB
+    assert probe.npu_use([me], path=str(tools)) == {me: {"error": "npu-smi info lists no process with this pid"}}
+
+
+def test_a_rank_whose_npu_computes_keeps_a_quiet_host_call_alive_and_is_named_once_its_npu_idles():
+    det, t = rules.Detector(), 0.0
+    wait = ("all_reduce (torch/distributed/distributed_c10d.py:1)", "update (x.py:2)")
+    held = ("synchronize (torch_npu/npu/utils.py:1)", "update (x.py:3)")  # the host waits on its NPU
+
+    def poll(busy_pct: int) -> list[dict]:
+        samples = {}
+        for rank, stack, pct in zip(_ranks(2), (wait, held), (0, busy_pct), strict=True):
+            npu = {"id": rank.pid - 100, "chip": 0, "aicore_pct": pct} if rank.pid in det.wants_npu() else None
+            give = stack if rank.pid in det.wants() else None
+            samples[rank.pid] = (rank, rules.Sample("ray::WorkerDict.update", "S", 5, "", give, npu=npu))
+        return det.observe(t, samples)
+
+    asked = 0
+    for _ in range(300):  # ten minutes of no CPU on any rank, the NPU of rank 1 at 60 %
+        t += 2
+        assert not poll(60)
+        asked += bool(det.wants_npu())
+    assert asked > 290  # once quiet, the NPUs are read every poll while they are what moves
+    events = []
+    for _ in range(200):
+        t += 2
+        events += poll(0)
+    [stall] = events
+    [culprit] = stall["culprits"]
+    assert culprit["actor"] == f"{GROUP}_0:1" and culprit["npu"] == {"id": 1, "chip": 0, "aicore_pct": 0}
+    assert [w["npu"] for w in stall["waiting"]] == [{"id": 0, "chip": 0, "aicore_pct": 0}]
+
+
+@pytest.mark.slow
+def test_npu_use_keeps_a_blocked_host_alive_while_its_npu_computes_and_names_it_with_aicore_once_idle(cluster):
+    table, calls = cluster.logs / "npu-smi.out", cluster.logs / "npu-smi.calls"
+    idle = table.read_text()
+    watch, watched = start_watch(cluster, "--json")
+    job, out = start_job(cluster, "block", 29661)
+    culprits: tuple[int, ...] = ()
+    try:
+        assert watched.wait_for('"started"', 120) and out.wait_for("rank pids:", 180), (watched.lines, out.lines)
+        pids = [int(p) for p in next(x for x in out.lines if x.startswith("rank pids:")).split()[2:]]
+        ranks = {pid: npu for npu, pid in enumerate(pids)}
+        table.write_text(npu_info([0, 85, 0, 0, 0, 0, 0, 0], ranks))  # rank 1's NPU computes
+        assert out.wait_for("step 2 done", 180), out.lines
+        calls.write_text("")
+        deadline = time.monotonic() + 240  # rank 1's host blocks at step 3: the NPU is read each poll
+        while len(calls.read_text().splitlines()) < 15 and time.monotonic() < deadline and watch.poll() is None:
+            time.sleep(1)
+        assert len(calls.read_text().splitlines()) >= 15, watched.lines
+        assert not [e for e in watched.events() if e["event"] == "stall"], watched.lines
+        table.write_text(npu_info([0] * 8, ranks))  # its NPU idles too: nothing progresses
+        named = watched.wait_for('"stall"', 240)
+        stall = stall_of(watched) if named else {}
+        culprits = tuple(c["pid"] for c in stall.get("culprits", ()))
+    finally:
+        table.write_text(idle)
+        end(job, culprits)
+        watch.wait(120)
+    assert named, (watched.lines, out.lines)
+    assert watch.returncode == 1
+    [culprit] = stall["culprits"]
+    assert culprit["actor"] == "a1b2c3WorkerDict_0:1" and culprit["pid"] == pids[1]
+    assert culprit["npu"] == {"id": 1, "chip": 0, "aicore_pct": 0}
+    assert sorted((w["actor"], w["npu"]["id"], w["npu"]["aicore_pct"]) for w in stall["waiting"]) == [
+        ("a1b2c3WorkerDict_0:0", 0, 0),
+        ("a1b2c3WorkerDict_0:2", 2, 0),
+    ]

@@ -5,7 +5,8 @@ STEPS steps, each a ``generate`` then an ``update`` (real gloo ``all_reduce`` wi
 timeout, as the guide's HCCL_EXEC_TIMEOUT) on three actors ``{prefix}WorkerDict_0:{rank}``, called
 rank by rank from a ``TaskRunner`` actor (as verl's trainer calls them), which waits in ``ray.get``. At step
 3 rank 1 does FAULT inside ``update``: ``block`` (waits forever on an event, outside any collective),
-``stop`` (SIGSTOPs itself in its compute), ``busy`` (computes 12x as long as usual), ``none``.
+``stop`` (SIGSTOPs itself in its compute), ``busy`` (computes 12x as long as usual), ``none``. It
+first prints the ranks' pids (``rank pids: P0 P1 P2``), for a test's stand-in ``npu-smi`` to list.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class WorkerDict:
             "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=RANKS, timeout=timedelta(hours=1)
         )
 
+    def getpid(self) -> int:
+        return os.getpid()
+
     def generate(self, seconds: float) -> int:
         return compute(seconds)
 
@@ -67,6 +71,9 @@ class TaskRunner:  # verl's trainer runs in an actor too, and waits in ray.get o
         self.workers = [WorkerDict.options(name=f"a1b2c3WorkerDict_0:{r}").remote(r, port) for r in range(RANKS)]
         ray.get([w.__ray_ready__.remote() for w in self.workers])
 
+    def pids(self) -> list[int]:
+        return ray.get([w.getpid.remote() for w in self.workers])
+
     def step(self, step: int, fault: str) -> None:
         ray.get([w.generate.remote(3.0 + step % 2) for w in self.workers])  # uneven phases
         ray.get([w.update.remote(step, 1.5, fault) for w in self.workers])
@@ -77,6 +84,7 @@ def main() -> None:
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     runner = TaskRunner.remote(int(os.environ.get("WATCH_JOB_PORT", "29533")))
+    print("rank pids:", *ray.get(runner.pids.remote()), flush=True)  # a test's npu-smi lists them
     for step in range(1, steps + 1):
         ray.get(runner.step.remote(step, fault))
         print(f"step {step} done", flush=True)

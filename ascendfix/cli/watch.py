@@ -19,10 +19,11 @@ def watch(address: str | None, as_json: bool) -> int:
     """Follow the jobs on the Ray cluster and name a stalled rank live, with its Python stack.
 
     Learns each worker method's durations and quiet stretches from the run itself; when every rank
-    of one call has stopped progressing (no CPU, the same stack) past that bound, names the rank(s)
-    that hold it up and the ranks waiting on them. A busy long tail is not a stall. Started before
-    any job, waits for the first; ends when the jobs it followed have ended. Exit 0 when it named
-    nothing, 1 when it named a stall, 2 when no cluster answers. --json prints one event a line.
+    of one call has stopped progressing (no CPU, the same stack, its NPU's AICore at 0 % where
+    npu-smi answers) past that bound, names the rank(s) that hold it up and the ranks waiting on
+    them. A busy long tail is not a stall. Started before any job, waits for the first; ends when
+    the jobs it followed have ended. Exit 0 when it named nothing, 1 when it named a stall, 2 when
+    no cluster answers. --json prints one event a line.
     """
     from ascendfix.cluster.start import require_ray
     from ascendfix.cluster.watch import follow
@@ -66,7 +67,7 @@ def event_lines(event: dict) -> list[str]:
         f"{escape(event['since'])} ({_ago(event['since'])})"
     ]
     for c in event["culprits"]:
-        where = f"pid {c['pid']} · {c['node_ip']} · node {c['node_id'][:8]} · {c['actor']}"
+        where = f"pid {c['pid']} · {c['node_ip']} · node {c['node_id'][:8]} · {c['actor']}{_npu(c.get('npu'))}"
         lines.append(f"  [bold]culprit[/]  {escape(where)}")
         lines += _stack(c["stack"])
     if not event["culprits"]:
@@ -80,6 +81,15 @@ def event_lines(event: dict) -> list[str]:
         lines.append(f"  waiting  {len(ranks)} rank(s) in this stack: {escape(who)}{more}")
         lines += _stack(stack)
     return lines
+
+
+def _npu(npu: dict | None) -> str:
+    """The rank's NPU evidence for its line: ``· NPU 1 AICore 0 %``, or why it was not read."""
+    if not npu:
+        return ""
+    if "aicore_pct" in npu:
+        return f" · NPU {npu['id']} AICore {npu['aicore_pct']} %"
+    return f" · NPU use not read ({npu.get('error', '?')})"
 
 
 def _stack(stack: str) -> list[str]:

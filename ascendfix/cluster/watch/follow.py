@@ -3,9 +3,9 @@
 Each poll reads the GCS's job table and each followed job's alive actors (Ray's ``ray._private.state``
 accessor: it answers from the GCS itself, with or without the dashboard, and holds alive actors, not
 tasks, so a poll's cost does not grow with the steps run), then runs :func:`probe.sample` once on
-each node that has ranks: a Ray task pinned there with ``num_cpus=0`` (no resource the job asks
-for, no placement group). The watch's own driver is not followed. Nothing here prints: events go
-to ``emit`` as plain dicts.
+each node that has ranks (with ``npu-smi info`` where the detector asks for NPU use): a Ray task
+pinned there with ``num_cpus=0`` (no resource the job asks for, no placement group). The watch's
+own driver is not followed. Nothing here prints: events go to ``emit`` as plain dicts.
 """
 
 from __future__ import annotations
@@ -79,13 +79,17 @@ class Cluster:
             if a.get("Pid")
         ]
 
-    def probe(self, by_node: dict[str, list[int]], stacks: set[int], timeout: float) -> tuple[int, dict[int, dict]]:
-        """Run :func:`probe.sample` on each node (one at a time per node); the clock tick and what came back."""
+    def probe(
+        self, by_node: dict[str, list[int]], stacks: set[int], npu: set[int], timeout: float
+    ) -> tuple[int, dict[int, dict]]:
+        """Run :func:`probe.sample` on each node (one at a time per node), reading the NPUs where a pid of
+        ``npu`` runs; the clock tick and what came back."""
         for node_id, pids in by_node.items():
             if node_id not in self.pending:
                 how = self.affinity(node_id, soft=False)
                 wanted = [p for p in pids if p in stacks]
-                self.pending[node_id] = self.task.options(scheduling_strategy=how).remote(pids, wanted)
+                read_npu = any(p in npu for p in pids)
+                self.pending[node_id] = self.task.options(scheduling_strategy=how).remote(pids, wanted, read_npu)
         refs = list(self.pending.values())
         ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=timeout)
         seen, clk_tck = {}, 100
@@ -152,7 +156,8 @@ def _loop(cluster: Cluster, address: str, emit, poll_s: float) -> Outcome:
         by_node: dict[str, list[int]] = {}
         for r in ranks.values():
             by_node.setdefault(r.node_id, []).append(r.pid)
-        clk_tck, seen = cluster.probe(by_node, detector.wants(), max(poll_s, probe.DUMP_TIMEOUT_S + 2))
+        wait_s = max(poll_s, probe.DUMP_TIMEOUT_S + 2)
+        clk_tck, seen = cluster.probe(by_node, detector.wants(), detector.wants_npu(), wait_s)
         samples = {
             pid: (ranks[pid], _sample(seen[pid]))
             for pid in ranks
@@ -180,4 +185,5 @@ def _sample(seen: dict) -> rules.Sample:
         seen.get("wchan", ""),
         tuple(stack) if stack is not None else None,
         seen.get("stack_error", ""),
+        seen.get("npu"),
     )

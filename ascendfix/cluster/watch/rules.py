@@ -2,15 +2,17 @@
 
 Each poll hands :class:`Detector` what every rank of the followed jobs was seen doing: the method
 its process title names (Ray titles an actor's process ``ray::Class.method`` while it runs one),
-its state and CPU ticks, and its Python stack when one was asked for. A *call* is the ranks of
-one actor group (verl's ``{prefix}WorkerDict_{pg}:{local_rank}`` without ``_{pg}:{local_rank}``)
-running one method. A rank makes progress while it uses CPU (:data:`BUSY_SHARE` of a core over a
-poll) or its stack changes; a call is *quiet* while none of its ranks does. A quiet call is sampled
-twice, at half its bound and at its bound, and named a stall when the stacks did not move between
-the two. The bound is learned per method from the run's own completed calls
-(:meth:`Budget.bound`), so a busy long tail (CPU moving) is never a stall and a phase ten times
-longer than another gets its own bound. Memory and work per poll depend on the ranks, never on
-the steps run.
+its state and CPU ticks, and its Python stack and its NPU's use (``npu-smi``'s AICore %) when they
+were asked for. A *call* is the ranks of one actor group (verl's
+``{prefix}WorkerDict_{pg}:{local_rank}`` without ``_{pg}:{local_rank}``) running one method. A rank
+makes progress while it uses CPU (:data:`BUSY_SHARE` of a core over a poll), its NPU's AICore is
+above 0 % or its stack changes; a call is *quiet* while none of its ranks does. NPU use is asked for
+only while a call is quiet (or its NPUs are what moves), so ``npu-smi`` runs on no node while every
+call shows CPU moving. A quiet call is sampled twice, at half its bound and at its bound, and named
+a stall when the stacks did not move between the two. The bound is learned per method from the
+run's own completed calls (:meth:`Budget.bound`), so a busy long tail (CPU or AICore moving) is
+never a stall and a phase ten times longer than another gets its own bound. Memory and work per
+poll depend on the ranks, never on the steps run.
 """
 
 from __future__ import annotations
@@ -101,6 +103,12 @@ class Sample:
     wchan: str = ""
     stack: tuple[str, ...] | None = None
     stack_error: str = ""
+    npu: dict | None = field(default=None, compare=False)  # probe.npu_use's answer, when one was asked for
+
+    @property
+    def npu_busy(self) -> bool:
+        """Whether its NPU's AICore was above 0 % (work on the device is progress too)."""
+        return bool(self.npu and (self.npu.get("aicore_pct") or 0) > 0)
 
 
 @dataclass
@@ -129,6 +137,7 @@ class _Seen:
     busy: bool = True  # no evidence of quiet before two samples
     dumped: float | None = None  # when its stack was dumped
     ended: bool = False
+    npu: dict | None = None  # its NPU's use last read (shown with a stall)
 
 
 @dataclass
@@ -154,6 +163,7 @@ class Detector:
         self.calls: dict[tuple[str, str, str], _Call] = {}
         self.gone: dict[tuple[str, str], dict[int, _Seen]] = {}  # group -> ranks that vanished
         self._wants: set[int] = set()
+        self._wants_npu: set[int] = set()
         self.last_poll: float | None = None
 
     def bound(self, method: str) -> float:
@@ -165,6 +175,10 @@ class Detector:
     def wants(self) -> set[int]:
         """The pids whose stacks the next poll should dump."""
         return set(self._wants)
+
+    def wants_npu(self) -> set[int]:
+        """The pids whose NPU use the next poll should read."""
+        return set(self._wants_npu)
 
     def observe(
         self, now: float, samples: dict[int, tuple[Rank, Sample]], clk_tck: int = 100, unknown: set[int] = frozenset()
@@ -181,7 +195,7 @@ class Detector:
         for key in list(self.calls):
             if key not in running:
                 events += self._completed(self.calls.pop(key))
-        self._wants = set()
+        self._wants, self._wants_npu = set(), set()
         for key, pids in running.items():
             call = self.calls.setdefault(key, _Call(key[2], now, now))
             call.pids, call.last = pids, now
@@ -205,17 +219,19 @@ class Detector:
         for pid, (rank, sample) in samples.items():
             before = self.seen.get(pid)
             busy = True
+            same = before if before is not None and before.rank == rank else None
             if sample.state in STOPPED:
                 busy = False
-            elif before is not None and before.rank == rank:
-                used = sample.ticks - before.sample.ticks
-                busy = used >= max(2.0, BUSY_SHARE * (now - before.at) * clk_tck)
+            elif same is not None:
+                used = sample.ticks - same.sample.ticks
+                busy = used >= max(2.0, BUSY_SHARE * (now - same.at) * clk_tck) or sample.npu_busy
             dumped = now if sample.stack is not None or sample.stack_error else None
             if dumped is None and before is not None and before.dumped is not None:
                 if method_of(sample.title) == method_of(before.sample.title):  # the last dump stands
                     sample = replace(sample, stack=before.sample.stack, stack_error=before.sample.stack_error)
                     dumped = before.dumped
-            self.seen[pid] = _Seen(rank, sample, now, busy, dumped)
+            npu = sample.npu if sample.npu is not None else same.npu if same is not None else None
+            self.seen[pid] = _Seen(rank, sample, now, busy, dumped, npu=npu)
 
     def _completed(self, call: _Call) -> list[dict]:
         budget = self.budgets.setdefault(call.method, Budget())
@@ -233,8 +249,11 @@ class Detector:
     def _judge(self, key: tuple[str, str, str], call: _Call, now: float) -> dict | None:
         ranks = [self.seen[pid] for pid in call.pids]
         if any(s.busy for s in ranks):
+            if any(s.sample.npu_busy for s in ranks):  # the NPUs are what moves: keep reading them
+                self._wants_npu |= call.pids
             call.quiet_since, call.first_stacks, call.named = None, None, False
             return None
+        self._wants_npu |= call.pids
         if call.quiet_since is None:  # progress was last possible at the poll before
             call.quiet_since = max(call.start, self.last_poll or now)
         quiet = now - call.quiet_since
@@ -290,11 +309,18 @@ class Detector:
                     "node_id": s.rank.node_id,
                     "actor": s.rank.actor,
                     "stack": _stack_text(s),
+                    "npu": s.npu,
                 }
                 for s in culprits
             ],
             "waiting": [
-                {"pid": s.rank.pid, "node_ip": s.rank.node_ip, "actor": s.rank.actor, "stack": _stack_text(s)}
+                {
+                    "pid": s.rank.pid,
+                    "node_ip": s.rank.node_ip,
+                    "actor": s.rank.actor,
+                    "stack": _stack_text(s),
+                    "npu": s.npu,
+                }
                 for s in waiting
             ],
         }
