@@ -348,7 +348,9 @@ def json_page() -> str:
         f"{HEADER}# JSON fields\n\nEvery command that shows something takes `--json` and prints the same answer as "
         "JSON ([command line](cli.md)); NamedTuples and dataclasses are written field by field "
         "(`ascendfix/jsonable.py`), and these records write the JSON contract their `to_json` gives (the keys "
-        "it names; a key may be left out when it has no value). An error is "
+        "it names; a key may be left out when it has no value). Every answer is one JSON object that starts "
+        f'with `"schema": {errors.SCHEMA}` and `"ok"` (`watch`: one object a line, each with both), and the exit '
+        "code follows `ok`: 0 when true, 1 when false. An error is "
         '`{"schema": 1, "ok": false, "error": ..., "exit_code": ...}` ([exit codes](exit-codes.md)).\n\n'
         + _table(("record", "keys", "contract"), rows)
     )

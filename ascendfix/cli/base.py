@@ -1,7 +1,8 @@
 """What every command shares: the error-to-exit-status group, the shared options, and one way to render.
 
-Commands return plain data; :func:`render` prints it as JSON (``--json``) or hands it to
-the command's human renderer. rich is imported only when something is drawn for a person.
+Every command's result carries ``ok``; :func:`render` prints it as JSON (``--json``: ``"schema"`` and
+``"ok"`` first) or hands it to the command's human renderer, and decides the exit code from ``ok``.
+rich is imported only when something is drawn for a person.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ascendfix.errors import BAD_INPUT, FINDING, INTERNAL, AscendfixError, error_object
+from ascendfix.errors import BAD_INPUT, FINDING, INTERNAL, OK, SCHEMA, AscendfixError, error_object
 from ascendfix.jsonable import jsonable
 from ascendfix.profile.device import DEVICES
 
@@ -75,14 +76,38 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(jsonable(data), indent=2, sort_keys=False))
 
 
-def render(result: Any, as_json: bool, human: Callable[[Any], None], exit_code: int = 0) -> int:
-    """Show ``result``: as JSON (:func:`~ascendfix.jsonable.jsonable`), else through ``human``; return the
-    command's ``exit_code``, for the command to return (:class:`Group` exits with it)."""
+def verdict(result: object) -> bool:
+    """A command's result's ``ok`` (its attribute, or a mapping's key): every command's result carries one,
+    and a result without one is a bug (TypeError)."""
+    ok = result.get("ok") if isinstance(result, Mapping) else getattr(result, "ok", None)
+    if not isinstance(ok, bool):
+        raise TypeError(f"a command's result ({type(result).__name__}) carries no ok")
+    return ok
+
+
+def exit_code(result: object) -> int:
+    """The exit code a result stands for (:data:`~ascendfix.errors.EXIT_CODES`): 0 when it is ``ok``, else 1."""
+    return OK if verdict(result) else FINDING
+
+
+def answer(result: object) -> dict[str, Any]:
+    """A result's ``--json`` object: ``"schema"`` and ``"ok"`` first, then the result's own fields."""
+    data = jsonable(result)
+    if not isinstance(data, dict):
+        raise TypeError(f"a command's result ({type(result).__name__}) is not a JSON object")
+    return {"schema": SCHEMA, "ok": verdict(result), **data}
+
+
+def render(result: Any, as_json: bool, human: Callable[[Any], None]) -> int:
+    """The one way a command shows its result and ends: :func:`answer` as JSON with ``--json``, else
+    ``human(result)``; the exit code is the result's (:func:`exit_code`), for the command to return
+    (:class:`Group` exits with it)."""
+    code = exit_code(result)
     if as_json:
-        emit_json(result)
+        emit_json(answer(result))
     else:
         human(result)
-    return exit_code
+    return code
 
 
 def summary(command: click.Command) -> str:
@@ -160,8 +185,8 @@ def _pipe_closed(ctx: click.Context) -> None:
 def _fail(ctx: click.Context, message: str, exit_code: int) -> None:
     """Print the one line (and the JSON object under ``--json``) and exit."""
     message = clean(message).replace("\n", " ")
-    if ctx.meta.get(WANTS_JSON):
-        emit_json(error_object(message, exit_code))
+    if ctx.meta.get(WANTS_JSON):  # on one line: a JSON Lines stream (watch) ends with it whole
+        click.echo(json.dumps(error_object(message, exit_code)))
     # click, not rich: the one line any command may end with costs no rich import
     click.echo(f"{click.style('error:', fg='red', bold=True)} {message}", err=True)
     ctx.exit(exit_code)

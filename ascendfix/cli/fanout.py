@@ -20,7 +20,7 @@ def on_ray_cluster(command):
 
         argv = _local_argv(click.get_current_context())
         report = fanout.table(argv, fanout.run(argv, None if ray_address == "auto" else ray_address, ray_timeout))
-        return render(report, bool(kwargs.get("as_json")), _render_cluster, 0 if report.ok else 1)
+        return render(report, bool(kwargs.get("as_json")), _render_cluster)
 
     return ray_options("Run")(run)
 

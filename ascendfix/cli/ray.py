@@ -135,7 +135,7 @@ def ray_wait(
     if arrived.ready:
         status_argv = ["status", "--profile", profile, "--device", device, "--json"]
         report = raywait.check(prof, device, address, arrived, per_node, 60.0, status_argv, timeout)
-    return render(report, as_json, _render_ray_wait, 0 if report.ok else 1)
+    return render(report, as_json, _render_ray_wait)
 
 
 def _render_ray_wait(report) -> None:
@@ -235,7 +235,7 @@ def ray_smoke(
     raystart.require_ray()  # after the options: bad input is named first
     place = per_node if script is not None else None
     report = raysmoke.smoke(prof, device, address, nodes, per_node, backend, timeout, size_mb, place, min_busbw)
-    return render(report, as_json, _render_ray_smoke, 0 if report.ok else 1)
+    return render(report, as_json, _render_ray_smoke)
 
 
 def _job_size(prof, device: str, nodes: int | None, script: Path | None) -> tuple[int, int | None]:

@@ -8,7 +8,6 @@ import click
 
 from ascendfix.cli.base import (
     device_option,
-    emit_json,
     err,
     escape,
     json_option,
@@ -16,6 +15,7 @@ from ascendfix.cli.base import (
     out,
     path_type,
     profile_option,
+    render,
     target_options,
     variant_option,
 )
@@ -155,7 +155,7 @@ def _notify(status: RichStatus | None, message: str, style: str | None = "yellow
 @device_option()
 @click.option("--shell", type=click.Choice(["bash", "json"]), default="bash", show_default=True, callback=note_json)
 @json_option
-def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> None:
+def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> int:
     """Print the profile's environment: eval "$(ascendfix env)" before `ray start` or in a Dockerfile.
 
     When no device is given or detected, stdout carries ``false`` (so ``eval`` fails and a
@@ -175,27 +175,28 @@ def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> 
         raise
     settings = jobenv.resolve_env(prof, device, {})
     ulimit = prof.device(device).ulimit_nofile
-    if shell == "json" or as_json:
-        emit_json(
-            {
-                "profile": prof.name,
-                "device": device,
-                "env": {s.name: s.value for s in settings if s.value is not None},
-                "prepend": [s.name for s in settings if s.prepend],
-                "site_specific": [{"name": s.name, "why": s.why} for s in settings if s.value is None],
-                "ulimit_nofile": ulimit,
-            }
-        )
-        return
-    lines = [f"# ascendfix env --profile {prof.name} --device {device}"]
-    for s in settings:
-        if s.value is None:
-            lines.append(f"# {s.name} must be set per site: {s.why}")
-        elif s.prepend:  # in front of what the variable holds, never in its place
-            tail = jobenv.prepend_shell(s.name, "")
-            lines.append(f'export {s.name}={shlex.quote(s.profile_value)}"{tail}"')
-        else:
-            lines.append(f"export {s.name}={shlex.quote(s.value)}")
-    if ulimit:
-        lines.append(f'ulimit -n {ulimit} 2>/dev/null || echo "ascendfix: cannot raise ulimit -n to {ulimit}" >&2')
-    click.echo("\n".join(lines))
+    data = {
+        "ok": True,
+        "profile": prof.name,
+        "device": device,
+        "env": {s.name: s.value for s in settings if s.value is not None},
+        "prepend": [s.name for s in settings if s.prepend],
+        "site_specific": [{"name": s.name, "why": s.why} for s in settings if s.value is None],
+        "ulimit_nofile": ulimit,
+    }
+
+    def bash(_: dict[str, object]) -> None:
+        lines = [f"# ascendfix env --profile {prof.name} --device {device}"]
+        for s in settings:
+            if s.value is None:
+                lines.append(f"# {s.name} must be set per site: {s.why}")
+            elif s.prepend:  # in front of what the variable holds, never in its place
+                tail = jobenv.prepend_shell(s.name, "")
+                lines.append(f'export {s.name}={shlex.quote(s.profile_value or "")}"{tail}"')
+            else:
+                lines.append(f"export {s.name}={shlex.quote(s.value)}")
+        if ulimit:
+            lines.append(f'ulimit -n {ulimit} 2>/dev/null || echo "ascendfix: cannot raise ulimit -n to {ulimit}" >&2')
+        click.echo("\n".join(lines))
+
+    return render(data, shell == "json" or as_json, bash)
