@@ -15,7 +15,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -23,11 +23,15 @@ from ascendfix.errors import BAD_INPUT, FINDING, INTERNAL, OK, SCHEMA, Ascendfix
 from ascendfix.jsonable import jsonable
 from ascendfix.profile.device import DEVICES
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 DEFAULT_PROFILE = "verl-796871d"
+F = TypeVar("F", bound=Callable[..., Any])  # a command's function, as an option decorator takes and gives it
 
 
 @functools.cache
-def out():
+def out() -> Console:
     """The rich console on stdout."""
     from rich.console import Console
 
@@ -35,14 +39,14 @@ def out():
 
 
 @functools.cache
-def err():
+def err() -> Console:
     """The rich console on stderr."""
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def wide():
+def wide() -> Console:
     """A console on stdout as wide as the output needs, for a pipe or a log that keeps every column whole."""
     from rich.console import Console
 
@@ -165,8 +169,8 @@ class Group(Listing):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as e:  # a bug: never a traceback on the terminal, never mistaken for a finding
-            where = crash_log(e)
-            saved = f"the traceback is in {where}" if where else "no crash log could be written"
+            log = crash_log(e)
+            saved = f"the traceback is in {log}" if log else "no crash log could be written"
             _fail(ctx, f"internal error: a bug in ascendfix ({type(e).__name__}); {saved}", INTERNAL)
         if isinstance(code, int) and code:
             ctx.exit(code)
@@ -234,22 +238,22 @@ def note_json(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
     return value
 
 
-def profile_option(func):
+def profile_option(func: F) -> F:
     """``--profile``: a bundled profile's name or a manifest file."""
     return click.option("--profile", default=DEFAULT_PROFILE, show_default=True, help="Profile name or manifest path.")(
         func
     )
 
 
-def device_option(help: str = "npu or cuda (default: detected).", **kwargs):
+def device_option(help: str = "npu or cuda (default: detected).", **kwargs: Any) -> Callable[[F], F]:
     """``--device npu|cuda``."""
     return click.option("--device", type=click.Choice(DEVICES), help=help, **kwargs)
 
 
-def ray_options(what: str):
+def ray_options(what: str) -> Callable[[F], F]:
     """``--ray [ADDRESS]`` (``auto``: the local cluster's address) and ``--ray-timeout``; ``what`` ends --ray's help."""
 
-    def add(func):
+    def add(func: F) -> F:
         func = click.option(
             "--ray-timeout",
             type=float,
@@ -271,12 +275,12 @@ def ray_options(what: str):
     return add
 
 
-def json_option(func):
+def json_option(func: F) -> F:
     """``--json``: print plain data instead of the human rendering."""
     return click.option("--json", "as_json", is_flag=True, help="Print JSON.", callback=note_json)(func)
 
 
-def target_options(func):
+def target_options(func: F) -> F:
     """``--python`` and ``--root PKG=DIR``: where the packages are."""
     func = click.option("--python", "python", metavar="PATH", help="Target interpreter (default: this one).")(func)
     return click.option(
@@ -284,18 +288,18 @@ def target_options(func):
     )(func)
 
 
-def only_option(what: str = "patch", metavar: str = "ID"):
+def only_option(what: str = "patch", metavar: str = "ID") -> Callable[[F], F]:
     """``--only``: restrict to these ids (repeatable)."""
     return click.option("--only", multiple=True, metavar=metavar, help=f"Only this {what} (repeatable).")
 
 
-def variant_option(func):
+def variant_option(func: F) -> F:
     """``--variant PATCH_ID=NAME``: override the profile's choice of variant."""
     return click.option(
         "--variant", "variants", multiple=True, metavar="PATCH_ID=NAME", help="Use this variant of a patch."
     )(func)
 
 
-def path_type(**kwargs) -> click.Path:
+def path_type(**kwargs: Any) -> click.Path:
     """A click path parameter that yields a ``Path``."""
     return click.Path(path_type=Path, **kwargs)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ascendfix.cli.base import Listing, clean, json_option, path_type, ray_options, render
 from ascendfix.errors import UsageError
+
+if TYPE_CHECKING:
+    from ascendfix.checkpoint.report import CheckReport
+    from ascendfix.checkpoint.verify.run import VerifyReport
+    from ascendfix.cluster.fanout import NodeAnswer
 
 
 @click.group("ckpt", cls=Listing)
@@ -82,7 +87,7 @@ def verify_command(source: Path, converted: Path, as_json: bool) -> int:
 _SHOWN_PER_KIND = 5
 
 
-def _render_verify(report) -> None:
+def _render_verify(report: VerifyReport) -> None:
     by_kind: dict[str, list] = {}
     for p in report.problems:
         by_kind.setdefault(p.kind, []).append(p)
@@ -108,7 +113,7 @@ def _render_verify(report) -> None:
         )
 
 
-def _render_report(report) -> None:
+def _render_report(report: CheckReport) -> None:
     for p in report.problems:
         click.echo(f"{click.style('✗', fg='red')} {p.kind:14} {clean(p.subject)}: {clean(p.detail)}")
     for p in report.warnings:
@@ -183,7 +188,12 @@ def _on_cluster(
     return render(result, as_json, human)
 
 
-def _render_cluster(answers, seen, differing, ok: bool) -> None:
+def _render_cluster(
+    answers: list[NodeAnswer],
+    seen: dict[str, dict[str, int]],
+    differing: list[tuple[str, dict[str, int | None]]],
+    ok: bool,
+) -> None:
     from ascendfix.checkpoint import views
 
     rows = [("node", "host", "files", "bytes", "problems", "view", "exit")]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import click
 
@@ -27,7 +27,7 @@ from ascendfix.profile.device import require_device
 from ascendfix.site import Site, parse_roots
 from ascendfix.states import Action, State
 
-STATE_STYLE = {
+STATE_STYLE: dict[str, dict[str, Any]] = {
     State.APPLIED: {"fg": "green"},
     State.NOT_APPLIED: {"fg": "yellow"},
     State.NOT_APPLICABLE: {"dim": True},

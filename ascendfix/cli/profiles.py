@@ -93,7 +93,7 @@ def _render_profile(prof: records.Profile, console: Console | None = None) -> No
         prose(f"[dim]why:[/] {escape(' '.join(patch.why.split()))}", 2)
         for variant in patch.variants:
             name = "" if variant.name == records.DEFAULT_VARIANT else f"variant {variant.name}: "
-            how = registry.get(variant.transform).description()
+            how = registry.TRANSFORMS[variant.transform].description()  # the loader checked the name
             prose(f"[dim]{escape(name)}transform {variant.transform}:[/] {escape(how)}", 2)
         prose(f"[dim]drop when:[/] {escape(' '.join(patch.drop_when.split()))}", 2)
         if patch.drop_probe:

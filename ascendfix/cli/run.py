@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,6 +23,9 @@ from ascendfix.cli.base import (
 from ascendfix.cli.progress import RichStatus, report_table, sparks
 from ascendfix.profile import manifest
 from ascendfix.profile.device import require_device
+
+if TYPE_CHECKING:
+    from ascendfix.job.preflight import Finding
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -65,7 +69,7 @@ def run(
     json_metrics: Path | None,
     verbose: bool,
     command: tuple[str, ...],
-) -> None:
+) -> int:
     """Run SCRIPT [ARGS...] (or any command) with the profile's environment, live progress and a summary.
 
     A non-executable *.sh script runs under bash. Exits with the command's exit status.
@@ -128,7 +132,7 @@ def run(
     return result.exit_status
 
 
-def render_finding(kind: str, finding, verbose: bool) -> None:
+def render_finding(kind: str, finding: Finding, verbose: bool) -> None:
     """One preflight finding on stderr: its line, the fix under it, and with ``-v`` the detail."""
     err().print(f"{kind} ({finding.source}): {escape(finding.message)}")
     for i, line in enumerate(finding.fix.splitlines()):  # a fix of several commands: one a line

@@ -50,7 +50,7 @@ def upgrade_check(
 def _render(report: UpgradeReport) -> None:
     from ascendfix.patching import upgrade
 
-    style = {upgrade.APPLIES: "green", upgrade.OBSOLETE: "cyan", upgrade.REFUSED: "red"}
+    style: dict[str, str] = {upgrade.APPLIES: "green", upgrade.OBSOLETE: "cyan", upgrade.REFUSED: "red"}
     asked = ", ".join(f"{dist} {what}" for dist, what in report.with_.items())
     where = f"{' or '.join(report.target.platforms)}, Python {report.target.python}"
     out().print(f"[bold]{escape(report.profile)}[/] on {report.device} with {escape(asked)} [dim]({where})[/]\n")
