@@ -140,3 +140,15 @@ def test_json_answer_carries_schema_and_ok_and_the_exit_code_agrees(name, tmp_pa
         if is_error_object(last):
             assert last["exit_code"] == result.returncode and result.stderr.startswith("error: ")
         assert "Traceback" not in result.stderr
+
+
+def test_a_result_without_ok_is_a_bug_and_ok_decides_the_exit_code():
+    from ascendfix.cli.base import answer, render
+
+    shown: list[object] = []
+    assert render({"ok": False, "n": 1}, False, shown.append) == 1 and shown == [{"ok": False, "n": 1}]
+    assert answer({"n": 1, "ok": True}) == {"schema": 1, "ok": True, "n": 1}
+    with pytest.raises(TypeError, match="carries no ok"):
+        render({"n": 1}, True, shown.append)  # the group turns it into an internal error: exit 3, a crash log
+    with pytest.raises(TypeError, match="not a JSON object"):
+        answer(type("Rows", (list,), {"ok": True})())
