@@ -92,7 +92,7 @@ def triage_runs(tmp: Path) -> Runs:
 
 # command -> the runs to make, in order (see Runs)
 CASES: dict[str, Callable[[Path], Runs]] = {
-    "profiles": lambda tmp: [([], 0)],
+    "profiles": lambda tmp: [([], 0), (["--no-such-option"], 2)],  # click's own usage error answers too
     "show": lambda tmp: [(["verl-796871d"], 0), (["no-such-profile"], 2)],
     "apply": lambda tmp: [(["--dry-run", "--device", "npu", *workspace(tmp)], 0), (["--profile", "no-such"], 2)],
     "revert": revert_runs,
@@ -108,7 +108,10 @@ CASES: dict[str, Callable[[Path], Runs]] = {
     "triage": triage_runs,
     "ckpt check": lambda tmp: [([str(tmp)], 1), ([str(tmp / "absent")], 2)],
     "ckpt verify": lambda tmp: [([str(tmp / "absent"), str(tmp / "absent2")], 2)],
-    "ray wait": lambda tmp: [(["--device", "npu", "--nodes", "1", "--address", dead_address(), "--timeout", "1"], 2)],
+    "ray wait": lambda tmp: [
+        (["--nodes", "x"], 2),
+        (["--device", "npu", "--nodes", "1", "--address", dead_address(), "--timeout", "1"], 2),
+    ],
     "ray smoke": lambda tmp: [(["--device", "npu", "--nodes", "1", "--address", dead_address(), "--timeout", "1"], 2)],
     "watch": lambda tmp: [(["--address", dead_address()], 2)],
 }
@@ -138,7 +141,7 @@ def test_json_answer_carries_schema_and_ok_and_the_exit_code_agrees(name, tmp_pa
         assert last["ok"] is (result.returncode == 0), (name, args, last)
         assert result.returncode in EXIT_CODES
         if is_error_object(last):
-            assert last["exit_code"] == result.returncode and result.stderr.startswith("error: ")
+            assert last["exit_code"] == result.returncode and "error: " in result.stderr.lower()
         assert "Traceback" not in result.stderr
 
 

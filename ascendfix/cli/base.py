@@ -150,14 +150,26 @@ class Group(Listing):
     exit status; with ``--json``, also the error object (:func:`~ascendfix.errors.error_object`) on stdout,
     so a pipe into ``jq`` reads an answer.
 
+    A usage error of click's own (an unknown option, a missing argument) keeps click's usage text and
+    exit 2; with ``--json`` anywhere on the command line, the error object is on stdout too.
+
     An OSError that reaches here (a path that is too long or otherwise unusable, wherever a command
     first touches it) is one line too: exit 2 for a name the system refuses, else 1. Any other exception
     is a bug: one line saying so, the traceback in a crash log (:func:`crash_log`), exit 3.
     """
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Remember whether the command line holds ``--json``, for the answer to click's own usage errors."""
+        ctx.meta[_JSON_WORD] = "--json" in args[: args.index("--") if "--" in args else len(args)]
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             code = super().invoke(ctx)
+        except click.exceptions.UsageError as e:  # click's own bad input (an unknown option): exit 2, its usage
+            if ctx.meta.get(WANTS_JSON) or ctx.meta.get(_JSON_WORD):
+                click.echo(json.dumps(error_object(clean(e.format_message()).replace("\n", " "), e.exit_code)))
+            raise
         except AscendfixError as e:
             _fail(ctx, str(e), e.exit_code)
         except OSError as e:
@@ -229,6 +241,7 @@ def _shorten(text: str, keep: int = 120) -> str:
 
 
 WANTS_JSON = "ascendfix.json"
+_JSON_WORD = "ascendfix.json-word"  # the command line holds --json (before any --)
 
 
 def note_json(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
