@@ -2,14 +2,20 @@
 
 The hierarchy (every error the core raises on purpose)::
 
-    AscendfixError              one line; exit 1 unless a subclass says otherwise
-    ├── UsageError              bad input: a file, field or flag the user must fix (exit 2)
-    ├── RefusedError            the engine would not act on what it found (exit 1)
+    AscendfixError                      one line; exit 1 unless a subclass says otherwise
+    ├── UsageError                      bad input: a file, field or flag the user must fix (exit 2)
+    ├── RefusedError                    the engine would not act on what it found (exit 1)
     │   ├── fsutil.Escape               a path leaves its root or passes through a link
+    │   │   └── patching.tree.TooLarge  a file over the size its reader accepts
     │   ├── patching.journal.WriteError a write failed (disk full, read-only, changed meanwhile)
     │   └── patching.journal.Unseen     whether a transaction committed cannot be read (exit 2)
-    ├── checkpoint.prescan.Unreadable   a checkpoint's pickle is malformed or not a pickle
-    └── checkpoint.layout.Malformed     a readable pickle that holds no checkpoint metadata
+    ├── checkpoint.bounded.Died         a checkpoint reader's child died or was stopped
+    ├── checkpoint.bounded.Failed       the child raised one of these (its own exit code)
+    ├── checkpoint.layout.Malformed     a readable pickle that holds no checkpoint metadata
+    ├── checkpoint.pickles.UnsafePickle a pickle names something outside the allow-list
+    └── checkpoint.prescan.Unreadable   a checkpoint's pickle is malformed or not a pickle
+
+(``docs/reference/exit-codes.md`` lists the same, drawn from the classes by ``scripts/reference.py``.)
 
 Every command's result carries ``ok``; its exit code is :data:`OK` when ``ok``, else :data:`FINDING`
 (``ascendfix/cli/base.py``'s ``render`` decides it, in one place), and its ``--json`` object starts
