@@ -2,9 +2,24 @@
 
 The hierarchy (every error the core raises on purpose)::
 
-    AscendfixError          one line; exit 1 unless a subclass says otherwise
-    ├── UsageError          bad input: a file, field or flag the user must fix (exit 2)
-    └── RefusedError        the engine would not act on what it found (exit 1)
+    AscendfixError                      one line; exit 1 unless a subclass says otherwise
+    ├── UsageError                      bad input: a file, field or flag the user must fix (exit 2)
+    ├── RefusedError                    the engine would not act on what it found (exit 1)
+    │   ├── fsutil.Escape               a path leaves its root or passes through a link
+    │   │   └── patching.tree.TooLarge  a file over the size its reader accepts
+    │   ├── patching.journal.WriteError a write failed (disk full, read-only, changed meanwhile)
+    │   └── patching.journal.Unseen     whether a transaction committed cannot be read (exit 2)
+    ├── checkpoint.bounded.Died         a checkpoint reader's child died or was stopped
+    ├── checkpoint.bounded.Failed       the child raised one of these (its own exit code)
+    ├── checkpoint.layout.Malformed     a readable pickle that holds no checkpoint metadata
+    ├── checkpoint.pickles.UnsafePickle a pickle names something outside the allow-list
+    └── checkpoint.prescan.Unreadable   a checkpoint's pickle is malformed or not a pickle
+
+(``docs/reference/exit-codes.md`` lists the same, drawn from the classes by ``scripts/reference.py``.)
+
+Every command's result carries ``ok``; its exit code is :data:`OK` when ``ok``, else :data:`FINDING`
+(``ascendfix/cli/base.py``'s ``render`` decides it, in one place), and its ``--json`` object starts
+with ``"schema": SCHEMA`` and ``"ok"``. An error's ``--json`` object is :func:`error_object`.
 
 Anything else that reaches the command line is a bug: one line, the traceback in a crash log
 under the cache folder, exit 3 (:data:`INTERNAL`).

@@ -301,7 +301,7 @@ def profile_page() -> str:
 
 def exit_codes_page() -> str:
     rows = [(f"`{code}`", meaning) for code, meaning in errors.EXIT_CODES.items()]
-    hierarchy = [(f"`{cls.__name__}`", f"`{cls.exit_code}`", _doc(cls)) for cls in _error_classes()]
+    hierarchy = [(f"`{_error_name(cls)}`", f"`{cls.exit_code}`", _doc(cls)) for cls in _error_classes()]
     return (
         f"{HEADER}# Exit codes\n\nEvery command exits with one of these (`ascendfix/errors.py`'s `EXIT_CODES`); "
         "`run` exits with the job's own status once the job has started. An error is one line on stderr, never a "
@@ -313,10 +313,38 @@ def exit_codes_page() -> str:
     )
 
 
+# the modules that define an error of their own (errors.py's docstring draws the same tree)
+ERROR_MODULES = (
+    "fsutil",
+    "patching.journal",
+    "patching.tree",
+    "checkpoint.bounded",
+    "checkpoint.layout",
+    "checkpoint.pickles",
+    "checkpoint.prescan",
+)
+
+
 def _error_classes() -> list[type]:
-    """``AscendfixError`` and every subclass of it in ``errors.py``, base first."""
-    found = [v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, errors.AscendfixError)]
-    return sorted(found, key=lambda cls: (cls is not errors.AscendfixError, cls.__name__))
+    """``AscendfixError`` and every subclass of it (errors.py's, then :data:`ERROR_MODULES`'), base first."""
+    import importlib
+
+    for name in ERROR_MODULES:
+        importlib.import_module(f"ascendfix.{name}")
+    found, todo = [], [errors.AscendfixError]
+    while todo:
+        cls = todo.pop(0)
+        found.append(cls)
+        todo += sorted((c for c in cls.__subclasses__() if c.__module__.startswith("ascendfix.")), key=_error_name)
+    return sorted(
+        found, key=lambda cls: (cls is not errors.AscendfixError, cls.__module__ != errors.__name__, _error_name(cls))
+    )
+
+
+def _error_name(cls: type) -> str:
+    """``UsageError``, or ``patching.journal.WriteError`` for one defined outside errors.py."""
+    where = cls.__module__.removeprefix("ascendfix.")
+    return cls.__name__ if cls.__module__ == errors.__name__ else f"{where}.{cls.__name__}"
 
 
 def _json_keys(fn: ast.FunctionDef) -> list[str]:
@@ -348,7 +376,9 @@ def json_page() -> str:
         f"{HEADER}# JSON fields\n\nEvery command that shows something takes `--json` and prints the same answer as "
         "JSON ([command line](cli.md)); NamedTuples and dataclasses are written field by field "
         "(`ascendfix/jsonable.py`), and these records write the JSON contract their `to_json` gives (the keys "
-        "it names; a key may be left out when it has no value). An error is "
+        "it names; a key may be left out when it has no value). Every answer is one JSON object that starts "
+        f'with `"schema": {errors.SCHEMA}` and `"ok"` (`watch`: one object a line, each with both), and the exit '
+        "code follows `ok`: 0 when true, 1 when false. An error is "
         '`{"schema": 1, "ok": false, "error": ..., "exit_code": ...}` ([exit codes](exit-codes.md)).\n\n'
         + _table(("record", "keys", "contract"), rows)
     )

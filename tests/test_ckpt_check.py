@@ -33,7 +33,18 @@ from tests import cli, upstream
 REPO = Path(__file__).resolve().parent.parent
 NO_TORCH = "torch is not installed (pip install torch==2.13.0: the CPU build is enough)"
 NO_MCORE = "megatron-core is not installed (pip install megatron-core==0.12.1 psutil: it installs on CPU)"
-JSON_KEYS = ["checkpoint", "ok", "tensors", "chunks", "files", "bytes", "proven_bytes", "problems", "warnings"]
+JSON_KEYS = [
+    "schema",
+    "ok",
+    "checkpoint",
+    "tensors",
+    "chunks",
+    "files",
+    "bytes",
+    "proven_bytes",
+    "problems",
+    "warnings",
+]
 
 DCP_SAVE = """
 import os, sys
@@ -192,8 +203,9 @@ def test_a_four_rank_dcp_save_is_complete(dcp):
     data_files = sorted(dcp.glob("*.distcp"))
     assert (code, list(report)) == (0, JSON_KEYS)
     assert report == {
-        "checkpoint": str(dcp),
+        "schema": 1,
         "ok": True,
+        "checkpoint": str(dcp),
         "tensors": 2,
         "chunks": 8,
         "files": 4,

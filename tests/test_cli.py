@@ -77,7 +77,7 @@ def test_no_device_found_asks_for_one(stack, monkeypatch, ascendfix_cli):
 
 
 def test_profiles_and_show_json(ascendfix_cli):
-    listed = json.loads(ascendfix_cli("profiles", "--json").stdout)
+    listed = json.loads(ascendfix_cli("profiles", "--json").stdout)["profiles"]
     assert listed[0]["name"] == "verl-796871d"
     shown = json.loads(ascendfix_cli("show", "verl-796871d", "--json").stdout)
     assert shown["name"] == "verl-796871d" and "verl-grpo-no-interleave" in shown["patches"]

@@ -215,8 +215,8 @@ def test_table_of_doctor_checks_and_failed_nodes():
 
 
 def test_any_json_is_compared_field_by_field():
-    a = NodeAnswer("a" * 32, "h", "n1", 0, [{"name": "p", "devices": ["npu", "cuda"]}])
-    b = NodeAnswer("b" * 32, "h", "n2", 0, [{"name": "p", "devices": ["npu"]}])
+    a = NodeAnswer("a" * 32, "h", "n1", 0, {"schema": 1, "ok": True, "profiles": [{"devices": ["npu", "cuda"]}]})
+    b = NodeAnswer("b" * 32, "h", "n2", 0, {"schema": 1, "ok": True, "profiles": [{"devices": ["npu"]}]})
     report = fanout.table(["profiles", "--json"], [a, b])
-    assert report.differing == ("[0].devices[1]",)
-    assert report.cells["h bbbbbbbb"].get("[0].devices[1]") is None
+    assert report.differing == ("profiles[0].devices[1]",)
+    assert report.cells["h bbbbbbbb"].get("profiles[0].devices[1]") is None

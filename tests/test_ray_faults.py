@@ -112,7 +112,7 @@ def _gso_max_segs(node: Netns) -> int:
 
 
 def _named(report: dict) -> set[str]:
-    ips = {n["node_id"]: n["ip"] for n in report["nodes"]}
+    ips = {n["node_id"]: n["address"] for n in report["nodes"]}
     return {ips[p["node_id"]] for p in report["problems"] if p["node_id"]}
 
 

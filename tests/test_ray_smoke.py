@@ -297,16 +297,25 @@ def test_the_report_names_each_bad_node_in_its_json():
     report.busbw_floor = BusbwFloor(12.5, "half the 200 Gb/s NPU port speed (hccn_tool -speed -g)")
     assert report.to_json()["busbw_floor"] == {"busbw_gbps": 12.5, "source": report.busbw_floor.source}
     assert [n["ok"] for n in data["nodes"]] == [True, False]
-    assert list(data["nodes"][0]) == ["node_id", "ip", "hostname", "checks", "ok"]
+    assert list(data["nodes"][0]) == ["node", "node_id", "address", "hostname", "checks", "ok"]
     assert data["nodes"][1]["checks"][0]["status"] == "fail"
     assert data["collectives"] == [
         {"backend": "gloo", "op": "all_reduce", "bytes": 4, "ok": False, "busbw_gbps": None, "slowest": ""}
     ]
     assert data["problems"] == [
-        {"node_id": "", "ip": "", "hostname": "", "item": "cluster", "value": "", "message": "1 of 3 nodes"},
         {
+            "node": "",
+            "node_id": "",
+            "address": "",
+            "hostname": "",
+            "item": "cluster",
+            "value": "",
+            "message": "1 of 3 nodes",
+        },
+        {
+            "node": f"10.0.0.2 {'b' * 8}",
             "node_id": "b" * 56,
-            "ip": "10.0.0.2",
+            "address": "10.0.0.2",
             "hostname": "node-b",
             "item": "GLOO_SOCKET_IFNAME",
             "value": "eth1",
@@ -817,7 +826,7 @@ def test_smoke_gloo_passes_across_three_nodes(smoke_cluster):
     assert len(report["nodes"]) == 3 and report["problems"] == []
     for node in report["nodes"]:
         checks = {c["item"]: c for c in node["checks"]}
-        assert node["ok"] and node["ip"] == "127.0.0.1"
+        assert node["ok"] and node["address"] == "127.0.0.1"
         assert checks["GLOO_SOCKET_IFNAME"]["status"] == "ok" and checks["HCCL_SOCKET_IFNAME"]["value"] == "lo"
         assert checks["HCCL_SOCKET_IFNAME"]["message"].startswith("HCCL_SOCKET_IFNAME=lo selects lo 127.0.0.1")
         assert "GLOO_SOCKET_IFNAME route" not in checks  # the route to the head (127.0.0.1) is local
@@ -828,7 +837,7 @@ def test_smoke_gloo_passes_across_three_nodes(smoke_cluster):
     (gloo,) = report["collectives"]
     assert gloo["backend"] == "gloo" and gloo["op"] == "all_reduce" and gloo["ok"] and gloo["bytes"] == 1 << 20
     assert gloo["busbw_gbps"] > 0
-    assert gloo["slowest"] in {f"{n['ip']} {n['node_id'][:8]}" for n in report["nodes"]}
+    assert gloo["slowest"] in {n["node"] for n in report["nodes"]}
 
     shown, _ = _smoke(smoke_cluster, "--nodes", "4", "--timeout", "120")
     assert shown.returncode == 1
@@ -879,7 +888,7 @@ def test_a_node_whose_gloo_nic_is_down_is_named_and_smoke_ends_within_its_timeou
     problems = {(p["item"], p["value"]): p for p in report["problems"] if p["node_id"] == w2["node_id"]}
     nic = problems[("GLOO_SOCKET_IFNAME", "veth0")]
     assert nic["message"].startswith("GLOO_SOCKET_IFNAME=veth0: veth0 (no address), down (operstate down)")
-    assert nic["ip"] == "127.0.0.1" and nic["hostname"]
+    assert nic["address"] == "127.0.0.1" and nic["hostname"]
     assert problems[("npu 3 port", "DOWN")]["message"] == "hccn_tool -i 3 -link -g: DOWN (the port must be UP)"
     assert {c["item"]: c["value"] for c in w2["checks"]}["npu ports"] == "7 of 8 UP"
     assert "Unable to find address for: veth0" in problems[("gloo rank", "failed")]["message"]  # gloo cannot bind

@@ -67,3 +67,32 @@ def test_the_script_runs_as_documented():
 def _on_disk(name: str) -> str | None:
     path = reference.OUT / name
     return path.read_text() if path.is_file() else None
+
+
+def test_every_error_class_is_drawn_in_errors_py_and_listed_on_the_exit_codes_page():
+    """An AscendfixError subclass defined anywhere in the package (found in the source, not by import) is in
+    errors.py's drawing and in a module the exit-code page imports."""
+    import ast
+
+    from ascendfix import errors
+
+    defined: dict[str, str] = {}  # class name -> module, the errors.py ones first
+    known = {"AscendfixError", "UsageError", "RefusedError"}
+    trees = {p: ast.parse(p.read_text()) for p in sorted((reference.REPO / "ascendfix").rglob("*.py"))}
+    while True:
+        found = {
+            node.name: ".".join(path.relative_to(reference.REPO / "ascendfix").with_suffix("").parts)
+            for path, tree in trees.items()
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ClassDef)
+            and any(isinstance(b, ast.Name) and b.id in known for b in node.bases)
+            and path.name != "errors.py"
+        }
+        if set(found) <= set(defined):
+            break
+        defined.update(found)
+        known |= set(found)
+    assert defined, "no error class found outside errors.py"
+    for name, module in defined.items():
+        assert f"{module}.{name}" in (errors.__doc__ or ""), f"{module}.{name} is not drawn in errors.py"
+        assert module in reference.ERROR_MODULES, f"{module} is not in scripts/reference.py's ERROR_MODULES"

@@ -30,7 +30,7 @@ def test_report_on_the_guide_step_line_gives_e2e_8035_and_update_vllm(tmp_path):
     log.write_text(f"{RAY_PREFIX}{step_line(1, GUIDE_STEP1)}\n")
     result = invoke("report", str(log), "--json")
     assert result.exit_code == 0, result.output
-    [data] = json.loads(result.output)
+    [data] = json.loads(result.output)["runs"]
     tps = data["throughput"]
     assert round(tps["e2e_tps"], 3) == 8.035 and tps["world_size"] == 128
     assert round(tps["update_tps"], 3) == 26.830  # 2,894,754 / (128 × 842.91)
@@ -59,7 +59,7 @@ def test_report_on_a_ray_session_directory(tmp_path):
 def test_report_extra_metrics_and_jsonl(tmp_path):
     path = tmp_path / "exp.jsonl"
     path.write_text("".join(json.dumps({"step": n, "data": v}) + "\n" for n, v in enumerate(run_steps(4), 1)))
-    [data] = json.loads(invoke("report", str(path), "--json", "--metrics", "actor/entropy,missing/key").output)
+    [data] = json.loads(invoke("report", str(path), "--json", "--metrics", "actor/entropy,missing/key").output)["runs"]
     assert data["metrics"] == {"actor/entropy": pytest.approx(0.44775390625), "missing/key": None}
 
 
@@ -89,7 +89,7 @@ GUIDE_STEP1_TIMING = {
 def test_time_shares_count_reshard_inside_gen_and_add_up_to_at_most_100(tmp_path):
     log = tmp_path / "guide.log"
     log.write_text(f"{RAY_PREFIX}{step_line(1, {**GUIDE_STEP1, **GUIDE_STEP1_TIMING})}\n")
-    [data] = json.loads(invoke("report", str(log), "--json").output)
+    [data] = json.loads(invoke("report", str(log), "--json").output)["runs"]
     shares, within = data["timing_share"], data["timing_share_within_gen"]
     assert list(shares) == ["gen", "old_log_prob", "ref", "update_actor", "other"]
     assert sum(shares.values()) == pytest.approx(1.0) and shares["other"] >= 0  # the old sum was 107%
@@ -239,7 +239,7 @@ def test_a_log_holding_a_run_and_its_resumption_reports_the_last_segment_and_nam
     log = resumed_log(tmp_path / "train.log")
     result = invoke("report", str(log), "--json")
     assert result.exit_code == 0, result.output
-    [data] = json.loads(result.output)
+    [data] = json.loads(result.output)["runs"]
     assert data["segment"] == 2
     assert [(s["segment"], s["first_step"], s["last_step"], s["steps"]) for s in data["segments"]] == [
         (1, 1, 7, 7),
@@ -256,7 +256,7 @@ def test_a_log_holding_a_run_and_its_resumption_reports_the_last_segment_and_nam
     assert "figures are of segment 2, --segment N for another" in text
     assert "step 6 → 12" in text and "6 steady" in text  # the resumed run's first step is its warm-up
     assert "(not step 6, the resumed run's first, not validating or saving)" in text
-    chosen = json.loads(invoke("report", str(log), "--segment", "1", "--json").output)[0]
+    chosen = json.loads(invoke("report", str(log), "--segment", "1", "--json").output)["runs"][0]
     assert chosen["segment"] == 1 and chosen["last_step"] == 7
     bad = invoke("report", str(log), "--segment", "3")
     assert bad.exit_code == 2 and "--segment 3:" in bad.output and "holds 2 segment(s)" in bad.output
@@ -275,7 +275,7 @@ def test_a_ray_session_folder_with_a_run_and_its_resumption_keeps_each_copy_with
     (logs / "worker-0b.out").write_text("".join(f"{step_line(n, v)}\n" for n, v in enumerate(second, 6)))
     for name, when in (("job-driver-raysubmit_b.log", 1000), ("worker-0a.out", 1000)):
         os.utime(logs / name, (when, when))  # the crashed run's files were last written first
-    [data] = json.loads(invoke("report", str(logs), "--json").output)
+    [data] = json.loads(invoke("report", str(logs), "--json").output)["runs"]
     assert [(s["first_step"], s["last_step"]) for s in data["segments"]] == [(1, 7), (6, 12)]
     assert data["segment"] == 2 and data["steps_seen"] == 7 and data["parse"]["duplicates"] == 14
 
@@ -284,11 +284,11 @@ def test_the_same_steps_printed_twice_are_one_segment(tmp_path):
     npu = run_steps(3)
     same = write_log(tmp_path / "ray" / "worker-1.out", npu, prefix="")  # the raw copy Ray keeps: duplicates
     write_log(tmp_path / "ray" / "driver.log", npu)
-    data = json.loads(invoke("report", str(same.parent), "--json").output)[0]
+    data = json.loads(invoke("report", str(same.parent), "--json").output)["runs"][0]
     assert data["steps_seen"] == 3 and data["parse"]["duplicates"] == 3 and len(data["segments"]) == 1
     twice = tmp_path / "twice.log"  # one file that prints every line twice (tee into the same log)
     twice.write_text("".join(f"{step_line(n, v)}\n{step_line(n, v)}\n" for n, v in enumerate(npu, 1)))
-    data = json.loads(invoke("report", str(twice), "--json").output)[0]
+    data = json.loads(invoke("report", str(twice), "--json").output)["runs"][0]
     assert data["steps_seen"] == 3 and len(data["segments"]) == 1
 
 
@@ -325,7 +325,7 @@ def test_two_runs_in_one_folder_are_two_segments_each_named_by_its_file(tmp_path
     a = write_log(tmp_path / "runs" / "npu" / "train.log", npu)
     write_log(tmp_path / "runs" / "h100" / "train.log", h100)
     os.utime(a, (1000, 1000))
-    [data] = json.loads(invoke("report", str(tmp_path / "runs"), "--json").output)
+    [data] = json.loads(invoke("report", str(tmp_path / "runs"), "--json").output)["runs"]
     assert [Path(s["file"]).parent.name for s in data["segments"]] == ["npu", "h100"]
     assert data["segment"] == 2 and data["timing_s/step"] == pytest.approx(
         report.report_data(report.load_run(a))["timing_s/step"] / 3.4

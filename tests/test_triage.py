@@ -117,7 +117,8 @@ def run_json(logdir: Path) -> tuple[int, dict]:
 def test_a_multinode_session_names_the_port_that_went_down_first(tmp_path):
     code, data = run_json(session(tmp_path))
     assert code == 1
-    assert set(data) == {"logs", "first", "later", "consequences", "by_code", "skipped", "clock_skew", "discounted"}
+    keys = ["schema", "ok", "logs", "first", "later", "consequences", "by_code", "skipped", "clock_skew", "discounted"]
+    assert list(data) == keys and data["ok"] is False
     first = data["first"]
     assert set(first) == {"time", "file", "line", "node", "pid", "rank", "code", "message", "cause", "fix"}
     assert first["code"] == "EJ0002" and first["node"] == "10.0.0.4" and first["pid"] == 3007 and first["rank"] == 7
@@ -318,6 +319,8 @@ def test_healthy_logs_that_mention_errors_in_passing_exit_0(tmp_path):
     )
     code, data = run_json(tmp_path)
     assert code == 0 and data == {
+        "schema": 1,
+        "ok": True,
         "logs": str(tmp_path),
         "first": None,
         "later": 0,

@@ -21,7 +21,7 @@ from tests import cli, upstream
 
 REPO = Path(__file__).resolve().parent.parent
 DAPO = "recipe/dapo/dapo_ray_trainer.py"
-KEYS = ["profile", "device", "with", "patches", "conflicts", "accepted", "notes"]
+KEYS = ["schema", "ok", "profile", "device", "with", "patches", "conflicts", "accepted", "notes"]
 
 
 def check(*args: str) -> subprocess.CompletedProcess:

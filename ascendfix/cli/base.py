@@ -1,7 +1,8 @@
 """What every command shares: the error-to-exit-status group, the shared options, and one way to render.
 
-Commands return plain data; :func:`render` prints it as JSON (``--json``) or hands it to
-the command's human renderer. rich is imported only when something is drawn for a person.
+Every command's result carries ``ok``; :func:`render` prints it as JSON (``--json``: ``"schema"`` and
+``"ok"`` first) or hands it to the command's human renderer, and decides the exit code from ``ok``.
+rich is imported only when something is drawn for a person.
 """
 
 from __future__ import annotations
@@ -12,21 +13,25 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ascendfix.errors import BAD_INPUT, FINDING, INTERNAL, AscendfixError, error_object
+from ascendfix.errors import BAD_INPUT, FINDING, INTERNAL, OK, SCHEMA, AscendfixError, error_object
 from ascendfix.jsonable import jsonable
 from ascendfix.profile.device import DEVICES
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 DEFAULT_PROFILE = "verl-796871d"
+F = TypeVar("F", bound=Callable[..., Any])  # a command's function, as an option decorator takes and gives it
 
 
 @functools.cache
-def out():
+def out() -> Console:
     """The rich console on stdout."""
     from rich.console import Console
 
@@ -34,14 +39,14 @@ def out():
 
 
 @functools.cache
-def err():
+def err() -> Console:
     """The rich console on stderr."""
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def wide():
+def wide() -> Console:
     """A console on stdout as wide as the output needs, for a pipe or a log that keeps every column whole."""
     from rich.console import Console
 
@@ -75,14 +80,38 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(jsonable(data), indent=2, sort_keys=False))
 
 
-def render(result: Any, as_json: bool, human: Callable[[Any], None], exit_code: int = 0) -> int:
-    """Show ``result``: as JSON (:func:`~ascendfix.jsonable.jsonable`), else through ``human``; return the
-    command's ``exit_code``, for the command to return (:class:`Group` exits with it)."""
+def verdict(result: object) -> bool:
+    """A command's result's ``ok`` (its attribute, or a mapping's key): every command's result carries one,
+    and a result without one is a bug (TypeError)."""
+    ok = result.get("ok") if isinstance(result, Mapping) else getattr(result, "ok", None)
+    if not isinstance(ok, bool):
+        raise TypeError(f"a command's result ({type(result).__name__}) carries no ok")
+    return ok
+
+
+def exit_code(result: object) -> int:
+    """The exit code a result stands for (:data:`~ascendfix.errors.EXIT_CODES`): 0 when it is ``ok``, else 1."""
+    return OK if verdict(result) else FINDING
+
+
+def answer(result: object) -> dict[str, Any]:
+    """A result's ``--json`` object: ``"schema"`` and ``"ok"`` first, then the result's own fields."""
+    data = jsonable(result)
+    if not isinstance(data, dict):
+        raise TypeError(f"a command's result ({type(result).__name__}) is not a JSON object")
+    return {"schema": SCHEMA, "ok": verdict(result), **data}
+
+
+def render(result: Any, as_json: bool, human: Callable[[Any], None]) -> int:
+    """The one way a command shows its result and ends: :func:`answer` as JSON with ``--json``, else
+    ``human(result)``; the exit code is the result's (:func:`exit_code`), for the command to return
+    (:class:`Group` exits with it)."""
+    code = exit_code(result)
     if as_json:
-        emit_json(result)
+        emit_json(answer(result))
     else:
         human(result)
-    return exit_code
+    return code
 
 
 def summary(command: click.Command) -> str:
@@ -121,14 +150,26 @@ class Group(Listing):
     exit status; with ``--json``, also the error object (:func:`~ascendfix.errors.error_object`) on stdout,
     so a pipe into ``jq`` reads an answer.
 
+    A usage error of click's own (an unknown option, a missing argument) keeps click's usage text and
+    exit 2; with ``--json`` anywhere on the command line, the error object is on stdout too.
+
     An OSError that reaches here (a path that is too long or otherwise unusable, wherever a command
     first touches it) is one line too: exit 2 for a name the system refuses, else 1. Any other exception
     is a bug: one line saying so, the traceback in a crash log (:func:`crash_log`), exit 3.
     """
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Remember whether the command line holds ``--json``, for the answer to click's own usage errors."""
+        ctx.meta[_JSON_WORD] = "--json" in args[: args.index("--") if "--" in args else len(args)]
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             code = super().invoke(ctx)
+        except click.exceptions.UsageError as e:  # click's own bad input (an unknown option): exit 2, its usage
+            if ctx.meta.get(WANTS_JSON) or ctx.meta.get(_JSON_WORD):
+                click.echo(json.dumps(error_object(clean(e.format_message()).replace("\n", " "), e.exit_code)))
+            raise
         except AscendfixError as e:
             _fail(ctx, str(e), e.exit_code)
         except OSError as e:
@@ -140,8 +181,8 @@ class Group(Listing):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as e:  # a bug: never a traceback on the terminal, never mistaken for a finding
-            where = crash_log(e)
-            saved = f"the traceback is in {where}" if where else "no crash log could be written"
+            log = crash_log(e)
+            saved = f"the traceback is in {log}" if log else "no crash log could be written"
             _fail(ctx, f"internal error: a bug in ascendfix ({type(e).__name__}); {saved}", INTERNAL)
         if isinstance(code, int) and code:
             ctx.exit(code)
@@ -160,8 +201,8 @@ def _pipe_closed(ctx: click.Context) -> None:
 def _fail(ctx: click.Context, message: str, exit_code: int) -> None:
     """Print the one line (and the JSON object under ``--json``) and exit."""
     message = clean(message).replace("\n", " ")
-    if ctx.meta.get(WANTS_JSON):
-        emit_json(error_object(message, exit_code))
+    if ctx.meta.get(WANTS_JSON):  # on one line: a JSON Lines stream (watch) ends with it whole
+        click.echo(json.dumps(error_object(message, exit_code)))
     # click, not rich: the one line any command may end with costs no rich import
     click.echo(f"{click.style('error:', fg='red', bold=True)} {message}", err=True)
     ctx.exit(exit_code)
@@ -200,6 +241,7 @@ def _shorten(text: str, keep: int = 120) -> str:
 
 
 WANTS_JSON = "ascendfix.json"
+_JSON_WORD = "ascendfix.json-word"  # the command line holds --json (before any --)
 
 
 def note_json(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
@@ -209,22 +251,22 @@ def note_json(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
     return value
 
 
-def profile_option(func):
+def profile_option(func: F) -> F:
     """``--profile``: a bundled profile's name or a manifest file."""
     return click.option("--profile", default=DEFAULT_PROFILE, show_default=True, help="Profile name or manifest path.")(
         func
     )
 
 
-def device_option(help: str = "npu or cuda (default: detected).", **kwargs):
+def device_option(help: str = "npu or cuda (default: detected).", **kwargs: Any) -> Callable[[F], F]:
     """``--device npu|cuda``."""
     return click.option("--device", type=click.Choice(DEVICES), help=help, **kwargs)
 
 
-def ray_options(what: str):
+def ray_options(what: str) -> Callable[[F], F]:
     """``--ray [ADDRESS]`` (``auto``: the local cluster's address) and ``--ray-timeout``; ``what`` ends --ray's help."""
 
-    def add(func):
+    def add(func: F) -> F:
         func = click.option(
             "--ray-timeout",
             type=float,
@@ -246,12 +288,12 @@ def ray_options(what: str):
     return add
 
 
-def json_option(func):
+def json_option(func: F) -> F:
     """``--json``: print plain data instead of the human rendering."""
     return click.option("--json", "as_json", is_flag=True, help="Print JSON.", callback=note_json)(func)
 
 
-def target_options(func):
+def target_options(func: F) -> F:
     """``--python`` and ``--root PKG=DIR``: where the packages are."""
     func = click.option("--python", "python", metavar="PATH", help="Target interpreter (default: this one).")(func)
     return click.option(
@@ -259,18 +301,18 @@ def target_options(func):
     )(func)
 
 
-def only_option(what: str = "patch", metavar: str = "ID"):
+def only_option(what: str = "patch", metavar: str = "ID") -> Callable[[F], F]:
     """``--only``: restrict to these ids (repeatable)."""
     return click.option("--only", multiple=True, metavar=metavar, help=f"Only this {what} (repeatable).")
 
 
-def variant_option(func):
+def variant_option(func: F) -> F:
     """``--variant PATCH_ID=NAME``: override the profile's choice of variant."""
     return click.option(
         "--variant", "variants", multiple=True, metavar="PATCH_ID=NAME", help="Use this variant of a patch."
     )(func)
 
 
-def path_type(**kwargs) -> click.Path:
+def path_type(**kwargs: Any) -> click.Path:
     """A click path parameter that yields a ``Path``."""
     return click.Path(path_type=Path, **kwargs)

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ascendfix.cli.base import Listing, clean, emit_json, json_option, path_type, ray_options, render
+from ascendfix.cli.base import Listing, clean, json_option, path_type, ray_options, render
 from ascendfix.errors import UsageError
+
+if TYPE_CHECKING:
+    from ascendfix.checkpoint.report import CheckReport
+    from ascendfix.checkpoint.verify.run import VerifyReport
+    from ascendfix.cluster.fanout import NodeAnswer
 
 
 @click.group("ckpt", cls=Listing)
@@ -51,7 +57,7 @@ def check_command(
     if ray_address is not None:
         return _on_cluster(folder, config, None if ray_address == "auto" else ray_address, ray_timeout, as_json, prove)
     report = verl.check_save(folder, model, config_given=config is not None, prove=prove)
-    return render(report, as_json, _render_report, 0 if report.ok else 1)
+    return render(report, as_json, _render_report)
 
 
 @ckpt_group.command("verify")
@@ -75,13 +81,13 @@ def verify_command(source: Path, converted: Path, as_json: bool) -> int:
     from ascendfix.checkpoint.verify import run
 
     report = run.verify(source, converted)
-    return render(report, as_json, _render_verify, 0 if report.ok else 1)
+    return render(report, as_json, _render_verify)
 
 
 _SHOWN_PER_KIND = 5
 
 
-def _render_verify(report) -> None:
+def _render_verify(report: VerifyReport) -> None:
     by_kind: dict[str, list] = {}
     for p in report.problems:
         by_kind.setdefault(p.kind, []).append(p)
@@ -107,7 +113,7 @@ def _render_verify(report) -> None:
         )
 
 
-def _render_report(report) -> None:
+def _render_report(report: CheckReport) -> None:
     for p in report.problems:
         click.echo(f"{click.style('✗', fg='red')} {p.kind:14} {clean(p.subject)}: {clean(p.detail)}")
     for p in report.warnings:
@@ -150,27 +156,27 @@ def _on_cluster(
     differing = views.differences(seen)
     folders = {a.data.get("checkpoint") for a in answers if isinstance(a.data, dict)}
     ok = not differing and len(folders) <= 1 and not any(a.failed for a in answers)
-    if as_json:
-        emit_json(
+    result = {
+        "checkpoint": next(iter(folders)) if len(folders) == 1 else str(folder),
+        "ok": ok,
+        "proven_bytes": proven,
+        "nodes": [
             {
-                "checkpoint": folders.pop() if len(folders) == 1 else str(folder),
-                "ok": ok,
-                "proven_bytes": proven,
-                "nodes": [
-                    {
-                        "node": a.label,
-                        "hostname": a.hostname,
-                        "returncode": a.returncode,
-                        "error": a.error,
-                        "result": {k: v for k, v in a.data.items() if k != "view"} if a.data else None,
-                        "view": views.digest(seen[a.label]) if a.label in seen else None,
-                    }
-                    for a in answers
-                ],
-                "differing": [{"file": name, "sizes": sizes} for name, sizes in differing],
+                "node": a.label,
+                "node_id": a.node_id,
+                "address": a.address,
+                "hostname": a.hostname,
+                "returncode": a.returncode,
+                "error": a.error,
+                "result": {k: v for k, v in a.data.items() if k != "view"} if isinstance(a.data, dict) else None,
+                "view": views.digest(seen[a.label]) if a.label in seen else None,
             }
-        )
-    else:
+            for a in answers
+        ],
+        "differing": [{"file": name, "sizes": sizes} for name, sizes in differing],
+    }
+
+    def human(_: dict[str, Any]) -> None:
         _render_cluster(answers, seen, differing, ok)
         if len(folders) > 1:
             click.echo(
@@ -178,10 +184,16 @@ def _on_cluster(
             )
         if proven is not None:
             click.echo(f"{_size(proven)} proven against torch's CRC-32s, each file by one node that holds it")
-    return 0 if ok else 1
+
+    return render(result, as_json, human)
 
 
-def _render_cluster(answers, seen, differing, ok: bool) -> None:
+def _render_cluster(
+    answers: list[NodeAnswer],
+    seen: dict[str, dict[str, int]],
+    differing: list[tuple[str, dict[str, int | None]]],
+    ok: bool,
+) -> None:
     from ascendfix.checkpoint import views
 
     rows = [("node", "host", "files", "bytes", "problems", "view", "exit")]

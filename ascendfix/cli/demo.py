@@ -8,12 +8,16 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ascendfix.cli.base import escape, out, path_type
 from ascendfix.cli.patches import render_statuses
 from ascendfix.errors import RefusedError, UsageError
+
+if TYPE_CHECKING:
+    from ascendfix.demo import DemoStep
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
@@ -74,7 +78,7 @@ def _refuse_unless_new(folder: Path) -> None:
         )
 
 
-def _show(number: int, step) -> None:
+def _show(number: int, step: DemoStep) -> None:
     console = out()
     for line in step.output.splitlines():  # a step's continuation: what `ascendfix run` said
         console.print(f"[dim]   {escape(CONTROL.sub('', line))}[/]", soft_wrap=True)

@@ -91,7 +91,18 @@ def _render_report(report: DoctorReport, verbose: bool) -> None:
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @json_option
 @click.option("-v", "--verbose", is_flag=True, help="Show every detail: passing checks' lines, whys, long lists.")
-def doctor(profile, device, python, roots, ascend_home, only, list_checks, strict, as_json, verbose) -> None:
+def doctor(
+    profile: str,
+    device: str | None,
+    python: str | None,
+    roots: tuple[str, ...],
+    ascend_home: Path | None,
+    only: tuple[str, ...],
+    list_checks: bool,
+    strict: bool,
+    as_json: bool,
+    verbose: bool,
+) -> int:
     """Is this machine ready for the profile's job? Every problem with the command that fixes it."""
     from ascendfix.doctor import context, runner
     from ascendfix.doctor.registry import CHECKS
@@ -99,7 +110,8 @@ def doctor(profile, device, python, roots, ascend_home, only, list_checks, stric
 
     if list_checks:
         rows = [{"id": c.id, "title": c.title} for c in CHECKS.values()]
-        return render(rows, as_json, lambda rows: click.echo("\n".join(f"{r['id']:10} {r['title']}" for r in rows)))
+        listing = {"ok": True, "checks": rows}
+        return render(listing, as_json, lambda _: click.echo("\n".join(f"{r['id']:10} {r['title']}" for r in rows)))
     only = tuple(check for value in only for check in value.split(",") if check)  # --only a,b as the image uses
     runner.select(only)  # unknown ids are bad input before anything runs
     prof = manifest.load_profile(profile)
@@ -110,5 +122,5 @@ def doctor(profile, device, python, roots, ascend_home, only, list_checks, stric
     home = ascend_home or devices.ASCEND_HOME
     chosen, why = (device, f"--device {device} given") if device else context.choose_device(prof, home)
     ctx = context.Context(Site(prof, chosen, python, parse_roots(roots)), why, home)
-    report = runner.run(ctx, only)
-    return render(report, as_json, lambda r: _render_report(r, verbose), report.exit_code(strict))
+    report = runner.run(ctx, only)._replace(strict=strict)
+    return render(report, as_json, lambda r: _render_report(r, verbose))

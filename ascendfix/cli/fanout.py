@@ -3,38 +3,43 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ascendfix.cli.base import escape, out, ray_options, render, wide
 
+if TYPE_CHECKING:
+    from ascendfix.cluster.fanout import Table
 
-def on_ray_cluster(command):
+
+def on_ray_cluster(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--ray [ADDRESS]`` and ``--ray-timeout``: run the command on every node of a Ray cluster instead."""
 
     @functools.wraps(command)
-    def run(*args, ray_address=None, ray_timeout=60.0, **kwargs):
+    def run(*args: Any, ray_address: str | None = None, ray_timeout: float = 60.0, **kwargs: Any) -> Any:
         if ray_address is None:
             return command(*args, **kwargs)
         from ascendfix.cluster import fanout
 
         argv = _local_argv(click.get_current_context())
         report = fanout.table(argv, fanout.run(argv, None if ray_address == "auto" else ray_address, ray_timeout))
-        return render(report, bool(kwargs.get("as_json")), _render_cluster, 0 if report.ok else 1)
+        return render(report, bool(kwargs.get("as_json")), _render_cluster)
 
     return ray_options("Run")(run)
 
 
 def _local_argv(ctx: click.Context) -> list[str]:
     """The command line each node runs: this command's own options, minus --ray, plus --json."""
-    argv = [ctx.command.name]
+    argv = [str(ctx.command.name)]
     for param in ctx.command.params:
         value = ctx.params.get(param.name)
         if param.name in ("ray_address", "ray_timeout", "as_json") or value is None or value is False:
             continue
         if isinstance(param, click.Argument):
             argv += [str(v) for v in value] if param.multiple else [str(value)]
-        elif param.is_flag:
+        elif isinstance(param, click.Option) and param.is_flag:
             argv.append(param.opts[0])
         else:
             for v in value if param.multiple else [value]:
@@ -42,7 +47,7 @@ def _local_argv(ctx: click.Context) -> list[str]:
     return [*argv, "--json"]
 
 
-def _render_cluster(report) -> None:
+def _render_cluster(report: Table) -> None:
     from rich.table import Table
 
     items = [escape(item) for item in report.items]  # every name and value here is a node's answer

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import click
 
 from ascendfix.cli.base import (
     clean,
     device_option,
-    emit_json,
     escape,
     json_option,
     only_option,
@@ -27,7 +27,7 @@ from ascendfix.profile.device import require_device
 from ascendfix.site import Site, parse_roots
 from ascendfix.states import Action, State
 
-STATE_STYLE = {
+STATE_STYLE: dict[str, dict[str, Any]] = {
     State.APPLIED: {"fg": "green"},
     State.NOT_APPLIED: {"fg": "yellow"},
     State.NOT_APPLICABLE: {"dim": True},
@@ -37,7 +37,7 @@ STATE_STYLE = {
 }
 
 
-def tell_lock_wait(root, pid: int | None) -> None:
+def tell_lock_wait(root: Path, pid: int | None) -> None:
     """Say, on stderr, that another process holds a package root's lock and this command waits for it."""
     holder = f" by pid {pid}" if pid else ""
     click.echo(f"waiting: {root} is locked{holder} (another ascendfix command); Ctrl-C to stop", err=True)
@@ -50,10 +50,12 @@ class PatchReport(NamedTuple):
     statuses: list[PatchStatus]
     dry_run: bool | None = None
     recovered: list[str] | None = None  # status: what finishing an interrupted command wrote
+    ok: bool = True  # the command's verdict: status, every patch applied; revert, none refused
+    diff: str | None = None  # diff: the unified diff
 
-    def to_json(self) -> dict:
-        """``{"profile", "device", ["dry_run"], ["recovered"], "patches": [...]}``."""
-        extra = {} if self.dry_run is None else {"dry_run": self.dry_run}
+    def to_json(self) -> dict[str, object]:
+        """``{"profile", "device", ["dry_run"], ["recovered"], "patches": [...], ["diff"]}``."""
+        extra: dict[str, object] = {} if self.dry_run is None else {"dry_run": self.dry_run}
         if self.recovered is not None:
             extra["recovered"] = self.recovered
         return {
@@ -61,10 +63,19 @@ class PatchReport(NamedTuple):
             "device": self.selection.device,
             **extra,
             "patches": [s.to_json() for s in self.statuses],
+            **({} if self.diff is None else {"diff": self.diff}),
         }
 
 
-def selection(profile, device, roots, python, only=(), variants=(), need_device=True) -> Selection:
+def selection(
+    profile: str,
+    device: str | None,
+    roots: tuple[str, ...],
+    python: str | None,
+    only: tuple[str, ...] = (),
+    variants: tuple[str, ...] = (),
+    need_device: bool = True,
+) -> Selection:
     """The engine's selection from the shared options."""
     prof = manifest.load_profile(profile)
     chosen = require_device(device) if need_device else device
@@ -102,7 +113,17 @@ def render_statuses(statuses: list[PatchStatus]) -> None:
 @click.option("--dry-run", is_flag=True, help="Plan and verify, write nothing.")
 @click.option("--strict", is_flag=True, help="Refuse files that are not a known original.")
 @json_option
-def apply(profile, device, python, roots, only, variants, dry_run, strict, as_json) -> None:
+def apply(
+    profile: str,
+    device: str | None,
+    python: str | None,
+    roots: tuple[str, ...],
+    only: tuple[str, ...],
+    variants: tuple[str, ...],
+    dry_run: bool,
+    strict: bool,
+    as_json: bool,
+) -> int:
     """Apply the profile's patches for this device: all or nothing, idempotent."""
     sel = selection(profile, device, roots, python, only, variants)
     if dry_run:
@@ -128,12 +149,12 @@ def apply(profile, device, python, roots, only, variants, dry_run, strict, as_js
 @target_options
 @only_option("patch")
 @json_option
-def revert(profile, python, roots, only, as_json) -> None:
+def revert(profile: str, python: str | None, roots: tuple[str, ...], only: tuple[str, ...], as_json: bool) -> int:
     """Restore every patched file byte for byte (any device's patches)."""
     sel = selection(profile, None, roots, python, only, need_device=False)
-    report = PatchReport(sel, engine.revert(sel, on_wait=tell_lock_wait))
-    refused = any(s.action == Action.REFUSED for s in report.statuses)
-    return render(report, as_json, lambda r: render_statuses(r.statuses), 1 if refused else 0)
+    statuses = engine.revert(sel, on_wait=tell_lock_wait)
+    report = PatchReport(sel, statuses, ok=not any(s.action == Action.REFUSED for s in statuses))
+    return render(report, as_json, lambda r: render_statuses(r.statuses))
 
 
 @click.command()
@@ -142,19 +163,19 @@ def revert(profile, python, roots, only, as_json) -> None:
 @device_option()
 @target_options
 @json_option
-def status(profile, device, python, roots, as_json) -> None:
+def status(profile: str, device: str | None, python: str | None, roots: tuple[str, ...], as_json: bool) -> int:
     """Show each patch's state: applied, not-applied, hand-edited, not-applicable, drifted or partial."""
     sel = selection(profile, device, roots, python)
     statuses, recovered = engine.status_and_recovery(sel, on_wait=tell_lock_wait)
-    report = PatchReport(sel, statuses, recovered=recovered)
+    done = all(s.state in (State.APPLIED, State.NOT_APPLICABLE) for s in statuses)
+    report = PatchReport(sel, statuses, recovered=recovered, ok=done)
 
     def human(report: PatchReport) -> None:
         for note in report.recovered or ():
             click.echo(click.style("recovered:", fg="yellow") + f" {clean(note)}", err=True)
         render_statuses(report.statuses)
 
-    pending = any(s.state not in (State.APPLIED, State.NOT_APPLICABLE) for s in report.statuses)
-    return render(report, as_json, human, 1 if pending else 0)
+    return render(report, as_json, human)
 
 
 @click.command()
@@ -164,17 +185,27 @@ def status(profile, device, python, roots, as_json) -> None:
 @only_option("patch")
 @variant_option
 @json_option
-def diff(profile, device, python, roots, only, variants, as_json) -> None:
+def diff(
+    profile: str,
+    device: str | None,
+    python: str | None,
+    roots: tuple[str, ...],
+    only: tuple[str, ...],
+    variants: tuple[str, ...],
+    as_json: bool,
+) -> int:
     """Show the unified diff of what apply would change (coloured on a terminal)."""
     sel = selection(profile, device, roots, python, only, variants)
     planned = engine.plan(sel)
-    statuses = engine.dry_run(planned)
-    text = engine.diff(planned)
-    if as_json:
-        emit_json({**PatchReport(sel, statuses, True).to_json(), "diff": text})
-        return
+    report = PatchReport(sel, engine.dry_run(planned), True, diff=engine.diff(planned))
+    return render(report, as_json, _render_diff)
+
+
+def _render_diff(report: PatchReport) -> None:
+    """The diff for a person (coloured on a terminal; a pipe gets it byte for byte)."""
+    text = report.diff or ""
     if not out().is_terminal:
-        click.echo(text, nl=False)  # a pipe gets the diff byte for byte
+        click.echo(text, nl=False)
         return
     for line in text.splitlines():
         style = "bold" if line.startswith(("---", "+++")) else ""

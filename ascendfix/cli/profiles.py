@@ -2,42 +2,49 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from ascendfix.cli.base import escape, json_option, out, render
+from ascendfix.jsonable import jsonable
 from ascendfix.profile import manifest, records
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
 
 
 @click.command()
 @json_option
-def profiles(as_json: bool) -> None:
+def profiles(as_json: bool) -> int:
     """List the bundled profiles."""
     rows = []
     for name in manifest.bundled_profiles():
         profile = manifest.load_profile(name)
         rows.append({"name": name, "description": profile.description, "devices": list(profile.devices)})
 
-    def human(rows: list[dict]) -> None:
+    def human(listing: dict[str, Any]) -> None:
         from rich.table import Table
 
         table = Table("profile", "devices", "description", box=None)
-        for row in rows:
+        for row in listing["profiles"]:
             table.add_row(row["name"], ", ".join(row["devices"]), row["description"])
         out().print(table)
 
-    render(rows, as_json, human)
+    return render({"ok": True, "profiles": rows}, as_json, human)
 
 
 @click.command()
 @click.argument("profile")
 @json_option
-def show(profile: str, as_json: bool) -> None:
+def show(profile: str, as_json: bool) -> int:
     """Show a profile: its pinned components, devices and patches with their why."""
     prof = manifest.load_profile(profile)
-    render(prof, as_json, _render_profile)
+    return render({"ok": True, **jsonable(prof)}, as_json, lambda _: _render_profile(prof))
 
 
-def _render_profile(prof: records.Profile, console=None) -> None:
+def _render_profile(prof: records.Profile, console: Console | None = None) -> None:
     """The profile for a person, at the terminal's width (a pipe: ``$COLUMNS``, else 80).
 
     Each component's line (its name and whole pin) is printed whole, so it can be copied and
@@ -86,7 +93,7 @@ def _render_profile(prof: records.Profile, console=None) -> None:
         prose(f"[dim]why:[/] {escape(' '.join(patch.why.split()))}", 2)
         for variant in patch.variants:
             name = "" if variant.name == records.DEFAULT_VARIANT else f"variant {variant.name}: "
-            how = registry.get(variant.transform).description()
+            how = registry.TRANSFORMS[variant.transform].description()  # the loader checked the name
             prose(f"[dim]{escape(name)}transform {variant.transform}:[/] {escape(how)}", 2)
         prose(f"[dim]drop when:[/] {escape(' '.join(patch.drop_when.split()))}", 2)
         if patch.drop_probe:
@@ -102,7 +109,7 @@ def _render_profile(prof: records.Profile, console=None) -> None:
         prose(f"[dim]source:[/] {escape(rule.source)}", 2)
 
 
-def wrap(text, width: int) -> list:
+def wrap(text: Text, width: int) -> list[Text]:
     """``text`` (rich Text) cut into lines of at most ``width`` characters between words; a longer word
     (a path, a URL, a value) stays whole on a line of its own."""
     import textwrap

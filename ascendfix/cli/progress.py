@@ -18,7 +18,8 @@ class RichStatus:
     after it at most ten times a second, and on idle ticks (so the elapsed time moves)."""
 
     def __init__(self, total: int | None):
-        self.total, self.text, self.shown = total, "waiting for the first step", None
+        self.total, self.text = total, "waiting for the first step"
+        self.shown: str | None = None  # the line on screen
         self.started = self.last_draw = time.monotonic()
 
     def update(self, step: Any, parser: Any) -> None:
@@ -91,9 +92,8 @@ def report_table(console: Any, data: dict[str, Any], sparks: dict[str, str]) -> 
         shares.append(
             f"{name} {percent(share)}" + (f" (of which {', '.join(within)})" if name == "gen" and within else "")
         )
-    shares = " · ".join(shares)
     table.add_row("step time", f"{num(data['timing_s/step'], 2)} s  {sparks.get('timing_s/step', '')}")
-    table.add_row("time share", shares)
+    table.add_row("time share", " · ".join(shares))
     t = data["throughput"]
     world = "-" if t["world_size"] is None else f"{t['world_size']:.0f}"
     table.add_row(

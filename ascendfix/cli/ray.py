@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,6 +25,11 @@ from ascendfix.errors import UsageError
 from ascendfix.profile import manifest
 from ascendfix.profile.device import require_device
 from ascendfix.states import Status
+
+if TYPE_CHECKING:
+    from ascendfix.cluster.smoke.report import SmokeReport
+    from ascendfix.cluster.wait import WaitReport
+    from ascendfix.profile.records import Profile
 
 
 @click.group("ray", cls=Listing)
@@ -69,9 +75,10 @@ def ray_start(profile: str, device: str | None, no_preflight: bool, ray_args: tu
     if plan.npu_source == "yours":
         err().print("[dim]resources[/] your --resources names NPU: kept as given")
     ulimit = jobenv.raise_nofile(prof.device(device).ulimit_nofile)
-    if ulimit["wanted"] and ulimit["after"] < ulimit["wanted"]:
-        hard = f"ulimit -n could be raised only to {ulimit['after']} (the hard limit)"
-        err().print(f"[yellow]warning:[/] {hard}; the profile wants {ulimit['wanted']}")
+    wanted, after = ulimit["wanted"], ulimit["after"]
+    if wanted and after is not None and after < wanted:
+        hard = f"ulimit -n could be raised only to {after} (the hard limit)"
+        err().print(f"[yellow]warning:[/] {hard}; the profile wants {wanted}")
     err().print(f"[dim]ascendfix: {escape(shlex.join(plan.argv))}[/]")
     raystart.exec_ray(plan.argv, jobenv.job_environment(settings, os.environ))
 
@@ -96,7 +103,7 @@ def ray_wait(
     script: Path | None,
     timeout: float,
     as_json: bool,
-) -> None:
+) -> int:
     """Wait until N nodes with K NPUs each are registered, then check every node sees the same.
 
     Compares, as a Ray task pinned to each node sees them: the profile's variables, `ulimit -n`, the
@@ -117,6 +124,7 @@ def ray_wait(
         if not script.is_file():
             raise UsageError(f"--for {script}: no such file")
         nodes, per_node = raywait.job_size(preflight.scan_overrides([str(script)], os.environ), f"--for {script}")
+    assert nodes is not None  # given, or read from --for (exactly one of them, checked above)
     per_node = per_node or prof.device(device).accelerators_per_node
     if per_node is None:
         raise UsageError(f"--per-node: profile {prof.name} has no accelerators_per_node; pass --per-node K")
@@ -135,10 +143,10 @@ def ray_wait(
     if arrived.ready:
         status_argv = ["status", "--profile", profile, "--device", device, "--json"]
         report = raywait.check(prof, device, address, arrived, per_node, 60.0, status_argv, timeout)
-    return render(report, as_json, _render_ray_wait, 0 if report.ok else 1)
+    return render(report, as_json, _render_ray_wait)
 
 
-def _render_ray_wait(report) -> None:
+def _render_ray_wait(report: WaitReport) -> None:
     from rich.table import Table
 
     console = out() if out().is_terminal else wide()
@@ -212,7 +220,7 @@ def ray_smoke(
     size_mb: float,
     min_busbw: float | None,
     as_json: bool,
-) -> None:
+) -> int:
     """Check every node's NICs, then run real collectives across every node: a node that fails is named.
 
     Per node: the interface each *_SOCKET_IFNAME (or HCCL_IF_IP) selects is up with an address, and
@@ -235,10 +243,10 @@ def ray_smoke(
     raystart.require_ray()  # after the options: bad input is named first
     place = per_node if script is not None else None
     report = raysmoke.smoke(prof, device, address, nodes, per_node, backend, timeout, size_mb, place, min_busbw)
-    return render(report, as_json, _render_ray_smoke, 0 if report.ok else 1)
+    return render(report, as_json, _render_ray_smoke)
 
 
-def _job_size(prof, device: str, nodes: int | None, script: Path | None) -> tuple[int, int | None]:
+def _job_size(prof: Profile, device: str, nodes: int | None, script: Path | None) -> tuple[int, int | None]:
     """--nodes N (the profile's accelerators per node), or both from --for SCRIPT."""
     from ascendfix.cluster import wait as raywait
     from ascendfix.job import preflight
@@ -246,8 +254,9 @@ def _job_size(prof, device: str, nodes: int | None, script: Path | None) -> tupl
     if (nodes is None) == (script is None):
         raise UsageError("ray smoke: give --nodes N, or --for SCRIPT")
     prof.device(device)
-    if script is None:
+    if nodes is not None:
         return nodes, prof.device(device).accelerators_per_node
+    assert script is not None  # exactly one of the two (checked above)
     if not script.is_file():
         raise UsageError(f"--for {script}: no such file")
     return raywait.job_size(preflight.scan_overrides([str(script)], os.environ), f"--for {script}")
@@ -256,7 +265,7 @@ def _job_size(prof, device: str, nodes: int | None, script: Path | None) -> tupl
 SMOKE_WIDTH = 100
 
 
-def _render_ray_smoke(report) -> None:
+def _render_ray_smoke(report: SmokeReport) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -276,10 +285,10 @@ def _render_ray_smoke(report) -> None:
     if report.collectives:
         done = Table("backend", "op", "bytes", "", "busbw GB/s", "slowest node", box=None, title_justify="left")
         done.title = "Collectives"
-        for c in report.collectives:
-            bw = "-" if c.busbw_gbps is None else f"{c.busbw_gbps:.2f}"
-            mark = marks[Status.OK if c.ok else Status.FAIL]
-            done.add_row(c.backend, c.op, str(c.bytes), mark, bw, escape(c.slowest or "-"))
+        for run in report.collectives:
+            bw = "-" if run.busbw_gbps is None else f"{run.busbw_gbps:.2f}"
+            mark = marks[Status.OK if run.ok else Status.FAIL]
+            done.add_row(run.backend, run.op, str(run.bytes), mark, bw, escape(run.slowest or "-"))
         narrow.print(done)
     if report.busbw_floor:
         floor = report.busbw_floor

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -23,7 +24,7 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
     type=click.IntRange(min=1),
     help="Of a log holding several runs (a resumption logs steps again), report run N (default: the last).",
 )
-def report_command(paths: tuple[Path, ...], as_json: bool, plot: Path | None, extra: str, segment: int | None) -> None:
+def report_command(paths: tuple[Path, ...], as_json: bool, plot: Path | None, extra: str, segment: int | None) -> int:
     """Report each run: a log file, a Ray session logs directory, or a verl JSONL file."""
     from ascendfix.job import report
 
@@ -32,27 +33,27 @@ def report_command(paths: tuple[Path, ...], as_json: bool, plot: Path | None, ex
     if plot is not None:
         report.plot(runs, plot)
 
-    def human(data: list[dict]) -> None:
-        for run, one in zip(runs, data, strict=True):
+    def human(data: dict[str, Any]) -> None:
+        for run, one in zip(runs, data["runs"], strict=True):
             report_table(out(), one, sparks(run, keys))
         if plot is not None:
             out().print(f"plot written to {escape(str(plot))}")
 
-    render([report.report_data(r, keys) for r in runs], as_json, human)
+    return render({"ok": True, "runs": [report.report_data(r, keys) for r in runs]}, as_json, human)
 
 
 @click.command("compare")
 @click.argument("baseline", type=path_type())
 @click.argument("candidate", type=path_type())
 @json_option
-def compare_command(baseline: Path, candidate: Path, as_json: bool) -> None:
+def compare_command(baseline: Path, candidate: Path, as_json: bool) -> int:
     """Compare CANDIDATE with BASELINE (e.g. NPU against H100) as the guide's 4.2 table: higher is better.
 
     Step time reads baseline/candidate, tokens/s candidate/baseline; the raw medians stay beside them.
     """
     from ascendfix.job import report
 
-    def human(data: dict) -> None:
+    def human(data: dict[str, Any]) -> None:
         from rich.table import Table
 
         caption = escape(
@@ -77,7 +78,8 @@ def compare_command(baseline: Path, candidate: Path, as_json: bool) -> None:
         for side in ("baseline", "candidate"):
             out().print(escape(_ran_line(side, data["ran"][side])), soft_wrap=True)
 
-    render(report.compare_data(report.load_run(baseline), report.load_run(candidate)), as_json, human)
+    data = report.compare_data(report.load_run(baseline), report.load_run(candidate))
+    return render({"ok": True, **data}, as_json, human)
 
 
 def _ran_line(side: str, ran: dict | None) -> str:

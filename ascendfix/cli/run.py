@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ascendfix.cli.base import (
     device_option,
-    emit_json,
     err,
     escape,
     json_option,
@@ -16,12 +16,16 @@ from ascendfix.cli.base import (
     out,
     path_type,
     profile_option,
+    render,
     target_options,
     variant_option,
 )
 from ascendfix.cli.progress import RichStatus, report_table, sparks
 from ascendfix.profile import manifest
 from ascendfix.profile.device import require_device
+
+if TYPE_CHECKING:
+    from ascendfix.job.preflight import Finding
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -65,7 +69,7 @@ def run(
     json_metrics: Path | None,
     verbose: bool,
     command: tuple[str, ...],
-) -> None:
+) -> int:
     """Run SCRIPT [ARGS...] (or any command) with the profile's environment, live progress and a summary.
 
     A non-executable *.sh script runs under bash. Exits with the command's exit status.
@@ -128,7 +132,7 @@ def run(
     return result.exit_status
 
 
-def render_finding(kind: str, finding, verbose: bool) -> None:
+def render_finding(kind: str, finding: Finding, verbose: bool) -> None:
     """One preflight finding on stderr: its line, the fix under it, and with ``-v`` the detail."""
     err().print(f"{kind} ({finding.source}): {escape(finding.message)}")
     for i, line in enumerate(finding.fix.splitlines()):  # a fix of several commands: one a line
@@ -155,7 +159,7 @@ def _notify(status: RichStatus | None, message: str, style: str | None = "yellow
 @device_option()
 @click.option("--shell", type=click.Choice(["bash", "json"]), default="bash", show_default=True, callback=note_json)
 @json_option
-def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> None:
+def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> int:
     """Print the profile's environment: eval "$(ascendfix env)" before `ray start` or in a Dockerfile.
 
     When no device is given or detected, stdout carries ``false`` (so ``eval`` fails and a
@@ -175,27 +179,28 @@ def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> 
         raise
     settings = jobenv.resolve_env(prof, device, {})
     ulimit = prof.device(device).ulimit_nofile
-    if shell == "json" or as_json:
-        emit_json(
-            {
-                "profile": prof.name,
-                "device": device,
-                "env": {s.name: s.value for s in settings if s.value is not None},
-                "prepend": [s.name for s in settings if s.prepend],
-                "site_specific": [{"name": s.name, "why": s.why} for s in settings if s.value is None],
-                "ulimit_nofile": ulimit,
-            }
-        )
-        return
-    lines = [f"# ascendfix env --profile {prof.name} --device {device}"]
-    for s in settings:
-        if s.value is None:
-            lines.append(f"# {s.name} must be set per site: {s.why}")
-        elif s.prepend:  # in front of what the variable holds, never in its place
-            tail = jobenv.prepend_shell(s.name, "")
-            lines.append(f'export {s.name}={shlex.quote(s.profile_value)}"{tail}"')
-        else:
-            lines.append(f"export {s.name}={shlex.quote(s.value)}")
-    if ulimit:
-        lines.append(f'ulimit -n {ulimit} 2>/dev/null || echo "ascendfix: cannot raise ulimit -n to {ulimit}" >&2')
-    click.echo("\n".join(lines))
+    data = {
+        "ok": True,
+        "profile": prof.name,
+        "device": device,
+        "env": {s.name: s.value for s in settings if s.value is not None},
+        "prepend": [s.name for s in settings if s.prepend],
+        "site_specific": [{"name": s.name, "why": s.why} for s in settings if s.value is None],
+        "ulimit_nofile": ulimit,
+    }
+
+    def bash(_: dict[str, object]) -> None:
+        lines = [f"# ascendfix env --profile {prof.name} --device {device}"]
+        for s in settings:
+            if s.value is None:
+                lines.append(f"# {s.name} must be set per site: {s.why}")
+            elif s.prepend:  # in front of what the variable holds, never in its place
+                tail = jobenv.prepend_shell(s.name, "")
+                lines.append(f'export {s.name}={shlex.quote(s.profile_value or "")}"{tail}"')
+            else:
+                lines.append(f"export {s.name}={shlex.quote(s.value)}")
+        if ulimit:
+            lines.append(f'ulimit -n {ulimit} 2>/dev/null || echo "ascendfix: cannot raise ulimit -n to {ulimit}" >&2')
+        click.echo("\n".join(lines))
+
+    return render(data, shell == "json" or as_json, bash)

@@ -12,7 +12,7 @@ from ascendfix.cli.base import escape, json_option, out, path_type, render
 @click.command("triage")
 @click.argument("logdir", required=False, type=path_type())
 @json_option
-def triage_command(logdir: Path | None, as_json: bool) -> None:
+def triage_command(logdir: Path | None, as_json: bool) -> int:
     """Name the first failure in LOGDIR (default: the Ray session's logs) and count what followed.
 
     Reads Ray session logs, ascendfix run folders, CANN plog folders and a collected dmesg -T or
@@ -55,4 +55,4 @@ def triage_command(logdir: Path | None, as_json: bool) -> None:
         console.print(f"{then}; lines by code: {escape(counts)}")
         console.print(f"[dim]read {escape(read)}[/]")
 
-    return render(result, as_json, human, 1 if result.failed else 0)
+    return render(result, as_json, human)

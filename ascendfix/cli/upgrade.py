@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from ascendfix.cli.base import device_option, err, escape, json_option, out, profile_option, render
 from ascendfix.profile import manifest, records
+
+if TYPE_CHECKING:
+    from ascendfix.patching.upgrade import UpgradeReport
 
 
 @click.command("upgrade-check")
@@ -22,7 +27,9 @@ from ascendfix.profile import manifest, records
     "--platform", metavar="TAG", help="Wheel platform tag (default: the device's, e.g. manylinux_2_28_aarch64)."
 )
 @json_option
-def upgrade_check(profile: str, device: str | None, releases: tuple[str, ...], platform: str | None, as_json: bool):
+def upgrade_check(
+    profile: str, device: str | None, releases: tuple[str, ...], platform: str | None, as_json: bool
+) -> int:
     """Judge an upgrade before rebuilding the image: each patch on the named releases, and the pins.
 
     Fetches each release with pip download --no-deps into the user's cache and judges it in memory,
@@ -37,13 +44,13 @@ def upgrade_check(profile: str, device: str | None, releases: tuple[str, ...], p
     device = device or (detected if detected in prof.devices else next(iter(prof.devices)))
     with_ = upgrade.parse_with(prof, device, releases)
     report = upgrade.check(prof, device, with_, platform, tell=lambda what: click.echo(f"{what} ...", err=True))
-    return render(report, as_json, _render, 0 if report.ok else 1)
+    return render(report, as_json, _render)
 
 
-def _render(report) -> None:
+def _render(report: UpgradeReport) -> None:
     from ascendfix.patching import upgrade
 
-    style = {upgrade.APPLIES: "green", upgrade.OBSOLETE: "cyan", upgrade.REFUSED: "red"}
+    style: dict[str, str] = {upgrade.APPLIES: "green", upgrade.OBSOLETE: "cyan", upgrade.REFUSED: "red"}
     asked = ", ".join(f"{dist} {what}" for dist, what in report.with_.items())
     where = f"{' or '.join(report.target.platforms)}, Python {report.target.python}"
     out().print(f"[bold]{escape(report.profile)}[/] on {report.device} with {escape(asked)} [dim]({where})[/]\n")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from typing import Any
 
 import click
 
-from ascendfix.cli.base import escape, json_option, out
+from ascendfix.cli.base import escape, exit_code, json_option, out
+from ascendfix.errors import SCHEMA
 
 STACK_LINES = 12  # frames shown per stack for a person (the JSON has them all)
 
@@ -30,11 +32,16 @@ def watch(address: str | None, as_json: bool) -> int:
 
     require_ray()
     emit = _json_line if as_json else show_event
-    return follow.follow(address, emit).exit_code
+    return exit_code(follow.follow(address, emit))
 
 
-def _json_line(event: dict) -> None:
-    click.echo(json.dumps(event), nl=True)
+def event_ok(event: dict[str, Any]) -> bool:
+    """An event's ``ok``: false for a stall, and for the end of a watch that named one."""
+    return event["event"] != "stall" and not (event["event"] == "ended" and event.get("stalls"))
+
+
+def _json_line(event: dict[str, Any]) -> None:
+    click.echo(json.dumps({"schema": SCHEMA, "ok": event_ok(event), **event}), nl=True)
 
 
 def _ago(since: str) -> str:

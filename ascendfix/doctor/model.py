@@ -68,16 +68,18 @@ class DoctorReport(NamedTuple):
     device: str
     checks: list[Result]
     device_reason: str = ""  # why this device was checked (given, detected, or the profile's first)
+    strict: bool = False  # a warning counts as a failure (``doctor --strict``)
 
     @property
     def summary(self) -> dict[str, int]:
         """How many checks ended in each status."""
         return {s: sum(1 for c in self.checks if c.status == s) for s in Status}
 
-    def exit_code(self, strict: bool = False) -> int:
-        """0 when nothing failed (and, with ``strict``, nothing warned); 1 otherwise."""
-        bad = (Status.FAIL, Status.WARN) if strict else (Status.FAIL,)
-        return 1 if any(c.status in bad for c in self.checks) else 0
+    @property
+    def ok(self) -> bool:
+        """Nothing failed (and, when ``strict``, nothing warned)."""
+        bad = (Status.FAIL, Status.WARN) if self.strict else (Status.FAIL,)
+        return not any(c.status in bad for c in self.checks)
 
     def to_json(self) -> dict:
         """The ``--json`` form."""

@@ -123,13 +123,15 @@ class SmokeReport:
 
     def to_json(self) -> dict:
         """Plain data: ``{"address", "nodes", "collectives", "busbw_floor", "untried_links", "suspects",
-        "timeout_needed_s", "problems"}``."""
+        "timeout_needed_s", "problems"}``; a node is named as ``--ray`` and ``ray wait`` name it: ``node`` (its
+        label), ``node_id``, ``address`` (its IP), ``hostname``."""
         return {
             "address": self.address,
             "nodes": [
                 {
+                    "node": n.label,
                     "node_id": n.node_id,
-                    "ip": n.ip,
+                    "address": n.ip,
                     "hostname": n.hostname,
                     "checks": [{**vars(c), "status": str(c.status)} for c in n.checks],
                     "ok": n.ok,
@@ -141,7 +143,18 @@ class SmokeReport:
             "untried_links": [{**vars(u), "nodes": list(u.nodes)} for u in self.untried_links],
             "suspects": list(self.suspects),
             "timeout_needed_s": self.timeout_needed_s,
-            "problems": [vars(p) for p in self.problems],
+            "problems": [
+                {
+                    "node": fanout.node_label(p.ip, p.node_id) if p.node_id else "",
+                    "node_id": p.node_id,
+                    "address": p.ip,
+                    "hostname": p.hostname,
+                    "item": p.item,
+                    "value": p.value,
+                    "message": p.message,
+                }
+                for p in self.problems
+            ],
         }
 
 

@@ -29,9 +29,9 @@ class Outcome:
     stalls: int = 0
 
     @property
-    def exit_code(self) -> int:
-        """1 when a stall was named, else 0."""
-        return 1 if self.stalls else 0
+    def ok(self) -> bool:
+        """No stall was named."""
+        return not self.stalls
 
 
 class Cluster:

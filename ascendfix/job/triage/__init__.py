@@ -82,6 +82,11 @@ class Triage:
         """Something failed, or some file could not be read (so nothing failing is not known)."""
         return self.first is not None or bool(self.skipped)
 
+    @property
+    def ok(self) -> bool:
+        """Nothing failed, and every file was read."""
+        return not self.failed
+
     def to_json(self) -> dict[str, Any]:
         """``{"logs", "first", "later", "consequences", "by_code", "skipped", "clock_skew", "discounted"}``."""
         first = self.first.to_json() if self.first else None
