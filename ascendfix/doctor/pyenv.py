@@ -8,10 +8,13 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import operator
 import re
 import shlex
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -25,8 +28,11 @@ from ascendfix.errors import RefusedError
 from ascendfix.fsutil import sha256_bytes
 from ascendfix.patching.journal import Record, Store
 from ascendfix.profile import rl_plugin
-from ascendfix.profile.records import Component
-from ascendfix.site import REPORTED_ONLY
+from ascendfix.profile.records import AcceptedConflict, Component
+from ascendfix.site import REPORTED_ONLY, Distribution, Installed
+
+if TYPE_CHECKING:
+    import git
 
 PLUGIN_DISTRIBUTION = "verl_npu"
 PAIRED = {"torch-npu": "torch"}  # torch_npu X.Y.Z is built for torch X.Y.Z only
@@ -58,8 +64,9 @@ def _install(ctx: Context, c: Component) -> str:
         checkout = f"git clone {c.repo} {folder} && git -C {folder} checkout {ref} && "
         return checkout + _pip(ctx, "-v", f"{folder}/{c.subdirectory}")
     if c.editable:
-        folder = c.distribution
-        return f"git clone {c.repo} {folder} && git -C {folder} checkout {ref} && " + prefix + _pip(ctx, "-e", folder)
+        editable = str(c.distribution)  # the manifest requires a git component's distribution
+        checkout = f"git clone {c.repo} {editable} && git -C {editable} checkout {ref} && "
+        return checkout + prefix + _pip(ctx, "-e", editable)
     return prefix + _pip(ctx, f"{c.distribution} @ git+{c.repo}@{ref}")
 
 
@@ -71,6 +78,7 @@ def check_python(ctx: Context) -> Finding:
     if not pinned:
         return ok(f"Python {version} ({where}); the profile pins no Python version")
     pin = pinned[0].version
+    assert pin is not None  # the manifest requires a python component's version
     if _matches(version, pin):
         return ok(f"Python {version} ({where})")
     return fail(
@@ -93,11 +101,11 @@ def check_packages(ctx: Context) -> Finding:
     """Installed versions of the pinned distributions (a post release of a pin is accepted, with a note);
     torch_npu paired with torch. A ``--root`` site-packages folder is read for the packages it holds."""
     good, bad, wheels, sources, posts = [], [], [], [], []
-    pinned = [c for c in ctx.components() if c.distribution]
+    pinned = [(c, c.distribution) for c in ctx.components() if c.distribution]
     roots = ctx.from_roots()
-    for c in pinned:
-        info = ctx.installed(c.distribution)
-        name = canonicalize_name(c.distribution)
+    for c, distribution in pinned:
+        info = ctx.installed(distribution)
+        name = canonicalize_name(distribution)
         where = f" (from {roots[name][1]})" if name in roots else ""
         if info is None:
             bad.append(f"{c.distribution} is not installed (the profile pins {c.version or c.commit or c.tag})")
@@ -116,7 +124,7 @@ def check_packages(ctx: Context) -> Finding:
             sources.append(_install(ctx, c))
     for dist, partner in PAIRED.items():
         a, b = ctx.installed(dist), ctx.installed(partner)
-        if not (a and b) or not any(c.distribution == dist for c in pinned):
+        if not (a and b) or not any(d == dist for _, d in pinned):
             continue
         try:
             paired = Version(a.version).release[:3] == Version(b.version).release[:3]
@@ -125,9 +133,9 @@ def check_packages(ctx: Context) -> Finding:
         if not paired:
             base = a.version.split("+")[0]
             bad.append(f"{dist} {a.version} is built for {partner} {base}, but {partner} {b.version} is installed")
-    for name in REPORTED_ONLY:
-        info = ctx.installed(name)
-        good.append(f"{name} {info.version} (not pinned)" if info else f"{name}: not installed (not pinned)")
+    for reported in REPORTED_ONLY:
+        info = ctx.installed(reported)
+        good.append(f"{reported} {info.version} (not pinned)" if info else f"{reported}: not installed (not pinned)")
     if bad:
         # sources first: their requirements may move a pinned wheel (verl caps tensordict), the pins go last
         fix = "\n".join(sources + ([_pip(ctx, *wheels)] if wheels else []))
@@ -136,7 +144,7 @@ def check_packages(ctx: Context) -> Finding:
     return ok(f"{len(pinned)} pinned distributions match{post}", *good)
 
 
-def _commit_of(info: dict) -> tuple[str | None, str]:
+def _commit_of(info: Distribution) -> tuple[str | None, str]:
     """The commit a non-editable install came from, and how that is known."""
     vcs = (info.direct_url or {}).get("vcs_info") or {}
     if vcs.get("commit_id"):
@@ -208,7 +216,7 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> CheckoutState:
         fields = repo.git.status("--porcelain", "-z", "--untracked-files=no").split("\0")
     except (git.exc.GitError, OSError, ValueError) as e:
         raise Unreadable(f"{folder} is not a readable git checkout ({type(e).__name__})") from None
-    top = Path(repo.working_tree_dir)
+    top = Path(repo.working_tree_dir or folder)  # None only for a bare repository, which has no files to check
     package_dir = ctx.package_root(c.name) or folder
     others = recorded_elsewhere(ctx, package_dir)
     ours, plugin, foreign, elsewhere, by_hand, changed, i = [], [], [], [], [], set(), 0
@@ -240,7 +248,7 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> CheckoutState:
             ours.append(f"{rel} ({', '.join(patches)})")
         elif rl_plugin.is_installer_edit(pkg_rel, original, restored):
             plugin.append(rel + ours_too)
-        elif guide := hand_edited(ctx.profile, pkg_rel, restored, lambda b, o=original: b == o):
+        elif guide := hand_edited(ctx.profile, pkg_rel, restored, partial(operator.eq, original)):
             by_hand.append(f"{rel} (the guide's {guide})")
         else:
             foreign.append(rel)
@@ -259,7 +267,7 @@ def _package_relative(path: Path, package_dir: Path, rel: str) -> str:
         return rel
 
 
-def _required_installer_files(head, top: Path, package_dir: Path) -> list[tuple[str, str]]:
+def _required_installer_files(head: git.Commit, top: Path, package_dir: Path) -> list[tuple[str, str]]:
     """``(repository path, package path)`` of this checkout's files whose installer edits the plugin needs."""
     found = []
     for path in rl_plugin.REQUIRED:
@@ -284,7 +292,7 @@ def check_commits(ctx: Context) -> Finding:
     """The commit each commit-pinned component was installed from; its checkout clean but for our patches."""
     good, bad, missing, cannot, fixes, lost, details = [], [], [], [], [], [], []
     for c in ctx.components("git"):
-        if not c.commit:
+        if not c.commit or not c.distribution:  # the manifest requires a git component's distribution
             continue
         info = ctx.installed(c.distribution)
         target = ctx.targets().get(c.name)
@@ -334,6 +342,7 @@ def check_commits(ctx: Context) -> Finding:
             elif not (foreign or state.plugin or state.elsewhere or state.by_hand) and _same_commit(head, c.commit):
                 good.append(f"{c.distribution}: {where}, clean")
             continue
+        assert info is not None  # not a checkout (folder is None), so installed
         commit, how = _commit_of(info)
         if commit is None:
             cannot.append(f"{c.distribution} {info.version}: installed without a record of its commit")
@@ -372,6 +381,11 @@ def _digest(code: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(code).digest()).rstrip(b"=").decode()
 
 
+def _hashes_to(digest: str) -> Callable[[bytes], bool]:
+    """Whether bytes have the RECORD's ``digest``."""
+    return lambda code: _digest(code) == digest
+
+
 def _changed_files(metadata_dir: Path) -> tuple[int, list[tuple[str, str, bytes | None]]]:
     """How many files the RECORD lists, and those whose bytes no longer match it: path, recorded
     digest, current bytes (None: missing).
@@ -382,7 +396,7 @@ def _changed_files(metadata_dir: Path) -> tuple[int, list[tuple[str, str, bytes 
     """
     site = metadata_dir.parent
     installed_at = (metadata_dir / "RECORD").stat().st_mtime_ns
-    changed = []
+    changed: list[tuple[str, str, bytes | None]] = []
     rows = _record_rows(metadata_dir)
     for rel, digest, size in rows:
         path = site / rel
@@ -422,11 +436,9 @@ def check_integrity(ctx: Context) -> Finding:
             restored, patches = without_patches(ctx.profile, rel, code) if code is not None else (b"", [])
             if patches and _digest(restored) == digest:
                 ours.append(f"{rel} ({', '.join(patches)})")
-            elif code is not None and rl_plugin.original_of(rel, restored, lambda b, d=digest: _digest(b) == d):
+            elif code is not None and rl_plugin.original_of(rel, restored, _hashes_to(digest)):
                 plugin.append(rel + (f" (and {', '.join(patches)})" if patches else ""))
-            elif code is not None and (
-                guide := hand_edited(ctx.profile, rel, code, lambda b, d=digest: _digest(b) == d)
-            ):
+            elif code is not None and (guide := hand_edited(ctx.profile, rel, code, _hashes_to(digest))):
                 by_hand.append(f"{rel} (the guide's {guide})")
             else:
                 foreign.append(rel + (" (missing)" if code is None else ""))
@@ -472,11 +484,11 @@ def _temps(ctx: Context) -> list[Path]:
     return found
 
 
-def _installed_by_name(ctx: Context) -> dict[str, dict]:
+def _installed_by_name(ctx: Context) -> dict[str, Installed]:
     return {canonicalize_name(d.name): d for d in ctx.probe().installed}
 
 
-def _accepted(ctx: Context, requirer: str, req: Requirement):
+def _accepted(ctx: Context, requirer: str, req: Requirement) -> AcceptedConflict | None:
     """The manifest's accepted conflict that covers ``requirer`` requiring ``req``, if any."""
     for conflict in ctx.profile.accepted_conflicts:
         try:
