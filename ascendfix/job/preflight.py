@@ -199,18 +199,19 @@ def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full:
     for message in nic_problems(profile, device, site.job_env) if full else ():
         result.problems.append(Finding("env", message))
     states = patch_states(site)
+    known = None if states is None else {pid: state for pid, (state, _) in states.items()}
     wanted = profile.device(device).patches
     names, pairs = rules.modules(profile.rules), rules.markers(profile.rules)
     facts = rules.Facts(
         env=site.job_env,
         overrides=overrides,
         importable=site.importable(names) if names else {},
-        patch_states=None if states is None else {pid: state for pid, (state, _) in states.items()},
+        patch_states=known,
         runs=runs,
         trainer=trainer,
         markers=site.markers(pairs) if pairs else {},
     )
-    result.patch_states = facts.patch_states
+    result.patch_states = known
     outcome = rules.evaluate(profile.rules, facts, device)
     refused = {h.rule for h in outcome.refusals}
     # a patch a refusal already names (the converter's) is not reported a second time

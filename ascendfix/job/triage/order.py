@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -278,7 +278,7 @@ class Tally:
             first = target
         return first.named(offset(first)), first.size
 
-    def _root(self, offset) -> tuple[Finding, int]:
+    def _root(self, offset: Callable[[Burst], timedelta]) -> tuple[Finding, int]:
         """The launcher's first observed failure, named by its rank's own burst when there is one."""
         roots = sorted(self.roots, key=lambda b: (b.best.role == "consequence", _key(b, offset(b))))
         root = roots[0]
@@ -303,7 +303,7 @@ class Tally:
             root.size + own.size,
         )
 
-    def _passed_over(self, consequence: Burst | None, first: Burst, offset) -> None:
+    def _passed_over(self, consequence: Burst | None, first: Burst, offset: Callable[[Burst], timedelta]) -> None:
         """Say so when an earlier consequence was passed over for ``first``."""
         if consequence is None or _key(consequence, offset(consequence)) > _key(first, offset(first)):
             return
