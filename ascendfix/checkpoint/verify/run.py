@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ascendfix.checkpoint import layout, verl
+from ascendfix.checkpoint.report import Problem
 from ascendfix.checkpoint.verify import compare, mapping, sides
 from ascendfix.checkpoint.verify.sides import Found, Piece
 from ascendfix.errors import AscendfixError, UsageError
@@ -112,7 +113,7 @@ def verify(source: Path, converted: Path) -> VerifyReport:
         raise AscendfixError(f"{e.filename or mc_folder}: {e.strerror or e} (did the files change?)") from None
 
 
-def _checked(problem) -> Found:
+def _checked(problem: Problem) -> Found:
     """One of ``ckpt check``'s problems, as this report's (its kind is ``ckpt check``'s)."""
     file = problem.subject if problem.about == "file" else ""
     tensor = problem.item or (problem.subject if problem.about == "tensor" else "")
@@ -121,7 +122,9 @@ def _checked(problem) -> Found:
 
 
 class _Verify:
-    def __init__(self, direction: str, model: mapping.Model, rules: mapping.Mapping, hf, mc):
+    def __init__(
+        self, direction: str, model: mapping.Model, rules: mapping.Mapping, hf: sides.HFSide, mc: sides.McSide
+    ):
         self.direction, self.model, self.rules, self.hf, self.mc = direction, model, rules, hf, mc
         self.problems: list[Found] = list(hf.problems) + list(mc.problems)
         self.regions: list[mapping.Region] = []
