@@ -12,6 +12,7 @@ import operator
 import re
 import shlex
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -173,7 +174,7 @@ class CheckoutState(NamedTuple):
     foreign: list[str]  # changed otherwise
     plugin_missing: list[str]  # files the installer edits, left as HEAD has them
     elsewhere: list[tuple[str, Record]]  # written by another profile's patch (its record in state.json)
-    by_hand: list[str] = []  # hand-edited exactly as the guide says, over HEAD's bytes: apply adopts them
+    by_hand: list[str]  # hand-edited exactly as the guide says, over HEAD's bytes: apply adopts them
 
 
 def recorded_elsewhere(ctx: Context, root: Path) -> dict[str, Record]:
@@ -288,78 +289,98 @@ def _reinstall_plugin(ctx: Context) -> str:
     return _install(ctx, plugin)
 
 
+@dataclass
+class _Commits:
+    """What :func:`check_commits` finds, line by line, and the fixes it gathers."""
+
+    good: list[str] = field(default_factory=list)
+    bad: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    cannot: list[str] = field(default_factory=list)
+    fixes: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+
+
 def check_commits(ctx: Context) -> Finding:
     """The commit each commit-pinned component was installed from; its checkout clean but for our patches."""
-    good, bad, missing, cannot, fixes, lost, details = [], [], [], [], [], [], []
+    found = _Commits()
     for c in ctx.components("git"):
         if not c.commit or not c.distribution:  # the manifest requires a git component's distribution
             continue
         info = ctx.installed(c.distribution)
         target = ctx.targets().get(c.name)
         folder = target.root if target and target.is_checkout else editable_dir(info) if info else None
-        if info is None and folder is None:
-            missing.append(f"{c.distribution}: not installed, cannot tell its commit (see packages)")
-            continue
         if folder is not None:
-            try:
-                state = _checkout_state(ctx, c, folder)
-            except Unreadable as e:
-                cannot.append(f"{c.distribution}: {e}")
-                fixes.append(_install(ctx, c))
-                continue
-            head, ours, foreign = state.head, state.ours, state.foreign
-            where = f"checkout {folder} at {head[:12]}"
-            if not _same_commit(head, c.commit):
-                bad.append(f"{c.distribution}: {where}; the profile pins {c.commit[:12]}")
-                fixes.append(f"git -C {folder} checkout {c.commit}")
-            if foreign:
-                message, listed = listing(f"{c.distribution}: {folder} has changes ascendfix did not make", foreign)
-                bad.append(message)
-                details += listed
-                undo = " ".join(foreign) if not listed else "FILE..."
-                fixes.append(f"git -C {folder} diff  # review, then: git -C {folder} checkout -- {undo}")
-            if state.elsewhere:  # never checked out: state.json would still record the patch
-                names = [text for text, _ in state.elsewhere]
-                lost.append(f"{c.distribution}: {folder} holds another profile's patches: {', '.join(names)}")
-                fixes += _elsewhere_fixes(ctx, [record for _, record in state.elsewhere])
-            if state.plugin:  # never undone: without them the NPU rollout is off
-                good.append(
-                    f"{c.distribution}: {where}, changed by the {rl_plugin.INSTALLER} exactly as it edits them "
-                    f"(keep them): {', '.join(state.plugin)}"
-                )
-            if state.plugin_missing and ctx.installed(PLUGIN_DISTRIBUTION):
-                lost.append(
-                    f"{c.distribution}: {folder}: {PLUGIN_DISTRIBUTION} is installed but the {rl_plugin.INSTALLER} "
-                    f"edits are missing from: {', '.join(state.plugin_missing)}"
-                )
-                fixes.append(_reinstall_plugin(ctx))
-            if state.by_hand:  # the patches check's fix (apply) adopts them: no checkout that would discard them
-                good.append(
-                    f"{c.distribution}: hand-edited as the guide says (see patches): {', '.join(state.by_hand)}"
-                )
-            if ours:
-                good.append(f"{c.distribution}: {where}, changed only by ascendfix's patches: {', '.join(ours)}")
-            elif not (foreign or state.plugin or state.elsewhere or state.by_hand) and _same_commit(head, c.commit):
-                good.append(f"{c.distribution}: {where}, clean")
-            continue
-        assert info is not None  # not a checkout (folder is None), so installed
-        commit, how = _commit_of(info)
-        if commit is None:
-            cannot.append(f"{c.distribution} {info.version}: installed without a record of its commit")
-            fixes.append(_install(ctx, c))
-        elif _same_commit(commit, c.commit):
-            good.append(f"{c.distribution}: {commit[:12]} (from {how})")
+            _checkout_commit(ctx, c, c.commit, folder, found)
+        elif info is None:
+            found.missing.append(f"{c.distribution}: not installed, cannot tell its commit (see packages)")
         else:
-            bad.append(f"{c.distribution}: installed from {commit[:12]} (from {how}); the profile pins {c.commit[:12]}")
-            fixes.append(_install(ctx, c))
-    fix = "\n".join(dict.fromkeys(fixes))
+            _installed_commit(ctx, c, c.commit, info, found)
+    good, bad, missing, cannot, lost = found.good, found.bad, found.missing, found.cannot, found.lost
+    fix = "\n".join(dict.fromkeys(found.fixes))
     if bad:
-        return fail(*bad, *lost, *cannot, *missing, *good, fix=fix, details=details)
+        return fail(*bad, *lost, *cannot, *missing, *good, fix=fix, details=found.details)
     if cannot or lost:
         return warn(*lost, *cannot, *missing, *good, fix=fix)
     if not good:
         return skip(*missing)
     return ok(f"{len(good)} commit-pinned components match", *good, *missing)
+
+
+def _checkout_commit(ctx: Context, c: Component, pin: str, folder: Path, found: _Commits) -> None:
+    """Component ``c`` installed from the checkout ``folder``: its HEAD against ``pin``, and who changed its files."""
+    try:
+        state = _checkout_state(ctx, c, folder)
+    except Unreadable as e:
+        found.cannot.append(f"{c.distribution}: {e}")
+        found.fixes.append(_install(ctx, c))
+        return
+    head, ours, foreign = state.head, state.ours, state.foreign
+    where = f"checkout {folder} at {head[:12]}"
+    if not _same_commit(head, pin):
+        found.bad.append(f"{c.distribution}: {where}; the profile pins {pin[:12]}")
+        found.fixes.append(f"git -C {folder} checkout {pin}")
+    if foreign:
+        message, listed = listing(f"{c.distribution}: {folder} has changes ascendfix did not make", foreign)
+        found.bad.append(message)
+        found.details += listed
+        undo = " ".join(foreign) if not listed else "FILE..."
+        found.fixes.append(f"git -C {folder} diff  # review, then: git -C {folder} checkout -- {undo}")
+    if state.elsewhere:  # never checked out: state.json would still record the patch
+        names = [text for text, _ in state.elsewhere]
+        found.lost.append(f"{c.distribution}: {folder} holds another profile's patches: {', '.join(names)}")
+        found.fixes += _elsewhere_fixes(ctx, [record for _, record in state.elsewhere])
+    if state.plugin:  # never undone: without them the NPU rollout is off
+        found.good.append(
+            f"{c.distribution}: {where}, changed by the {rl_plugin.INSTALLER} exactly as it edits them "
+            f"(keep them): {', '.join(state.plugin)}"
+        )
+    if state.plugin_missing and ctx.installed(PLUGIN_DISTRIBUTION):
+        found.lost.append(
+            f"{c.distribution}: {folder}: {PLUGIN_DISTRIBUTION} is installed but the {rl_plugin.INSTALLER} "
+            f"edits are missing from: {', '.join(state.plugin_missing)}"
+        )
+        found.fixes.append(_reinstall_plugin(ctx))
+    if state.by_hand:  # the patches check's fix (apply) adopts them: no checkout that would discard them
+        found.good.append(f"{c.distribution}: hand-edited as the guide says (see patches): {', '.join(state.by_hand)}")
+    if ours:
+        found.good.append(f"{c.distribution}: {where}, changed only by ascendfix's patches: {', '.join(ours)}")
+    elif not (foreign or state.plugin or state.elsewhere or state.by_hand) and _same_commit(head, pin):
+        found.good.append(f"{c.distribution}: {where}, clean")
+
+
+def _installed_commit(ctx: Context, c: Component, pin: str, info: Distribution, found: _Commits) -> None:
+    """Component ``c`` installed from a wheel or sdist: the commit its metadata records against ``pin``."""
+    commit, how = _commit_of(info)
+    if commit is None:
+        found.cannot.append(f"{c.distribution} {info.version}: installed without a record of its commit")
+        found.fixes.append(_install(ctx, c))
+    elif _same_commit(commit, pin):
+        found.good.append(f"{c.distribution}: {commit[:12]} (from {how})")
+    else:
+        found.bad.append(f"{c.distribution}: installed from {commit[:12]} (from {how}); the profile pins {pin[:12]}")
+        found.fixes.append(_install(ctx, c))
 
 
 def _record_rows(metadata_dir: Path) -> list[tuple[str, str, int | None]]:
@@ -425,23 +446,10 @@ def check_integrity(ctx: Context) -> Finding:
         if not (metadata_dir / "RECORD").is_file():
             continue
         checked += 1
-        ours, plugin, foreign, elsewhere, by_hand = [], [], [], [], []
         others = recorded_elsewhere(ctx, metadata_dir.parent)
         count, changed = _changed_files(metadata_dir)
         files += count
-        for rel, digest, code in changed:
-            if rel in others:
-                elsewhere.append((_whose(rel, others[rel], code), others[rel]))
-                continue
-            restored, patches = without_patches(ctx.profile, rel, code) if code is not None else (b"", [])
-            if patches and _digest(restored) == digest:
-                ours.append(f"{rel} ({', '.join(patches)})")
-            elif code is not None and rl_plugin.original_of(rel, restored, _hashes_to(digest)):
-                plugin.append(rel + (f" (and {', '.join(patches)})" if patches else ""))
-            elif code is not None and (guide := hand_edited(ctx.profile, rel, code, _hashes_to(digest))):
-                by_hand.append(f"{rel} (the guide's {guide})")
-            else:
-                foreign.append(rel + (" (missing)" if code is None else ""))
+        ours, plugin, foreign, elsewhere, by_hand = _who_changed(ctx, changed, others)
         name = f"{c.distribution} {info.version}"
         if ours:
             good.append(f"{name}: changed by ascendfix's patches, as expected: {', '.join(ours)}")
@@ -471,6 +479,35 @@ def check_integrity(ctx: Context) -> Finding:
     if not checked:
         return skip("no pinned distribution installed from a wheel (nothing to compare against a RECORD)")
     return ok(f"{checked} installed distribution(s) match their RECORD ({files} .py files)", *good)
+
+
+class _Changed(NamedTuple):
+    """A distribution's files that differ from its RECORD, sorted by who changed them."""
+
+    ours: list[str]  # only by ascendfix's patches
+    plugin: list[str]  # exactly as the rl-plugin installer edits them (maybe patched by us too)
+    foreign: list[str]  # otherwise (or missing)
+    elsewhere: list[tuple[str, Record]]  # by another profile's patch (its record in state.json)
+    by_hand: list[str]  # hand-edited exactly as the guide says, over the wheel's own bytes
+
+
+def _who_changed(ctx: Context, changed: list[tuple[str, str, bytes | None]], others: dict[str, Record]) -> _Changed:
+    """Sort ``changed`` (path, RECORD digest, bytes or None) by who changed each file."""
+    found = _Changed([], [], [], [], [])
+    for rel, digest, code in changed:
+        if rel in others:
+            found.elsewhere.append((_whose(rel, others[rel], code), others[rel]))
+            continue
+        restored, patches = without_patches(ctx.profile, rel, code) if code is not None else (b"", [])
+        if patches and _digest(restored) == digest:
+            found.ours.append(f"{rel} ({', '.join(patches)})")
+        elif code is not None and rl_plugin.original_of(rel, restored, _hashes_to(digest)):
+            found.plugin.append(rel + (f" (and {', '.join(patches)})" if patches else ""))
+        elif code is not None and (guide := hand_edited(ctx.profile, rel, code, _hashes_to(digest))):
+            found.by_hand.append(f"{rel} (the guide's {guide})")
+        else:
+            found.foreign.append(rel + (" (missing)" if code is None else ""))
+    return found
 
 
 def _temps(ctx: Context) -> list[Path]:
