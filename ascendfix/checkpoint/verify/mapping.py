@@ -134,10 +134,10 @@ def read_config(path: Path) -> Model:
 
     heads, hidden = number("num_attention_heads"), number("hidden_size")
     head_dim = config.get("head_dim") or hidden // heads
-    if architecture == "Qwen3MoeForCausalLM":
-        if config.get("mlp_only_layers") or config.get("decoder_sparse_step", 1) != 1:
-            raise UsageError(f"{path}: mlp_only_layers / decoder_sparse_step: dense layers in a MoE model, "
-                             "which verl's converter does not convert")  # fmt: skip
+    dense = config.get("mlp_only_layers") or config.get("decoder_sparse_step", 1) != 1
+    if architecture == "Qwen3MoeForCausalLM" and dense:
+        raise UsageError(f"{path}: mlp_only_layers / decoder_sparse_step: dense layers in a MoE model, "
+                         "which verl's converter does not convert")  # fmt: skip
     model = Model(
         architecture,
         number("num_hidden_layers"),

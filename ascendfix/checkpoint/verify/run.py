@@ -461,9 +461,9 @@ _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 def _holds(region: mapping.Region, holder: mapping.Region) -> str:
     """``expert 5 holds expert 6's bytes``, ``holds `up_proj`'s bytes``, ``equals `model.embed_tokens.weight```."""
     mine, theirs = _EXPERT.search(region.hf), _EXPERT.search(holder.hf)
-    if mine and theirs and _EXPERT.sub(".experts.N.", region.hf) == _EXPERT.sub(".experts.N.", holder.hf):
-        if region.part == holder.part:
-            return f"expert {mine.group(1)} holds expert {theirs.group(1)}'s bytes (`{holder.hf}`)"
+    same_place = _EXPERT.sub(".experts.N.", region.hf) == _EXPERT.sub(".experts.N.", holder.hf)
+    if mine and theirs and same_place and region.part == holder.part:
+        return f"expert {mine.group(1)} holds expert {theirs.group(1)}'s bytes (`{holder.hf}`)"
     if region.mcore == holder.mcore and region.index == holder.index:
         part = holder.hf.rsplit(".", 2)[-2]
         group = f" {holder.part}" if holder.part.startswith("qkv") else ""

@@ -218,10 +218,14 @@ class Detector:
                 used = sample.ticks - before.sample.ticks
                 busy = used >= max(2.0, BUSY_SHARE * (now - before.at) * clk_tck)
             dumped = now if sample.stack is not None or sample.stack_error else None
-            if dumped is None and before is not None and before.dumped is not None:
-                if method_of(sample.title) == method_of(before.sample.title):  # the last dump stands
-                    sample = replace(sample, stack=before.sample.stack, stack_error=before.sample.stack_error)
-                    dumped = before.dumped
+            if (
+                dumped is None
+                and before is not None
+                and before.dumped is not None
+                and method_of(sample.title) == method_of(before.sample.title)
+            ):  # the last dump stands
+                sample = replace(sample, stack=before.sample.stack, stack_error=before.sample.stack_error)
+                dumped = before.dumped
             self.seen[pid] = _Seen(rank, sample, now, busy, dumped)
 
     def _completed(self, call: _Call) -> list[dict]:

@@ -210,9 +210,9 @@ class Tally:
             self.roots = sorted([*self.roots, burst], key=lambda b: _key(b, zero))[:_ROOTS]
         elif (tier, node) not in self.by_node or _key(burst, zero) < _key(self.by_node[tier, node], zero):
             self.by_node[tier, node] = burst
-        if burst.rank is not None and burst.points_to is None and tier == OWN:
-            if burst.rank not in self.by_rank or _key(burst, zero) < _key(self.by_rank[burst.rank], zero):
-                self.by_rank[burst.rank] = burst
+        rank = burst.rank if burst.points_to is None and tier == OWN else None
+        if rank is not None and (rank not in self.by_rank or _key(burst, zero) < _key(self.by_rank[rank], zero)):
+            self.by_rank[rank] = burst
         if burst.message_pid is not None and node is not None and len(self.pid_nodes) < _PIDS:
             self.pid_nodes.setdefault(burst.message_pid, set()).add(node)
         if burst.points_to is not None and node is not None and burst.when is not None:
