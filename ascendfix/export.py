@@ -117,8 +117,9 @@ def _conflicts_of(profile: Profile, c: Component) -> list:
     return [a for a in profile.accepted_conflicts if _normalize(a.requirer) == _normalize(c.distribution or "")]
 
 
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _normalize(name: str | None) -> str:
+    """A distribution's name as PEP 503 compares it ("" for a component that has none)."""
+    return re.sub(r"[-_.]+", "-", name or "").lower()
 
 
 def base_image(profile: Profile) -> tuple[str, str]:
@@ -178,7 +179,7 @@ def _prepended_env(profile: Profile) -> list[str]:
     """``ENV`` lines for the NPU device's prepended variables: in front of the base image's value, never in place."""
     lines = []
     for var in profile.devices[IMAGE_DEVICE].env if IMAGE_DEVICE in profile.devices else ():
-        if var.prepend:
+        if var.prepend and var.value is not None:  # the manifest gives every prepended variable a value
             lines.append(f"ENV {var.name}={prepend_shell(var.name, var.value)}")
     return lines
 
@@ -197,6 +198,7 @@ def dockerfile(profile: Profile) -> str:
     components = _components(profile, IMAGE_DEVICE)
     image, origin = base_image(profile)
     python = _find(components, "python")
+    assert python is not None  # every bundled profile pins its Python (tests/test_export.py builds each)
     late_names = _late(profile, components)
     pypi = [c for c in components if c.kind == "pypi"]
     git = [c for c in components if c.kind == "git"]

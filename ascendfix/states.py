@@ -16,7 +16,8 @@ class Name(str, Enum):
     def __str__(self) -> str:
         return self.value
 
-    __format__ = str.__format__
+    def __format__(self, spec: str) -> str:
+        return str.__format__(self, spec)
 
 
 class State(Name):

@@ -11,6 +11,7 @@ the same file: linear time and a peak RSS that does not grow with the line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import shutil
 import subprocess
@@ -48,9 +49,9 @@ def generate(root: Path, size_mb: int, workers: int = 64) -> tuple[int, int]:
     names = [f"worker-{i:04x}a1b2c3d4-01000000-{40000 + i}.{ext}" for i in range(workers) for ext in ("out", "err")]
     files = [logs / name for name in names]
     files += [logs / "raylet.out", logs / "gcs_server.out", logs / "job-driver-raysubmit_9f2a.log"]
-    handles = [open(f, "wb") for f in files]
     written, step, piece = 0, 0, 0
-    try:
+    with contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(open(f, "wb")) for f in files]
         while written < size_mb * PIECE:
             handle = handles[piece % len(handles)]
             handle.write(noise)
@@ -61,9 +62,6 @@ def generate(root: Path, size_mb: int, workers: int = 64) -> tuple[int, int]:
                 line = step_line(step, values[(step - 1) % len(values)])
                 handles[-1].write(f"{RAY_PREFIX}{line}\n".encode())
                 handles[0].write(f"{line}\n".encode())
-    finally:
-        for h in handles:
-            h.close()
     return sum(f.stat().st_size for f in files), step
 
 

@@ -354,9 +354,13 @@ def _json_keys(fn: ast.FunctionDef) -> list[str]:
         found = []
         if isinstance(node, ast.Dict):
             found = [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
-        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
-            if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
-                found = [node.slice.value]
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+        ):
+            found = [node.slice.value]
         keys += [k for k in found if k not in keys]
     return keys
 

@@ -355,9 +355,8 @@ def test_a_committed_apply_is_never_split_by_a_root_missing_at_recovery(tmp_path
     gone = other if hidden == "other-root-absent" else first
     away = gone.rename(gone.with_name(gone.name + ".away"))  # not mounted while the next command runs
     if hidden == "marker-root-absent":
-        with pytest.raises(journal.Unseen) as refused:
-            with journal.reading([other], restore):
-                pass
+        with pytest.raises(journal.Unseen) as refused, journal.reading([other], restore):
+            pass
         line = str(refused.value)
         assert refused.value.exit_code == 2 and f"mount the {first} " in line and "No such file" in line
         assert line.startswith(f"{other / '.ascendfix/journal.json'}: ") and "\n" not in line
@@ -376,9 +375,9 @@ def test_a_committed_apply_is_never_split_by_a_root_missing_at_recovery(tmp_path
             pass
         assert (first / ".ascendfix/commit.json").is_file()  # kept while the other root is not seen
         assert not (first / ".ascendfix/journal.json").exists()  # finished forward
-        with pytest.raises(journal.Unseen) as refused:  # a new write would overwrite the marker
-            with journal.session([first], {}, restore):
-                pass
+        # a new write would overwrite the marker
+        with pytest.raises(journal.Unseen) as refused, journal.session([first], {}, restore):
+            pass
         assert f"until ascendfix sees {other}" in str(refused.value)
     away.rename(gone)
     assert {s.state for s in engine.status(select(stack))} == {"applied"}

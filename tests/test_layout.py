@@ -80,10 +80,9 @@ def test_no_import_cycle_between_wings_and_loose_modules():
     graph = _graph()
 
     def reaches(start: str, goal: str, seen: set[str]) -> bool:
-        for nxt in graph.get(start, ()):
-            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
-                return True
-        return False
+        return any(
+            nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})) for nxt in graph.get(start, ())
+        )
 
     cycles = sorted(unit for unit in graph if reaches(unit, unit, {unit}))
     assert not cycles, f"import cycles through {cycles}"

@@ -14,8 +14,8 @@ def test_ruff_clean_for_py310():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_clean_on_the_wings_it_checks():
-    # which files: [tool.mypy] in pyproject.toml (the profile wing and the loose modules built on it)
+def test_mypy_clean_over_the_whole_package():
+    # which files: [tool.mypy] in pyproject.toml (the whole package, as the pre-commit hook checks it)
     result = subprocess.run([sys.executable, "-m", "mypy"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 

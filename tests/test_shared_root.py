@@ -62,9 +62,8 @@ def test_a_file_planned_twice_in_one_transaction_is_refused_before_anything_is_w
     restore = engine.restorer(manifest.load_profile("verl-796871d"))
     write = PlannedWrite(DEVICE, b"x = 1\n", None)
     before = (site / DEVICE).read_bytes()
-    with journal.session([site], {}, restore) as session:
-        with pytest.raises(RefusedError, match="planned twice"):
-            session.write("revert", {site: [write, write]})
+    with journal.session([site], {}, restore) as session, pytest.raises(RefusedError, match="planned twice"):
+        session.write("revert", {site: [write, write]})
     assert (site / DEVICE).read_bytes() == before and not (site / ".ascendfix").exists()
 
 
@@ -91,8 +90,6 @@ def test_a_symlinked_prefix_and_a_root_naming_the_same_folder_is_one_lock_not_a_
 def test_a_lock_held_by_this_process_is_a_bug_not_a_wait(site):
     from ascendfix.patching import tree
 
-    with tree.locked([site]):
-        with pytest.raises(RuntimeError, match="already holds"):
-            with tree.locked([site]):
-                pass
+    with tree.locked([site]), pytest.raises(RuntimeError, match="already holds"), tree.locked([site]):
+        pass
     assert os.path.isdir(site)

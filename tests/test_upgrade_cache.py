@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from ascendfix.errors import AscendfixError
@@ -35,7 +36,7 @@ def pip(tmp_path, monkeypatch):
         else:
             report = args[args.index("--report") + 1]
             metadata = {"requires_dist": ["torch==2.7.1", "ray>=2.41"]}
-            open(report, "w").write(json.dumps({"install": [{"metadata": metadata}]}))
+            Path(report).write_text(json.dumps({"install": [{"metadata": metadata}]}))
         return subprocess.CompletedProcess(args, 0, "", "")
 
     monkeypatch.setattr(index, "_pip", fake)

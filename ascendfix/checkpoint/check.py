@@ -99,7 +99,7 @@ def _check(folder: Path, model: ModelShape | None, quick: bool, prove: bool, sha
 def _expected(metadata: layout.Layout) -> list[proof.Chunk | None]:
     """What each storage entry's record must hold: its chunk's dtype and sizes, None for a bytes item
     (or an entry of no chunk: an orphan, reported as such)."""
-    chunks = {}
+    chunks: dict[tuple[str, tuple | None], proof.Chunk] = {}
     for tensor in metadata.tensors:
         for offsets, sizes in zip(tensor.offsets, tensor.sizes, strict=True):
             chunks[tensor.name, offsets] = proof.Chunk(tensor.dtype, sizes)
@@ -123,12 +123,12 @@ def _tensors(metadata: layout.Layout, with_geometry: bool) -> tuple[list[Problem
     stored = _stored_offsets(metadata.entries)
     for tensor in metadata.tensors:
         name = tensor.name
-        found = geometry.malformed(tensor.shape, tensor.offsets, tensor.sizes)
-        if found:
-            problems.append(Problem("malformed", "tensor", name, found))
+        malformed = geometry.malformed(tensor.shape, tensor.offsets, tensor.sizes)
+        if malformed:
+            problems.append(Problem("malformed", "tensor", name, malformed))
             continue
         found = geometry.check(tensor.shape, tensor.offsets, tensor.sizes) if with_geometry else []
-        problems += [Problem(f.kind, "tensor", name, f.detail) for f in found]
+        problems += [Problem(f.kind, "tensor", name, f.detail) for f in found or ()]
         problems += _stored_once(name, tensor.offsets, stored.pop(name, []))
         readable.append(tensor)
     for name in metadata.blobs:
@@ -220,7 +220,13 @@ def _no_crc(path: str, count: int) -> Problem:
     return Problem("no-crc", "file", path, detail)
 
 
-def _file(folder: Path, path: str, runs: list[tuple[int, int]], entries: layout.Entries, expected) -> _File:
+def _file(
+    folder: Path,
+    path: str,
+    runs: list[tuple[int, int]],
+    entries: layout.Entries,
+    expected: list[proof.Chunk | None] | None,
+) -> _File:
     """One data file's problems (its entries: the index ``runs``), its size and, with ``expected``, its proof."""
     bounded.step(path)
     try:
@@ -229,7 +235,13 @@ def _file(folder: Path, path: str, runs: list[tuple[int, int]], entries: layout.
         return _File(path, [Problem("unreadable", "file", path, f"checking it failed ({type(e).__name__})")])
 
 
-def _checked_file(folder: Path, path: str, runs: list[tuple[int, int]], entries: layout.Entries, expected) -> _File:
+def _checked_file(
+    folder: Path,
+    path: str,
+    runs: list[tuple[int, int]],
+    entries: layout.Entries,
+    expected: list[proof.Chunk | None] | None,
+) -> _File:
     count = sum(b - a for a, b in runs)
     if not _contained(path):
         return _File(path, [Problem("unsafe-path", "file", path, "a storage entry names a file outside the folder")])
@@ -252,7 +264,14 @@ def _checked_file(folder: Path, path: str, runs: list[tuple[int, int]], entries:
         os.close(fd)
 
 
-def _frames(fd: int, path: str, size: int, runs: list[tuple[int, int]], entries: layout.Entries, expected) -> _File:
+def _frames(
+    fd: int,
+    path: str,
+    size: int,
+    runs: list[tuple[int, int]],
+    entries: layout.Entries,
+    expected: list[proof.Chunk | None] | None,
+) -> _File:
     """The file's sizes, shared bytes and records' frames; with ``expected``, the bytes of those framed well."""
     starts = [s for a, b in runs for s in entries.starts[a:b]] if len(runs) > 1 else entries.starts[slice(*runs[0])]
     lengths = [n for a, b in runs for n in entries.lengths[a:b]] if len(runs) > 1 else entries.lengths[slice(*runs[0])]
@@ -268,7 +287,8 @@ def _frames(fd: int, path: str, size: int, runs: list[tuple[int, int]], entries:
     if size < end:
         cut = [k for k, e in enumerate(stops) if e > size]
         first = indices[cut[0]]
-        chunk = "(bytes item)" if entries.offsets[first] is None else str(list(entries.offsets[first]))
+        offsets = entries.offsets[first]
+        chunk = "(bytes item)" if offsets is None else str(list(offsets))
         named = f"the first: {entries.fqns[first]} {chunk}, bytes {starts[cut[0]]:,}-{stops[cut[0]]:,}"
         detail = f"{size:,} bytes, but its entries reach byte {end:,}: truncated ({len(cut)} entries cut; {named})"
         problems.append(Problem("truncated", "file", path, detail, entries.fqns[first], entries.offsets[first]))

@@ -29,7 +29,7 @@ _HEAD = len(LOCAL_HEADER)
 class Bad(NamedTuple):
     """One entry whose frame is wrong: its index in the caller's lists, and what is wrong."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index; its name is the record's
     what: str
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+from collections.abc import Sequence
 from itertools import chain, islice, product
 from operator import add
 from typing import NamedTuple
@@ -39,6 +40,7 @@ def template():
 
     path = data_dir("patches") / TEMPLATE
     spec = importlib.util.spec_from_file_location("ascendfix_fast_overlap_template", path)
+    assert spec is not None and spec.loader is not None  # a .py path always has a source loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -102,7 +104,9 @@ def _columns(rank: int, offsets: list, sizes: list) -> tuple[list, list] | None:
     return starts, lengths
 
 
-def _findings(shape: tuple, chunks: list, sizes: list, start_columns: list, size_columns: list) -> list[ChunkProblem]:
+def _findings(
+    shape: tuple, chunks: list, sizes: Sequence, start_columns: list, size_columns: list
+) -> list[ChunkProblem]:
     """:func:`findings`, given the chunks' sizes and both their columns (one tuple per dimension)."""
     if not chunks:
         return [ChunkProblem("gap", "no chunk at all")] if math.prod(shape) else []

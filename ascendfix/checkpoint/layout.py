@@ -7,10 +7,11 @@ field is checked for its type here and anything else is :class:`Malformed`, nami
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from itertools import chain, repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from ascendfix.checkpoint import pickles
 from ascendfix.errors import AscendfixError
@@ -111,7 +112,7 @@ def parse(data: bytes) -> Layout:
     return Layout(tensors, blobs, _entries(storage, found), MCORE_PLAN in found.named)
 
 
-def _ints(value) -> bool:
+def _ints(value: object) -> TypeGuard[tuple[int, ...]]:
     return type(value) is tuple and all(type(v) is int for v in value)
 
 
@@ -126,7 +127,7 @@ def _fields(states: list, names: str, what: str, optional: str = "") -> tuple[li
         raise Malformed(f"{what}: a record whose state is not a dict") from None
 
 
-def _tensor(name: str, fields: dict, kind: type, states: list, used: int) -> tuple[Tensor, int]:
+def _tensor(name: str, fields: Mapping[str, Any], kind: object, states: list, used: int) -> tuple[Tensor, int]:
     shape, chunks = fields.get("size"), fields.get("chunks")
     if not _ints(shape):
         raise Malformed(f"{name}: its size is not a tuple of ints")
@@ -136,7 +137,7 @@ def _tensor(name: str, fields: dict, kind: type, states: list, used: int) -> tup
     return Tensor(name, shape, offsets, sizes, _dtype(fields.get("properties"))), used + len(chunks)
 
 
-def _dtype(properties) -> str:
+def _dtype(properties: object) -> str:
     """The dtype's name in a TensorProperties' state: torch pickles ``(dtype, layout, ...)``, a dataclass a dict."""
     state = getattr(properties, "state", None)
     dtype = state[0] if type(state) is tuple and state else state.get("dtype") if type(state) is dict else None
@@ -168,6 +169,7 @@ def _entries(storage: dict, found: pickles.Collected) -> Entries:
     return Entries(fqns, offsets, paths, starts, lengths)
 
 
-def _count(values, kind: type) -> int:
+def _count(values: Iterable[object], kind: object) -> int:
     """How many of ``values`` are exactly of type ``kind`` (one pass in C, no set)."""
-    return list(map(type, values)).count(kind)
+    kinds: list[object] = list(map(type, values))
+    return kinds.count(kind)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import statistics
+from collections.abc import Set
 from pathlib import Path
 
 from ascendfix.checkpoint.report import Problem
@@ -86,7 +87,7 @@ def extra_files(names: list[str], named: set[str]) -> list[Problem]:
     ]
 
 
-def stray_mtimes(folder: Path, names: list[str], skip: set[str] = frozenset()) -> list[Problem]:
+def stray_mtimes(folder: Path, names: list[str], skip: Set[str] = frozenset()) -> list[Problem]:
     """A warning for each ``.distcp`` written far from the others' time (at least 4 files to compare), but those in
     ``skip`` (already named)."""
     times = _mtimes(folder, [n for n in names if n.endswith(".distcp")])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -220,9 +221,9 @@ def _missing_experts(tensor: Tensor, model: ModelShape, layer: int | None) -> li
     return [Problem("missing-expert", "tensor", tensor.name, detail.format(_ranges(n), _ranges(g))) for g, n in ordered]
 
 
-def _ranges(numbers) -> str:
+def _ranges(numbers: Iterable[int]) -> str:
     """``0-3, 7, 9-10``."""
-    ordered, spans = sorted(numbers), []
+    ordered, spans = sorted(numbers), list[list[int]]()
     for n in ordered:
         if spans and n == spans[-1][1] + 1:
             spans[-1][1] = n

@@ -26,7 +26,7 @@ import pickle
 import posixpath
 import stat
 import zipfile
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ascendfix.checkpoint import prescan
 from ascendfix.checkpoint.prescan import Unreadable
@@ -67,7 +67,7 @@ def _kept(name: str) -> type:
     return type(name, (), {"__module__": __name__, "__slots__": ("state",), "__setstate__": _keep})
 
 
-def _keep(self, state) -> None:
+def _keep(self: Any, state: object) -> None:
     self.state = state
 
 
@@ -194,7 +194,7 @@ class _Unpickler(pickle.Unpickler):
         self._names, self._storages = names, storages
         self.named: set[tuple[str, str]] = set()
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> Any:
         try:
             found = self._names[module, name]
             self.named.add((module, name))
@@ -228,7 +228,7 @@ def no_collection():
             gc.enable()
 
 
-def loads(data: bytes, names: dict | None = None, storages: list | None = None, named: set | None = None):
+def loads(data: bytes, names: dict | None = None, storages: list | None = None, named: set | None = None) -> Any:
     """Unpickle ``data`` with ``names`` (default: a fresh :func:`metadata_names`) as the only classes and
     functions it may use (see the module doc), after :func:`ascendfix.checkpoint.prescan.scan` when it is small.
 
@@ -293,7 +293,7 @@ class TorchZip(NamedTuple):
     member_sizes: dict[str, int]  # storage key -> bytes of its member in the zip
 
 
-def open_plain(path, limit: int) -> int:
+def open_plain(path: str | os.PathLike[str], limit: int) -> int:
     """A descriptor of ``path`` read-only when it is a plain file of at most ``limit`` bytes: no symbolic link
     followed, never blocking (a FIFO is refused, not waited on); Unreadable otherwise."""
     try:
@@ -309,7 +309,7 @@ def open_plain(path, limit: int) -> int:
     return fd
 
 
-def read_torch_zip(path) -> TorchZip:
+def read_torch_zip(path: str | os.PathLike[str]) -> TorchZip:
     """Read a ``torch.save`` zip file's ``data.pkl`` through :func:`zip_names`; the storages stay unread.
 
     Opened with :func:`open_plain` (no symbolic link followed, no FIFO waited on).

@@ -64,7 +64,7 @@ def scan(data: bytes) -> None:
         raise Unreadable(f"not a readable pickle ({str(e)[:100]})") from None
 
 
-def _pop(stack: list[int], op) -> int:
+def _pop(stack: list[int], op: pickletools.OpcodeInfo) -> int:
     """Pop what ``op`` takes; the depth of what it makes: one more than the deepest thing it took (0: none),
     or, for an op that fills the container below its arguments, that container's depth if deeper."""
     deepest = -1

@@ -67,7 +67,7 @@ class Chunk(NamedTuple):
 class Found(NamedTuple):
     """One entry that is not proven: its index in the caller's lists, the problem's kind and what is wrong."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index; its name is the record's
     kind: str
     what: str
 

@@ -18,7 +18,7 @@ class Problem(NamedTuple):
 
     def to_json(self) -> dict:
         """``{"kind", "tensor" | "file", "detail"}``, plus ``"tensor"`` and ``"offsets"`` for a record's problem."""
-        found = {"kind": self.kind, self.about: self.subject, "detail": self.detail}
+        found: dict[str, object] = {"kind": self.kind, self.about: self.subject, "detail": self.detail}
         if self.item:
             found["tensor"] = self.item
             found["offsets"] = None if self.offsets is None else list(self.offsets)

@@ -102,7 +102,7 @@ def _file(path: Path, name: str) -> tuple[list[Problem], dict, int]:
     return [], header, size
 
 
-def _tensor_problem(info) -> str:
+def _tensor_problem(info: object) -> str:
     if not isinstance(info, dict):
         return "not a tensor record"
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")

@@ -11,7 +11,11 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from ascendfix.checkpoint.megatron import ModelShape
+    from ascendfix.checkpoint.report import CheckReport
 
 DIST, HF = "dist_ckpt", "huggingface"
 _CHECKPOINT_FILES = (".metadata", "metadata.json", "common.pt")
@@ -24,7 +28,7 @@ class Layout(NamedTuple):
     title: str
     inside: Callable[[Path], Path | None]  # its checkpoint folder in an actor folder, else None
     is_one: Callable[[Path], bool]  # a folder given directly is a checkpoint of this layout
-    check: Callable[..., Any]  # (folder, model, quick, prove, share) -> CheckReport
+    check: Callable[[Path, ModelShape | None, bool, bool, frozenset[str] | None], CheckReport]
     reads_config: bool  # the HF config beside the save gives the model's shape to check against
 
 
@@ -41,7 +45,9 @@ def _dcp_is(folder: Path) -> bool:
     )
 
 
-def _dcp_check(folder: Path, model, quick: bool, prove: bool, share):
+def _dcp_check(
+    folder: Path, model: ModelShape | None, quick: bool, prove: bool, share: frozenset[str] | None
+) -> CheckReport:
     from ascendfix.checkpoint import check
 
     return check.check(folder, model, quick, prove, share)
@@ -56,7 +62,9 @@ def _never(folder: Path) -> bool:
     return False
 
 
-def _mbridge_check(folder: Path, model, quick: bool, prove: bool, share):
+def _mbridge_check(
+    folder: Path, model: ModelShape | None, quick: bool, prove: bool, share: frozenset[str] | None
+) -> CheckReport:
     from ascendfix.checkpoint import safetensors
 
     return safetensors.check(folder)

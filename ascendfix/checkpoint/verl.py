@@ -13,10 +13,14 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ascendfix.checkpoint.report import Problem
 from ascendfix.checkpoint.saves import DEFAULT, DIST, HF, LAYOUTS, is_dir, listing
+
+if TYPE_CHECKING:
+    from ascendfix.checkpoint.megatron import ModelShape
+    from ascendfix.checkpoint.report import CheckReport
 
 ITERATION_FILE = "latest_checkpointed_iteration.txt"
 ACTOR = "actor"
@@ -115,8 +119,13 @@ def _config(actor: Path) -> Path | None:
 
 
 def check_save(
-    given: Path, model=None, config_given: bool = False, quick: bool = False, prove: bool = False, share=None
-):
+    given: Path,
+    model: ModelShape | None = None,
+    config_given: bool = False,
+    quick: bool = False,
+    prove: bool = False,
+    share: frozenset[str] | None = None,
+) -> CheckReport:
     """``ckpt check``: the checkpoint ``given`` stands for (:func:`locate`), checked (``prove``: its bytes too,
     those of the data files in ``share`` only when it is given);
     the HF config beside the save is read for ``model`` when none was given. Returns the CheckReport (its

@@ -16,9 +16,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from types import ModuleType
 
 from ascendfix.errors import UsageError, is_error_object
 
@@ -117,7 +118,12 @@ def run_local(argv: list[str], timeout: float) -> dict:
     }
 
 
-def run(argv: list[str], address: str | None = None, timeout: float = 60.0, local=run_local) -> list[NodeAnswer]:
+def run(
+    argv: list[str],
+    address: str | None = None,
+    timeout: float = 60.0,
+    local: Callable[[list[str], float], dict] = run_local,
+) -> list[NodeAnswer]:
     """Run the command on every alive node of the cluster at ``address`` ("auto": the local one's).
 
     ``local(argv, timeout)`` is what each node's task runs; it answers as :func:`run_local` does.
@@ -159,7 +165,7 @@ def run(argv: list[str], address: str | None = None, timeout: float = 60.0, loca
         ray.shutdown()
 
 
-def init(ray, address: str | None, where: str, namespace: str | None = None) -> None:
+def init(ray: ModuleType, address: str | None, where: str, namespace: str | None = None) -> None:
     """``ray.init`` to ``address`` (None: the local cluster), in ``namespace``, Ray's own native log kept off the
     terminal; a UsageError naming ``where`` when the cluster refuses this side's authentication. Other failures
     propagate."""

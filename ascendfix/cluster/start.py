@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +76,11 @@ def count_npus(environ: Mapping[str, str], timeout: float = 20.0) -> tuple[int |
 
 
 def plan(
-    profile: Profile, device: str, args: Sequence[str], environ: Mapping[str, str], npu_counter=count_npus
+    profile: Profile,
+    device: str,
+    args: Sequence[str],
+    environ: Mapping[str, str],
+    npu_counter: Callable[[Mapping[str, str]], tuple[int | None, str]] = count_npus,
 ) -> Plan:
     """The ``ray start`` argv for these user options (``--head`` or ``--address`` among them)."""
     args = list(args)
@@ -98,11 +102,12 @@ def plan(
         if at is not None:
             text = _value(args, at)
             try:
-                resources = json.loads(text or "")
+                given = json.loads(text or "")
             except json.JSONDecodeError:
-                resources = None
-            if not isinstance(resources, dict):
+                given = None
+            if not isinstance(given, dict):
                 raise UsageError(f"--resources {text or ''}: expected a JSON object, e.g. '{{\"NPU\": 8}}'")
+            resources = given
         if "NPU" in resources:
             source = "yours"
         else:

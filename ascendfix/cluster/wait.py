@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from ascendfix.cluster import fanout
 from ascendfix.cluster.start import RESOURCE
@@ -141,7 +142,7 @@ def job_size(overrides: Mapping[str, str], origin: str) -> tuple[int, int]:
     return sizes[0], sizes[1]
 
 
-def connect(ray, address: str | None, namespace: str | None = None) -> None:
+def connect(ray: ModuleType, address: str | None, namespace: str | None = None) -> None:
     """``ray.init`` to ``address`` (else RAY_ADDRESS, else the local cluster), in ``namespace``; a UsageError
     saying why not."""
     named = ("--address", address) if address else ("RAY_ADDRESS", os.environ.get("RAY_ADDRESS", ""))
@@ -191,7 +192,7 @@ def wait(
         ray.shutdown()
 
 
-def _node_task(names: tuple[str, ...]):
+def _node_task(names: tuple[str, ...]) -> Callable[[list[str], float], dict]:
     """The function each node's Ray task runs: :func:`fanout.run_local` (the patch status), plus what it sees."""
 
     def see(argv: list[str], timeout: float) -> dict:
@@ -199,13 +200,13 @@ def _node_task(names: tuple[str, ...]):
 
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         node_id = ray.get_runtime_context().get_node_id()
-        info = next((n for n in ray.nodes() if n["NodeID"] == node_id), {})
-        seen = {
+        info: dict = next((n for n in ray.nodes() if n["NodeID"] == node_id), {})
+        seen: dict[str, object] = {
             "env": {name: os.environ.get(name) for name in names},
             "ulimit_nofile": "unlimited" if soft == resource.RLIM_INFINITY else str(soft),
             "resources": info.get("Resources", {}),
         }
-        answer = fanout.run_local(argv, timeout) if argv else {"hostname": socket.gethostname(), "returncode": 0}
+        answer: dict = fanout.run_local(argv, timeout) if argv else {"hostname": socket.gethostname(), "returncode": 0}
         try:
             seen["status"] = json.loads(answer.get("stdout", "null"))
         except json.JSONDecodeError:
@@ -361,6 +362,8 @@ def job_problems(
         return [f"cannot read the Ray cluster at {address}: {e}"]
     unit = RESOURCE[device]
     problems = []
+    nodes: int | None
+    per_node: int | None
     try:
         nodes, per_node = job_size(overrides, "the job")
     except UsageError:

@@ -147,7 +147,7 @@ def check_driver(ctx: Context) -> Finding:
 class Npu(NamedTuple):
     """One NPU row pair of ``npu-smi info``."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index; the name is the row's
     name: str
     health: str
     hbm_used_mb: int | None

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from packaging.utils import canonicalize_name
+from packaging.utils import NormalizedName, canonicalize_name
 
 from ascendfix.errors import UsageError
 from ascendfix.profile import device
@@ -113,10 +113,10 @@ class Context:
         return self.site.python or self.probe().python
 
 
-def site_distributions(folder: Path, package: str, names: set[str]) -> dict[str, Distribution]:
+def site_distributions(folder: Path, package: str, names: set[NormalizedName]) -> dict[str, Distribution]:
     """Those of the distributions ``names`` (canonical) whose ``.dist-info`` in ``folder`` installed top-level
     ``package`` (``top_level.txt`` names it, or ``RECORD`` lists a file under it), by canonical name."""
-    found = {}
+    found: dict[str, Distribution] = {}
     for info in sorted(folder.glob("*.dist-info")):
         if canonicalize_name(info.name.partition("-")[0]) not in names:
             continue  # the folder's name starts with the distribution's: only the pinned ones are read
@@ -137,7 +137,7 @@ def _metadata(info: Path) -> tuple[str, str] | None:
         headers = (info / "METADATA").read_text(encoding="utf-8", errors="replace").split("\n\n", 1)[0]
     except OSError:
         return None
-    fields = {}
+    fields: dict[str, str] = {}
     for line in headers.splitlines():
         key, _, value = line.partition(": ")
         fields.setdefault(key, value.strip())

@@ -43,6 +43,7 @@ def check_os(ctx: Context) -> Finding:
     pin = next((c for c in ctx.components("system") if c.name == "os"), None)
     if pin is None:
         return skip(f"the profile pins no OS for {ctx.device}")
+    assert pin.version is not None  # the manifest requires a system component's version
     try:
         found = read_os_release(ctx.os_release)
     except OSError:
@@ -100,7 +101,7 @@ def check_env(ctx: Context) -> Finding:
     for var in device.env:
         value = ctx.environ.get(var.name)
         why = f"{var.name}: {' '.join(var.why.split())}"
-        if var.prepend:
+        if var.prepend and var.value is not None:  # the manifest gives every prepended variable a value
             missing = [e for e in path_entries(var.value) if e not in path_entries(value)]
             if missing:
                 bad.append(f"{var.name} lacks {':'.join(missing)}; the profile puts {var.value} in front")
@@ -262,16 +263,17 @@ def check_hazards(ctx: Context) -> Finding:
         )
     for pid in patches:
         patch = ctx.profile.patches[pid]
-        installed = ctx.installed(patch.package) if patch.superseded else None
-        if installed is None:
+        later = patch.superseded
+        installed = ctx.installed(patch.package) if later else None
+        if later is None or installed is None:
             continue
         try:
-            superseded = Version(installed.version) >= Version(patch.superseded.since)
+            superseded = Version(installed.version) >= Version(later.since)
         except InvalidVersion:
             superseded = False
         if superseded:
-            warnings.append(f"{patch.package} {installed.version} {' '.join(patch.superseded.why.split())}")
-            fixes.append(patch.superseded.fix)
+            warnings.append(f"{patch.package} {installed.version} {' '.join(later.why.split())}")
+            fixes.append(later.fix)
     if failures:
         return fail(*failures, *warnings, *notes, fix="\n".join(fixes), details=details)
     if warnings:

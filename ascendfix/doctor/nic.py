@@ -282,9 +282,11 @@ def port_warning(
     safe or unreadable."""
     low, high = hccl_ports(environ, cann)
     ephemeral = [port(p) for p in _read(sysctl / "ip_local_port_range").split()]  # "32768\t60999"
-    if len(ephemeral) != 2 or None in ephemeral:
+    if len(ephemeral) != 2:
         return None
     first, last = ephemeral
+    if first is None or last is None:
+        return None
     reserved = parse_ranges(_read(sysctl / "ip_local_reserved_ports"))
     exposed = [p for p in range(low, high + 1) if first <= p <= last and not any(a <= p <= b for a, b in reserved)]
     if not exposed:

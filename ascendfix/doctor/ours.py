@@ -38,6 +38,11 @@ def hand_edited(profile: Profile, path: str, code: bytes, is_original: Callable[
             if pfile.path != path or not patch.hand_edits:
                 continue
             found = hand_edits.find(patch, pfile, code)
-            if found is not None and found.state == State.HAND_EDITED and is_original(found.original):
+            if (
+                found is not None
+                and found.state == State.HAND_EDITED
+                and found.original is not None
+                and is_original(found.original)
+            ):
                 return found.edit.guide
     return None

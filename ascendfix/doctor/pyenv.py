@@ -8,10 +8,14 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import operator
 import re
 import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -25,8 +29,11 @@ from ascendfix.errors import RefusedError
 from ascendfix.fsutil import sha256_bytes
 from ascendfix.patching.journal import Record, Store
 from ascendfix.profile import rl_plugin
-from ascendfix.profile.records import Component
-from ascendfix.site import REPORTED_ONLY
+from ascendfix.profile.records import AcceptedConflict, Component
+from ascendfix.site import REPORTED_ONLY, Distribution, Installed
+
+if TYPE_CHECKING:
+    import git
 
 PLUGIN_DISTRIBUTION = "verl_npu"
 PAIRED = {"torch-npu": "torch"}  # torch_npu X.Y.Z is built for torch X.Y.Z only
@@ -58,8 +65,9 @@ def _install(ctx: Context, c: Component) -> str:
         checkout = f"git clone {c.repo} {folder} && git -C {folder} checkout {ref} && "
         return checkout + _pip(ctx, "-v", f"{folder}/{c.subdirectory}")
     if c.editable:
-        folder = c.distribution
-        return f"git clone {c.repo} {folder} && git -C {folder} checkout {ref} && " + prefix + _pip(ctx, "-e", folder)
+        editable = str(c.distribution)  # the manifest requires a git component's distribution
+        checkout = f"git clone {c.repo} {editable} && git -C {editable} checkout {ref} && "
+        return checkout + prefix + _pip(ctx, "-e", editable)
     return prefix + _pip(ctx, f"{c.distribution} @ git+{c.repo}@{ref}")
 
 
@@ -71,6 +79,7 @@ def check_python(ctx: Context) -> Finding:
     if not pinned:
         return ok(f"Python {version} ({where}); the profile pins no Python version")
     pin = pinned[0].version
+    assert pin is not None  # the manifest requires a python component's version
     if _matches(version, pin):
         return ok(f"Python {version} ({where})")
     return fail(
@@ -93,11 +102,11 @@ def check_packages(ctx: Context) -> Finding:
     """Installed versions of the pinned distributions (a post release of a pin is accepted, with a note);
     torch_npu paired with torch. A ``--root`` site-packages folder is read for the packages it holds."""
     good, bad, wheels, sources, posts = [], [], [], [], []
-    pinned = [c for c in ctx.components() if c.distribution]
+    pinned = [(c, c.distribution) for c in ctx.components() if c.distribution]
     roots = ctx.from_roots()
-    for c in pinned:
-        info = ctx.installed(c.distribution)
-        name = canonicalize_name(c.distribution)
+    for c, distribution in pinned:
+        info = ctx.installed(distribution)
+        name = canonicalize_name(distribution)
         where = f" (from {roots[name][1]})" if name in roots else ""
         if info is None:
             bad.append(f"{c.distribution} is not installed (the profile pins {c.version or c.commit or c.tag})")
@@ -116,7 +125,7 @@ def check_packages(ctx: Context) -> Finding:
             sources.append(_install(ctx, c))
     for dist, partner in PAIRED.items():
         a, b = ctx.installed(dist), ctx.installed(partner)
-        if not (a and b) or not any(c.distribution == dist for c in pinned):
+        if not (a and b) or not any(d == dist for _, d in pinned):
             continue
         try:
             paired = Version(a.version).release[:3] == Version(b.version).release[:3]
@@ -125,9 +134,9 @@ def check_packages(ctx: Context) -> Finding:
         if not paired:
             base = a.version.split("+")[0]
             bad.append(f"{dist} {a.version} is built for {partner} {base}, but {partner} {b.version} is installed")
-    for name in REPORTED_ONLY:
-        info = ctx.installed(name)
-        good.append(f"{name} {info.version} (not pinned)" if info else f"{name}: not installed (not pinned)")
+    for reported in REPORTED_ONLY:
+        info = ctx.installed(reported)
+        good.append(f"{reported} {info.version} (not pinned)" if info else f"{reported}: not installed (not pinned)")
     if bad:
         # sources first: their requirements may move a pinned wheel (verl caps tensordict), the pins go last
         fix = "\n".join(sources + ([_pip(ctx, *wheels)] if wheels else []))
@@ -136,7 +145,7 @@ def check_packages(ctx: Context) -> Finding:
     return ok(f"{len(pinned)} pinned distributions match{post}", *good)
 
 
-def _commit_of(info: dict) -> tuple[str | None, str]:
+def _commit_of(info: Distribution) -> tuple[str | None, str]:
     """The commit a non-editable install came from, and how that is known."""
     vcs = (info.direct_url or {}).get("vcs_info") or {}
     if vcs.get("commit_id"):
@@ -165,7 +174,7 @@ class CheckoutState(NamedTuple):
     foreign: list[str]  # changed otherwise
     plugin_missing: list[str]  # files the installer edits, left as HEAD has them
     elsewhere: list[tuple[str, Record]]  # written by another profile's patch (its record in state.json)
-    by_hand: list[str] = []  # hand-edited exactly as the guide says, over HEAD's bytes: apply adopts them
+    by_hand: list[str]  # hand-edited exactly as the guide says, over HEAD's bytes: apply adopts them
 
 
 def recorded_elsewhere(ctx: Context, root: Path) -> dict[str, Record]:
@@ -208,7 +217,7 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> CheckoutState:
         fields = repo.git.status("--porcelain", "-z", "--untracked-files=no").split("\0")
     except (git.exc.GitError, OSError, ValueError) as e:
         raise Unreadable(f"{folder} is not a readable git checkout ({type(e).__name__})") from None
-    top = Path(repo.working_tree_dir)
+    top = Path(repo.working_tree_dir or folder)  # None only for a bare repository, which has no files to check
     package_dir = ctx.package_root(c.name) or folder
     others = recorded_elsewhere(ctx, package_dir)
     ours, plugin, foreign, elsewhere, by_hand, changed, i = [], [], [], [], [], set(), 0
@@ -240,7 +249,7 @@ def _checkout_state(ctx: Context, c: Component, folder: Path) -> CheckoutState:
             ours.append(f"{rel} ({', '.join(patches)})")
         elif rl_plugin.is_installer_edit(pkg_rel, original, restored):
             plugin.append(rel + ours_too)
-        elif guide := hand_edited(ctx.profile, pkg_rel, restored, lambda b, o=original: b == o):
+        elif guide := hand_edited(ctx.profile, pkg_rel, restored, partial(operator.eq, original)):
             by_hand.append(f"{rel} (the guide's {guide})")
         else:
             foreign.append(rel)
@@ -259,7 +268,7 @@ def _package_relative(path: Path, package_dir: Path, rel: str) -> str:
         return rel
 
 
-def _required_installer_files(head, top: Path, package_dir: Path) -> list[tuple[str, str]]:
+def _required_installer_files(head: git.Commit, top: Path, package_dir: Path) -> list[tuple[str, str]]:
     """``(repository path, package path)`` of this checkout's files whose installer edits the plugin needs."""
     found = []
     for path in rl_plugin.REQUIRED:
@@ -280,77 +289,98 @@ def _reinstall_plugin(ctx: Context) -> str:
     return _install(ctx, plugin)
 
 
+@dataclass
+class _Commits:
+    """What :func:`check_commits` finds, line by line, and the fixes it gathers."""
+
+    good: list[str] = field(default_factory=list)
+    bad: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    cannot: list[str] = field(default_factory=list)
+    fixes: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+
+
 def check_commits(ctx: Context) -> Finding:
     """The commit each commit-pinned component was installed from; its checkout clean but for our patches."""
-    good, bad, missing, cannot, fixes, lost, details = [], [], [], [], [], [], []
+    found = _Commits()
     for c in ctx.components("git"):
-        if not c.commit:
+        if not c.commit or not c.distribution:  # the manifest requires a git component's distribution
             continue
         info = ctx.installed(c.distribution)
         target = ctx.targets().get(c.name)
         folder = target.root if target and target.is_checkout else editable_dir(info) if info else None
-        if info is None and folder is None:
-            missing.append(f"{c.distribution}: not installed, cannot tell its commit (see packages)")
-            continue
         if folder is not None:
-            try:
-                state = _checkout_state(ctx, c, folder)
-            except Unreadable as e:
-                cannot.append(f"{c.distribution}: {e}")
-                fixes.append(_install(ctx, c))
-                continue
-            head, ours, foreign = state.head, state.ours, state.foreign
-            where = f"checkout {folder} at {head[:12]}"
-            if not _same_commit(head, c.commit):
-                bad.append(f"{c.distribution}: {where}; the profile pins {c.commit[:12]}")
-                fixes.append(f"git -C {folder} checkout {c.commit}")
-            if foreign:
-                message, listed = listing(f"{c.distribution}: {folder} has changes ascendfix did not make", foreign)
-                bad.append(message)
-                details += listed
-                undo = " ".join(foreign) if not listed else "FILE..."
-                fixes.append(f"git -C {folder} diff  # review, then: git -C {folder} checkout -- {undo}")
-            if state.elsewhere:  # never checked out: state.json would still record the patch
-                names = [text for text, _ in state.elsewhere]
-                lost.append(f"{c.distribution}: {folder} holds another profile's patches: {', '.join(names)}")
-                fixes += _elsewhere_fixes(ctx, [record for _, record in state.elsewhere])
-            if state.plugin:  # never undone: without them the NPU rollout is off
-                good.append(
-                    f"{c.distribution}: {where}, changed by the {rl_plugin.INSTALLER} exactly as it edits them "
-                    f"(keep them): {', '.join(state.plugin)}"
-                )
-            if state.plugin_missing and ctx.installed(PLUGIN_DISTRIBUTION):
-                lost.append(
-                    f"{c.distribution}: {folder}: {PLUGIN_DISTRIBUTION} is installed but the {rl_plugin.INSTALLER} "
-                    f"edits are missing from: {', '.join(state.plugin_missing)}"
-                )
-                fixes.append(_reinstall_plugin(ctx))
-            if state.by_hand:  # the patches check's fix (apply) adopts them: no checkout that would discard them
-                good.append(
-                    f"{c.distribution}: hand-edited as the guide says (see patches): {', '.join(state.by_hand)}"
-                )
-            if ours:
-                good.append(f"{c.distribution}: {where}, changed only by ascendfix's patches: {', '.join(ours)}")
-            elif not (foreign or state.plugin or state.elsewhere or state.by_hand) and _same_commit(head, c.commit):
-                good.append(f"{c.distribution}: {where}, clean")
-            continue
-        commit, how = _commit_of(info)
-        if commit is None:
-            cannot.append(f"{c.distribution} {info.version}: installed without a record of its commit")
-            fixes.append(_install(ctx, c))
-        elif _same_commit(commit, c.commit):
-            good.append(f"{c.distribution}: {commit[:12]} (from {how})")
+            _checkout_commit(ctx, c, c.commit, folder, found)
+        elif info is None:
+            found.missing.append(f"{c.distribution}: not installed, cannot tell its commit (see packages)")
         else:
-            bad.append(f"{c.distribution}: installed from {commit[:12]} (from {how}); the profile pins {c.commit[:12]}")
-            fixes.append(_install(ctx, c))
-    fix = "\n".join(dict.fromkeys(fixes))
+            _installed_commit(ctx, c, c.commit, info, found)
+    good, bad, missing, cannot, lost = found.good, found.bad, found.missing, found.cannot, found.lost
+    fix = "\n".join(dict.fromkeys(found.fixes))
     if bad:
-        return fail(*bad, *lost, *cannot, *missing, *good, fix=fix, details=details)
+        return fail(*bad, *lost, *cannot, *missing, *good, fix=fix, details=found.details)
     if cannot or lost:
         return warn(*lost, *cannot, *missing, *good, fix=fix)
     if not good:
         return skip(*missing)
     return ok(f"{len(good)} commit-pinned components match", *good, *missing)
+
+
+def _checkout_commit(ctx: Context, c: Component, pin: str, folder: Path, found: _Commits) -> None:
+    """Component ``c`` installed from the checkout ``folder``: its HEAD against ``pin``, and who changed its files."""
+    try:
+        state = _checkout_state(ctx, c, folder)
+    except Unreadable as e:
+        found.cannot.append(f"{c.distribution}: {e}")
+        found.fixes.append(_install(ctx, c))
+        return
+    head, ours, foreign = state.head, state.ours, state.foreign
+    where = f"checkout {folder} at {head[:12]}"
+    if not _same_commit(head, pin):
+        found.bad.append(f"{c.distribution}: {where}; the profile pins {pin[:12]}")
+        found.fixes.append(f"git -C {folder} checkout {pin}")
+    if foreign:
+        message, listed = listing(f"{c.distribution}: {folder} has changes ascendfix did not make", foreign)
+        found.bad.append(message)
+        found.details += listed
+        undo = " ".join(foreign) if not listed else "FILE..."
+        found.fixes.append(f"git -C {folder} diff  # review, then: git -C {folder} checkout -- {undo}")
+    if state.elsewhere:  # never checked out: state.json would still record the patch
+        names = [text for text, _ in state.elsewhere]
+        found.lost.append(f"{c.distribution}: {folder} holds another profile's patches: {', '.join(names)}")
+        found.fixes += _elsewhere_fixes(ctx, [record for _, record in state.elsewhere])
+    if state.plugin:  # never undone: without them the NPU rollout is off
+        found.good.append(
+            f"{c.distribution}: {where}, changed by the {rl_plugin.INSTALLER} exactly as it edits them "
+            f"(keep them): {', '.join(state.plugin)}"
+        )
+    if state.plugin_missing and ctx.installed(PLUGIN_DISTRIBUTION):
+        found.lost.append(
+            f"{c.distribution}: {folder}: {PLUGIN_DISTRIBUTION} is installed but the {rl_plugin.INSTALLER} "
+            f"edits are missing from: {', '.join(state.plugin_missing)}"
+        )
+        found.fixes.append(_reinstall_plugin(ctx))
+    if state.by_hand:  # the patches check's fix (apply) adopts them: no checkout that would discard them
+        found.good.append(f"{c.distribution}: hand-edited as the guide says (see patches): {', '.join(state.by_hand)}")
+    if ours:
+        found.good.append(f"{c.distribution}: {where}, changed only by ascendfix's patches: {', '.join(ours)}")
+    elif not (foreign or state.plugin or state.elsewhere or state.by_hand) and _same_commit(head, pin):
+        found.good.append(f"{c.distribution}: {where}, clean")
+
+
+def _installed_commit(ctx: Context, c: Component, pin: str, info: Distribution, found: _Commits) -> None:
+    """Component ``c`` installed from a wheel or sdist: the commit its metadata records against ``pin``."""
+    commit, how = _commit_of(info)
+    if commit is None:
+        found.cannot.append(f"{c.distribution} {info.version}: installed without a record of its commit")
+        found.fixes.append(_install(ctx, c))
+    elif _same_commit(commit, pin):
+        found.good.append(f"{c.distribution}: {commit[:12]} (from {how})")
+    else:
+        found.bad.append(f"{c.distribution}: installed from {commit[:12]} (from {how}); the profile pins {pin[:12]}")
+        found.fixes.append(_install(ctx, c))
 
 
 def _record_rows(metadata_dir: Path) -> list[tuple[str, str, int | None]]:
@@ -372,6 +402,11 @@ def _digest(code: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(code).digest()).rstrip(b"=").decode()
 
 
+def _hashes_to(digest: str) -> Callable[[bytes], bool]:
+    """Whether bytes have the RECORD's ``digest``."""
+    return lambda code: _digest(code) == digest
+
+
 def _changed_files(metadata_dir: Path) -> tuple[int, list[tuple[str, str, bytes | None]]]:
     """How many files the RECORD lists, and those whose bytes no longer match it: path, recorded
     digest, current bytes (None: missing).
@@ -382,7 +417,7 @@ def _changed_files(metadata_dir: Path) -> tuple[int, list[tuple[str, str, bytes 
     """
     site = metadata_dir.parent
     installed_at = (metadata_dir / "RECORD").stat().st_mtime_ns
-    changed = []
+    changed: list[tuple[str, str, bytes | None]] = []
     rows = _record_rows(metadata_dir)
     for rel, digest, size in rows:
         path = site / rel
@@ -411,25 +446,10 @@ def check_integrity(ctx: Context) -> Finding:
         if not (metadata_dir / "RECORD").is_file():
             continue
         checked += 1
-        ours, plugin, foreign, elsewhere, by_hand = [], [], [], [], []
         others = recorded_elsewhere(ctx, metadata_dir.parent)
         count, changed = _changed_files(metadata_dir)
         files += count
-        for rel, digest, code in changed:
-            if rel in others:
-                elsewhere.append((_whose(rel, others[rel], code), others[rel]))
-                continue
-            restored, patches = without_patches(ctx.profile, rel, code) if code is not None else (b"", [])
-            if patches and _digest(restored) == digest:
-                ours.append(f"{rel} ({', '.join(patches)})")
-            elif code is not None and rl_plugin.original_of(rel, restored, lambda b, d=digest: _digest(b) == d):
-                plugin.append(rel + (f" (and {', '.join(patches)})" if patches else ""))
-            elif code is not None and (
-                guide := hand_edited(ctx.profile, rel, code, lambda b, d=digest: _digest(b) == d)
-            ):
-                by_hand.append(f"{rel} (the guide's {guide})")
-            else:
-                foreign.append(rel + (" (missing)" if code is None else ""))
+        ours, plugin, foreign, elsewhere, by_hand = _who_changed(ctx, changed, others)
         name = f"{c.distribution} {info.version}"
         if ours:
             good.append(f"{name}: changed by ascendfix's patches, as expected: {', '.join(ours)}")
@@ -461,6 +481,35 @@ def check_integrity(ctx: Context) -> Finding:
     return ok(f"{checked} installed distribution(s) match their RECORD ({files} .py files)", *good)
 
 
+class _Changed(NamedTuple):
+    """A distribution's files that differ from its RECORD, sorted by who changed them."""
+
+    ours: list[str]  # only by ascendfix's patches
+    plugin: list[str]  # exactly as the rl-plugin installer edits them (maybe patched by us too)
+    foreign: list[str]  # otherwise (or missing)
+    elsewhere: list[tuple[str, Record]]  # by another profile's patch (its record in state.json)
+    by_hand: list[str]  # hand-edited exactly as the guide says, over the wheel's own bytes
+
+
+def _who_changed(ctx: Context, changed: list[tuple[str, str, bytes | None]], others: dict[str, Record]) -> _Changed:
+    """Sort ``changed`` (path, RECORD digest, bytes or None) by who changed each file."""
+    found = _Changed([], [], [], [], [])
+    for rel, digest, code in changed:
+        if rel in others:
+            found.elsewhere.append((_whose(rel, others[rel], code), others[rel]))
+            continue
+        restored, patches = without_patches(ctx.profile, rel, code) if code is not None else (b"", [])
+        if patches and _digest(restored) == digest:
+            found.ours.append(f"{rel} ({', '.join(patches)})")
+        elif code is not None and rl_plugin.original_of(rel, restored, _hashes_to(digest)):
+            found.plugin.append(rel + (f" (and {', '.join(patches)})" if patches else ""))
+        elif code is not None and (guide := hand_edited(ctx.profile, rel, code, _hashes_to(digest))):
+            found.by_hand.append(f"{rel} (the guide's {guide})")
+        else:
+            found.foreign.append(rel + (" (missing)" if code is None else ""))
+    return found
+
+
 def _temps(ctx: Context) -> list[Path]:
     """ascendfix's temp files beside the files the profile patches (a write killed in its window)."""
     targets = ctx.targets()
@@ -472,11 +521,11 @@ def _temps(ctx: Context) -> list[Path]:
     return found
 
 
-def _installed_by_name(ctx: Context) -> dict[str, dict]:
+def _installed_by_name(ctx: Context) -> dict[str, Installed]:
     return {canonicalize_name(d.name): d for d in ctx.probe().installed}
 
 
-def _accepted(ctx: Context, requirer: str, req: Requirement):
+def _accepted(ctx: Context, requirer: str, req: Requirement) -> AcceptedConflict | None:
     """The manifest's accepted conflict that covers ``requirer`` requiring ``req``, if any."""
     for conflict in ctx.profile.accepted_conflicts:
         try:

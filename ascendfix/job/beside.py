@@ -53,6 +53,7 @@ class Beside:
         self.proc = subprocess.Popen(
             argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
         )
+        assert self.proc.stdout is not None  # stdout=PIPE
         os.set_blocking(self.proc.stdout.fileno(), False)
         return self.proc.stdout.fileno()
 
@@ -93,4 +94,5 @@ class Beside:
         with contextlib.suppress(OSError, AssertionError):
             while self.read():
                 pass
-        self.proc.stdout.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()

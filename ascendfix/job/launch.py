@@ -11,7 +11,6 @@ import contextlib
 import datetime
 import errno
 import fcntl
-import itertools
 import json
 import os
 import selectors
@@ -90,13 +89,14 @@ def new_log_dir(base: Path = Path("ascendfix-runs")) -> Path:
     """A fresh ``<base>/<UTC time>`` folder (0700), ``-2``, ``-3``... when another run took that second."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     base.mkdir(parents=True, exist_ok=True)
-    for n in itertools.count(1):
+    n = 1
+    while True:
         folder = base / (stamp if n == 1 else f"{stamp}-{n}")
         try:
             folder.mkdir(mode=0o700)
             return folder
         except FileExistsError:
-            continue
+            n += 1
 
 
 def write_run_json(log_dir: Path, record: Mapping[str, Any]) -> Path:
@@ -296,6 +296,7 @@ def _pump(
     """Copy the child's stdout/stderr to ours and to the log until both close (or the child is gone);
     read the watch beside it (``stop_job`` when it asks to abort)."""
     sel = selectors.DefaultSelector()
+    assert proc.stdout is not None and proc.stderr is not None  # launched with stdout=PIPE, stderr=PIPE
     sinks = {proc.stdout.fileno(): sys.stdout.buffer, proc.stderr.fileno(): sys.stderr.buffer}
     partial = {fd: b"" for fd in sinks}
     for fd in sinks:
@@ -341,8 +342,8 @@ def _pump(
             partial[fd] = data[cut:] if len(data) - cut <= MAX_PARTIAL_LINE else b""
             if status is not None and not partial[fd]:
                 status.draw()
-    for fd in list(sel.get_map()):
-        sel.unregister(fd)
+    for registered in list(sel.get_map()):
+        sel.unregister(registered)
     sel.close()
     log.flush()
     for rest in partial.values():
@@ -461,7 +462,7 @@ def finish(
     ``watch``: run ``ascendfix watch`` beside the job once its Ray cluster answers; each stall it names
     goes into run.json's ``stalls`` at once, each event to ``on_watch``; ``on_stall`` ``abort`` ends the job.
     """
-    beside = None
+    beside: Beside | None = None
     if watch:
         job.record.update(watch={"address": None, "on_stall": on_stall}, stalls=[])
 
@@ -472,7 +473,8 @@ def finish(
                 job.record["stalls"].append(event)
                 with contextlib.suppress(OSError):
                     _log_stall(job.log_dir, event)
-                beside.abort = beside.abort or on_stall == "abort"
+                if beside is not None:  # set below, before the watch can say anything
+                    beside.abort = beside.abort or on_stall == "abort"
                 if on_stall == "abort":
                     job.record["aborted"] = "a stall was named (--on-stall abort)"
                 write_run_json(job.log_dir, job.record)

@@ -18,6 +18,7 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from ascendfix.jsonable import loads
 
@@ -96,7 +97,7 @@ def parse_value(text: str) -> float | None:
         return None
 
 
-def parse_line(line: bytes | str) -> Step | None | bool:
+def parse_line(line: bytes | str) -> Step | Literal[False] | None:
     """Parse one console line: a Step, None when it is not a step line, False when it is one but malformed."""
     raw = line.encode() if isinstance(line, str) else line
     if b"step:" not in raw:
@@ -122,7 +123,7 @@ def parse_line(line: bytes | str) -> Step | None | bool:
     return Step(int(m.group(1)), values)
 
 
-def parse_json_record(line: bytes | str) -> Step | None | bool:
+def parse_json_record(line: bytes | str) -> Step | Literal[False] | None:
     """Parse one line of verl's ``file`` logger: a Step, None for a blank line, False when malformed."""
     if not line.strip():
         return None
@@ -202,7 +203,7 @@ class StepParser:
         """Parse one line of verl's ``file`` logger JSONL."""
         return self._add(parse_json_record(line))
 
-    def _add(self, parsed: Step | None | bool) -> Step | None:
+    def _add(self, parsed: Step | Literal[False] | None) -> Step | None:
         if parsed is None:
             return None
         self.stats.step_lines += 1

@@ -199,41 +199,28 @@ def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full:
     for message in nic_problems(profile, device, site.job_env) if full else ():
         result.problems.append(Finding("env", message))
     states = patch_states(site)
+    known = None if states is None else {pid: state for pid, (state, _) in states.items()}
     wanted = profile.device(device).patches
     names, pairs = rules.modules(profile.rules), rules.markers(profile.rules)
     facts = rules.Facts(
         env=site.job_env,
         overrides=overrides,
         importable=site.importable(names) if names else {},
-        patch_states=None if states is None else {pid: state for pid, (state, _) in states.items()},
+        patch_states=known,
         runs=runs,
         trainer=trainer,
         markers=site.markers(pairs) if pairs else {},
     )
-    result.patch_states = facts.patch_states
+    result.patch_states = known
     outcome = rules.evaluate(profile.rules, facts, device)
     refused = {h.rule for h in outcome.refusals}
     # a patch a refusal already names (the converter's) is not reported a second time
     named = {c.patch for r in profile.rules if r.id in refused for c in r.when if c.patch is not None}
     if states is None:
         result.hints.append(Finding("patches", "patch status unknown before a long job", fix=site.command("status")))
-    else:
-        for pid in [p for p in wanted if p not in named] if full else ():
-            state, reason = states.get(pid, ("", ""))
-            because = f" ({reason})" if reason else ""
-            if state in (State.DRIFTED, State.PARTIAL):
-                drifted = f"patch {pid} is {state}{because}"
-                result.problems.append(Finding("patches", drifted, fix=site.command("status")))
-            elif state == State.HAND_EDITED:  # the guide's edit, in effect: adopting it is the fix, not a blocker
-                adopt = f"patch {pid}: {reason or state}"
-                result.hints.append(Finding("patches", adopt, fix=site.command("apply")))
-            elif state == State.NOT_APPLIED:
-                # left out on purpose when applying it would break a rule (DAPO + filter_groups)
-                blocking = rules_broken_by_applying(profile, facts, device, pid, refused)
-                if blocking:
-                    result.hints.append(Finding("patches", f"{pid} is not applied, as rule {blocking[0]} requires"))
-                else:
-                    result.problems.append(Finding("patches", f"patch {pid} is not applied", fix=site.command("apply")))
+    elif full:
+        pids = [p for p in wanted if p not in named]
+        _patch_findings(result, site, device, facts, [(pid, *states.get(pid, ("", ""))) for pid in pids], refused)
     for hit in outcome.hits:
         finding = Finding("rules", f"{hit.message} (source: {hit.source})", fix=hit.fix or "")
         (result.problems if hit.action == rules.REFUSE else result.hints).append(finding)
@@ -241,12 +228,7 @@ def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full:
         unknown = f"rule {rid} not checked: the patch states, modules or files it needs are unknown"
         result.hints.append(Finding("rules", unknown))
     if full and seams.checkpoint_problems is not None:
-        for folder, keys in {**checkpoint_folders(overrides), **resume_folders(overrides)}.items():
-            for message in seams.checkpoint_problems(Path(folder)):
-                result.problems.append(Finding("checkpoint", f"{keys[0]}={folder}: {message}"))
-        for key in (k for k, v in overrides.items() if k.endswith(CHECKPOINT_PATH) and "$" in v):
-            unchecked = f"{key}={overrides[key]} not checked (a variable set outside the script): ascendfix ckpt check"
-            result.hints.append(Finding("checkpoint", unchecked))
+        _checkpoint_findings(result, overrides, seams.checkpoint_problems)
     if seams.cluster_problems is not None:  # a job the cluster cannot take hangs: checked with --no-preflight too
         objections = seams.cluster_problems(profile, device, overrides, environ)
         result.problems.extend(Finding("ray", m) for m in objections or ())
@@ -264,6 +246,46 @@ def run_preflight(site: Site, argv: Sequence[str], seams: Seams = Seams(), full:
             result.hints.append(Finding("overrides", f"consider {hint.override}{where}", " ".join(hint.why.split())))
     result.hints.extend(Finding("overrides", m) for m in batch_size_hints(overrides))
     return result
+
+
+def _patch_findings(
+    result: Preflight,
+    site: Site,
+    device: str,
+    facts: rules.Facts,
+    states: list[tuple[str, str, str]],
+    refused: set[str],
+) -> None:
+    """Each patch of ``states`` (id, state, reason) the job would run without: a problem, or a hint where the
+    guide's hand edit is in effect or a rule keeps the patch out."""
+    for pid, state, reason in states:
+        because = f" ({reason})" if reason else ""
+        if state in (State.DRIFTED, State.PARTIAL):
+            drifted = f"patch {pid} is {state}{because}"
+            result.problems.append(Finding("patches", drifted, fix=site.command("status")))
+        elif state == State.HAND_EDITED:  # the guide's edit, in effect: adopting it is the fix, not a blocker
+            adopt = f"patch {pid}: {reason or state}"
+            result.hints.append(Finding("patches", adopt, fix=site.command("apply")))
+        elif state == State.NOT_APPLIED:
+            # left out on purpose when applying it would break a rule (DAPO + filter_groups)
+            blocking = rules_broken_by_applying(site.profile, facts, device, pid, refused)
+            if blocking:
+                result.hints.append(Finding("patches", f"{pid} is not applied, as rule {blocking[0]} requires"))
+            else:
+                result.problems.append(Finding("patches", f"patch {pid} is not applied", fix=site.command("apply")))
+
+
+def _checkpoint_findings(
+    result: Preflight, overrides: Mapping[str, str], checkpoint_problems: Callable[[Path], list[str]]
+) -> None:
+    """What is wrong with each checkpoint folder the overrides save to or resume from; a hint for each checkpoint
+    path a variable set outside the script names (it cannot be checked here)."""
+    for folder, keys in {**checkpoint_folders(overrides), **resume_folders(overrides)}.items():
+        for message in checkpoint_problems(Path(folder)):
+            result.problems.append(Finding("checkpoint", f"{keys[0]}={folder}: {message}"))
+    for key in (k for k, v in overrides.items() if k.endswith(CHECKPOINT_PATH) and "$" in v):
+        unchecked = f"{key}={overrides[key]} not checked (a variable set outside the script): ascendfix ckpt check"
+        result.hints.append(Finding("checkpoint", unchecked))
 
 
 def nic_problems(profile: Profile, device: str, env: Mapping[str, str]) -> list[str]:

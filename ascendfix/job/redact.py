@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from typing import overload
 
 REDACTED = "<redacted>"
 
@@ -105,6 +106,14 @@ def _redact_pair(m: re.Match) -> str:
         return m[0]
     quote = quote or m["close"]
     return f"{head}{quote}{REDACTED}{quote}"
+
+
+@overload
+def redact_variable(name: str, value: str) -> str: ...
+
+
+@overload
+def redact_variable(name: str, value: None) -> None: ...
 
 
 def redact_variable(name: str, value: str | None) -> str | None:

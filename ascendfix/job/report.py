@@ -121,7 +121,8 @@ def timing_shares(steps: Sequence[Step], names: Sequence[str]) -> dict[str, floa
 
 def _with_other(shares: dict[str, float | None]) -> dict[str, float | None]:
     """The shares and ``other``: the rest of the step (reward, adv, ...), when every share is known."""
-    known = None if any(v is None for v in shares.values()) else 1.0 - sum(shares.values())
+    parts = [v for v in shares.values() if v is not None]
+    known = 1.0 - sum(parts) if len(parts) == len(shares) else None
     return {**shares, "other": known}
 
 
@@ -177,7 +178,7 @@ def sparkline(values: Sequence[float], width: int = 40) -> str:
     """A one-line unicode chart; long series are averaged into ``width`` buckets, nan shows as a blank."""
     if len(values) > width:
         buckets = [values[len(values) * i // width : len(values) * (i + 1) // width] for i in range(width)]
-        values = [metrics.median(b) if metrics.median(b) is not None else math.nan for b in buckets]
+        values = [math.nan if (m := metrics.median(b)) is None else m for b in buckets]
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return " " * len(values)
@@ -187,8 +188,9 @@ def sparkline(values: Sequence[float], width: int = 40) -> str:
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
-    ok = num is not None and den and math.isfinite(num) and math.isfinite(den)
-    return num / den if ok else None
+    if num is None or not den or not math.isfinite(num) or not math.isfinite(den):
+        return None
+    return num / den
 
 
 def compare_data(baseline: Run, candidate: Run) -> dict[str, Any]:

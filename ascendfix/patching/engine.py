@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.patching import journal
@@ -19,6 +20,9 @@ from ascendfix.patching.evaluate import Evaluation, PatchStatus, Plan, Selection
 from ascendfix.patching.proof import restorer
 from ascendfix.site import Site
 from ascendfix.states import Action, State
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
 
 
 def select(site: Site, only: tuple[str, ...] = ()) -> Selection:
@@ -113,7 +117,7 @@ def apply(selection: Selection, strict: bool = False, on_wait: journal.OnWait | 
     return [_applied(s) for s in planned.statuses]
 
 
-def _session(selection: Selection, on_wait: journal.OnWait | None):
+def _session(selection: Selection, on_wait: journal.OnWait | None) -> AbstractContextManager[journal.Session]:
     """The journal's session over the selection's roots, sweeping the temp files beside the patches' files."""
     files: dict[Path, list[str]] = {}
     for patch in selection.patches:

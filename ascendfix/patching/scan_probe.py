@@ -27,7 +27,9 @@ import os
 import subprocess
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 # The file each probed check lives in, and its entry point.
 ENTRIES = {
@@ -56,10 +58,11 @@ _NOBODY = 65534
 _WORK = [0]  # operations on the layout's numbers since the last reset
 
 
-def _counting(name: str):
+def _counting(name: str) -> Callable[[int, Any], Any]:
+    """``int``'s operator ``name``, counting each call (its result as overriding operators give it: Any)."""
     base = getattr(int, name)
 
-    def op(self, other):
+    def op(self: int, other: Any) -> Any:
         _WORK[0] += 1
         result = base(self, other)
         return Counted(result) if type(result) is int else result  # sums stay counted
@@ -192,7 +195,7 @@ class _Absent:
     def __init__(self, name: str):
         self._name = name
 
-    def __getattr__(self, attr: str):
+    def __getattr__(self, attr: str) -> _Absent:
         return _Absent(f"{self._name}.{attr}")
 
     def __call__(self, *args, **kwargs):
@@ -334,7 +337,7 @@ def _jail() -> None:
         resource.setrlimit(limit, (value, value))
 
 
-def _work(func, args: tuple) -> int:
+def _work(func: Callable[..., object], args: tuple) -> int:
     """How many operations on the layout's numbers one call of ``func`` makes."""
     _WORK[0] = 0
     try:

@@ -268,7 +268,7 @@ _HELD: set[tuple[int, int]] = set()  # (st_dev, st_ino) of the folders this proc
 
 
 @contextlib.contextmanager
-def locked(folders: list[Path], on_wait: Callable[[Path, int | None], None] | None = None):
+def locked(folders: list[Path], on_wait: Callable[[Path, int | None], None] | None = None) -> Iterator[None]:
     """Hold an exclusive flock on each distinct folder (by device and inode, in a fixed order, so concurrent
     runs cannot deadlock).
 

@@ -389,6 +389,27 @@ def load_profile(ref: str) -> Profile:
     rules = tuple(parse_rule(rt) for rt in top.tables("rules", required=False))
     if len({r.id for r in rules}) != len(rules):
         top.fail("rules", "two rules have the same id")
+    patches = _patches_of(top, devices, dirs)
+    vtable = top.table("variants", required=False)
+    variants = _variant_choices(vtable, patches, own.get("variants", {})) if vtable is not None else {}
+    top.seen.add("extends")
+    top.done()
+    own_rules = "rules" in own
+    for i, rule in enumerate(rules):
+        for j, cond in enumerate(rule.when):
+            if cond.patch is not None and cond.patch not in patches and own_rules:
+                top.fail(f"rules[{i}].when[{j}].patch", f"{cond.patch!r} is not a patch of this profile")
+    # an inherited rule about a patch this profile dropped can never hold
+    rules = tuple(r for r in rules if all(c.patch is None or c.patch in patches for c in r.when))
+    return Profile(
+        name, description, path, components, devices, tuple(conflicts), patches, variants, hints, rules, trainer, model
+    )
+
+
+def _patches_of(top: Table, devices: dict[str, Device], dirs: tuple[Path, ...]) -> dict[str, Patch]:
+    """The patches the devices name, each loaded once from the first of ``dirs`` that has it; refused when an id
+    is no patch id or has no file, when a patch is named for a device its file does not allow, or when two
+    patches edit one file."""
     patches: dict[str, Patch] = {}
     for dname, device in devices.items():
         for pid in device.patches:
@@ -412,20 +433,7 @@ def load_profile(ref: str) -> Profile:
             other = seen_files.setdefault((patch.package, f.path), patch.id)
             if other != patch.id:
                 top.fail("devices", f"patches {other!r} and {patch.id!r} both edit {f.path}; one patch per file")
-    vtable = top.table("variants", required=False)
-    variants = _variant_choices(vtable, patches, own.get("variants", {})) if vtable is not None else {}
-    top.seen.add("extends")
-    top.done()
-    own_rules = "rules" in own
-    for i, rule in enumerate(rules):
-        for j, cond in enumerate(rule.when):
-            if cond.patch is not None and cond.patch not in patches and own_rules:
-                top.fail(f"rules[{i}].when[{j}].patch", f"{cond.patch!r} is not a patch of this profile")
-    # an inherited rule about a patch this profile dropped can never hold
-    rules = tuple(r for r in rules if all(c.patch is None or c.patch in patches for c in r.when))
-    return Profile(
-        name, description, path, components, devices, tuple(conflicts), patches, variants, hints, rules, trainer, model
-    )
+    return patches
 
 
 def _variant_choices(vtable: Table, patches: dict[str, Patch], own: dict[str, Any]) -> dict[str, str]:

@@ -22,7 +22,7 @@ them, and undoing them switches the NPU rollout off.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 INSTALLER = "MindSpeed-RL rl-plugin installer (branch 2.2.0, rl-plugin/setup.py)"
 VERL_INIT = "verl/__init__.py"
@@ -220,7 +220,7 @@ def _strip_import_block(text: str) -> list[str]:
     return candidates
 
 
-def _loose_lines(lines) -> int:
+def _loose_lines(lines: Iterable[str]) -> int:
     """How many comment or blank lines lead ``lines`` (at most a few: what a tool writes around a block)."""
     count = 0
     for line in lines:

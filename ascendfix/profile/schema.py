@@ -129,7 +129,7 @@ def _parse_toml(path: Path, data: bytes) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib  # novermin (guarded: Python 3.10 reads tomli, the same parser)
     else:  # pragma: no cover - exercised on the container's Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef, import-not-found, unused-ignore]
+        import tomli as tomllib
     try:
         parsed = tomllib.loads(data.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:

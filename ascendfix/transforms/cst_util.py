@@ -5,11 +5,15 @@ from __future__ import annotations
 import ast
 import dataclasses
 from collections.abc import Callable, Iterator
+from typing import TypeVar, cast
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ascendfix.transforms.base import TransformError, marker
+
+_Node = TypeVar("_Node", bound=cst.CSTNode)
+Statements = cst.SimpleStatementLine | cst.BaseCompoundStatement  # what a module's or a block's body holds
 
 
 def parse(source: bytes) -> cst.Module:
@@ -62,7 +66,7 @@ def rebuild(node: cst.CSTNode, edits: dict[int, Callable], ancestors: set[int]) 
     the cost is the depth of the edits, not the size of the module.
     """
     if id(node) in ancestors:
-        changes = {}
+        changes: dict[str, object] = {}
         for f in dataclasses.fields(node):
             value = getattr(node, f.name)
             if isinstance(value, cst.CSTNode):
@@ -79,11 +83,12 @@ def rebuild(node: cst.CSTNode, edits: dict[int, Callable], ancestors: set[int]) 
     return edits[id(node)](rebuilt) if id(node) in edits else rebuilt
 
 
-def edit(root: cst.CSTNode, edits: dict[int, Callable], ancestors: set[int] | None = None) -> cst.CSTNode:
-    """``root`` with each edit applied (see :func:`rebuild`); pass ``ancestors`` if already known."""
+def edit(root: _Node, edits: dict[int, Callable], ancestors: set[int] | None = None) -> _Node:
+    """``root`` with each edit applied (see :func:`rebuild`); pass ``ancestors`` if already known.
+    An edit keeps its node's kind, so the root comes back as the kind it went in."""
     if ancestors is None:
         ancestors = {id(a) for node, above in walk(root) if id(node) in edits for a in above}
-    return rebuild(root, edits, ancestors)
+    return cast(_Node, rebuild(root, edits, ancestors))
 
 
 def code_of(node: cst.CSTNode) -> str:
@@ -108,7 +113,7 @@ def add_marker(ws: cst.TrailingWhitespace, patch_id: str) -> cst.TrailingWhitesp
 
 def drop_marker(ws: cst.TrailingWhitespace, patch_id: str) -> cst.TrailingWhitespace:
     """The inverse of :func:`add_marker`, byte for byte."""
-    if not has_marker(ws, patch_id):
+    if ws.comment is None or not has_marker(ws, patch_id):
         return ws
     value = ws.comment.value
     if value == marker(patch_id):
@@ -123,7 +128,7 @@ class Statement:
     is nearly free, and a site's line (where its marker goes) is local to its statement.
     """
 
-    def __init__(self, stmt: cst.BaseStatement):
+    def __init__(self, stmt: Statements):
         self.stmt = stmt
         self.module = cst.Module(body=[stmt])
         self.positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
@@ -142,7 +147,7 @@ class Statement:
 
     def line_endings(self) -> dict[int, cst.TrailingWhitespace]:
         """The line ending node of each line that has one (backslash continuations have none)."""
-        endings = {}
+        endings: dict[int, cst.TrailingWhitespace] = {}
         for n, where in self.positions.items():
             if isinstance(n, cst.TrailingWhitespace):
                 endings.setdefault(where.start.line, n)
@@ -150,8 +155,8 @@ class Statement:
 
 
 def edit_statement(
-    stmt: cst.BaseStatement, values: dict[int, cst.BaseExpression], lines: set[int], patch_id: str, add: bool
-) -> cst.BaseStatement:
+    stmt: Statements, values: dict[int, cst.BaseExpression], lines: set[int], patch_id: str, add: bool
+) -> Statements:
     """``stmt`` with each Arg/Assign value (by node id) replaced and the marker added/dropped on ``lines``."""
     view = Statement(stmt)
     endings = view.line_endings()

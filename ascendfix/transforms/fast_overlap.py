@@ -9,20 +9,25 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from ascendfix.resources import data_dir
 from ascendfix.transforms.base import MAX_FILE_BYTES, Outcome, Transform, TransformError, marker
 
 if TYPE_CHECKING:
-    from ascendfix.transforms.regions import Source
+    import libcst as cst
+
+    from ascendfix.transforms.cst_util import Statements
+    from ascendfix.transforms.regions import Region, Source
+
+_Edit = Callable[[Any], Any]  # one node's edit for cst_util.edit (each takes and gives the node kind it edits)
 
 PREFIX = "_ascendfix_"
 RESULT = "_ascendfix_overlaps"  # the local that holds the helper's answer in the patched function
 UNSET = f"{RESULT} is None"
 
 
-def _canonical(node) -> str:
+def _canonical(node: object) -> str:
     """An AST as text, the same on every Python version (no context, no empty fields)."""
     if isinstance(node, ast.AST):
         skip = ("ctx", "kind", "type_comment", "type_params")
@@ -39,7 +44,7 @@ def _canonical_code(code: str) -> str:
     return _canonical(ast.parse(dedent(code)))
 
 
-def fingerprint(module, func) -> str:
+def fingerprint(module: cst.Module, func: cst.FunctionDef) -> str:
     """sha256 of ``func`` and the module-level functions it calls; formatting and comments do not count."""
     import libcst as cst
 
@@ -58,8 +63,8 @@ def source_fingerprint(source: Source, func: ast.FunctionDef | ast.AsyncFunction
     """
     from ascendfix.transforms.regions import first_line
 
-    def lines(node) -> str:
-        return source.lines(first_line(node), node.end_lineno).decode("utf-8")
+    def lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+        return source.lines(first_line(node), node.end_lineno or node.lineno).decode("utf-8")
 
     called = {n.func.id for n in ast.walk(func) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     parts = [lines(func)]
@@ -68,6 +73,11 @@ def source_fingerprint(source: Source, func: ast.FunctionDef | ast.AsyncFunction
 
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)  # what libcst calls a FunctionDef
+
+
+def _is_helper(stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` is a module-level def this transform inserts (``_ascendfix_*``)."""
+    return isinstance(stmt, _DEFS) and stmt.name.startswith(PREFIX)
 
 
 def _digest(parts: list[str]) -> str:
@@ -118,11 +128,11 @@ def _load_template(name: str) -> _Template:
     return _Template(replaces, functions, uses)
 
 
-def _helper_defs(template: _Template, helper: str, patch_id: str) -> list:
+def _helper_defs(template: _Template, helper: str, patch_id: str) -> list[Statements]:
     """``helper`` and every template function it needs, in template order, each line marked."""
     import libcst as cst
 
-    needed, todo = set(), [helper]
+    needed, todo = set[str](), [helper]
     while todo:
         name = todo.pop()
         if name not in template.functions:
@@ -142,7 +152,9 @@ def _helper_defs(template: _Template, helper: str, patch_id: str) -> list:
     return defs
 
 
-def _parts(module, func, patch_id: str) -> tuple[list, list, list]:
+def _parts(
+    module: cst.Module, func: cst.FunctionDef, patch_id: str
+) -> tuple[list[cst.FunctionDef], list[tuple[cst.SimpleStatementLine, cst.CSTNode]], list[cst.For]]:
     """This patch's helper defs in ``module``, its call statements and narrowed loops in ``func``."""
     import libcst as cst
 
@@ -156,7 +168,8 @@ def _parts(module, func, patch_id: str) -> tuple[list, list, list]:
         and isinstance(s.body, cst.IndentedBlock)
         and has_marker(s.body.header, patch_id)
     ]
-    calls, loops = [], []
+    calls: list[tuple[cst.SimpleStatementLine, cst.CSTNode]] = []
+    loops: list[cst.For] = []
     for node, above in walk(func):
         if (
             isinstance(node, cst.SimpleStatementLine)
@@ -194,7 +207,7 @@ class FastOverlapScan(Transform):
     def __init__(self, function: str, template: str):
         self.function, self.template = function, template
 
-    def _find(self, module):
+    def _find(self, module: cst.Module) -> tuple[int, cst.FunctionDef] | None:
         import libcst as cst
 
         found = [
@@ -204,7 +217,7 @@ class FastOverlapScan(Transform):
         ]
         return found[0] if len(found) == 1 else None
 
-    def _scan(self, func, digest: Callable[[], str]):
+    def _scan(self, func: cst.FunctionDef, digest: Callable[[], str]) -> tuple[cst.For, Any, cst.For, dict]:
         """The stock scan's outer loop, the block holding it, its inner loop, and the template's form."""
         import libcst as cst
 
@@ -228,15 +241,17 @@ class FastOverlapScan(Transform):
             raise TransformError(f"{self.template}: {form['loop']!r} is not one loop with one inner loop")
         return (*outers[0], inners[0], form)
 
-    def _narrow(self, func, patch_id: str, digest: Callable[[], str]):
+    def _narrow(
+        self, func: cst.FunctionDef, patch_id: str, digest: Callable[[], str]
+    ) -> tuple[cst.FunctionDef, list[Statements]]:
         import libcst as cst
 
         from ascendfix.transforms.cst_util import add_marker, edit
 
         outer, block, inner, form = self._scan(func, digest)
 
-        def wrap(orelse):
-            def narrowed(loop):
+        def wrap(orelse: str) -> _Edit:
+            def narrowed(loop: Any) -> Any:  # a cst.For whose body is an IndentedBlock
                 iterable = cst.IfExp(
                     test=cst.parse_expression(UNSET),
                     body=loop.iter,
@@ -250,31 +265,36 @@ class FastOverlapScan(Transform):
             return narrowed
 
         at = next(i for i, s in enumerate(block.body) if s is outer)
-        call = cst.parse_statement(f"{RESULT} = {form['helper']}({form['args']})\n")
+        call = cast(cst.SimpleStatementLine, cst.parse_statement(f"{RESULT} = {form['helper']}({form['args']})\n"))
         call = call.with_changes(
             trailing_whitespace=add_marker(call.trailing_whitespace, patch_id), leading_lines=outer.leading_lines
         )
 
-        def insert(new_block):
+        def insert(new_block: Any) -> Any:
             body = list(new_block.body)
             body[at] = body[at].with_changes(leading_lines=[])
             return new_block.with_changes(body=[*body[:at], call, *body[at:]])
 
-        edits = {id(inner): wrap(f"{RESULT}[{form['index']}]"), id(block): insert}
+        edits: dict[int, _Edit] = {id(inner): wrap(f"{RESULT}[{form['index']}]"), id(block): insert}
         if form["narrow_outer"]:
             edits[id(outer)] = wrap(RESULT)
         return edit(func, edits), _helper_defs(_load_template(self.template), form["helper"], patch_id)
 
     @staticmethod
-    def _restore(func, calls, loops, patch_id: str):
+    def _restore(
+        func: cst.FunctionDef,
+        calls: list[tuple[cst.SimpleStatementLine, cst.CSTNode]],
+        loops: list[cst.For],
+        patch_id: str,
+    ) -> cst.FunctionDef:
         from ascendfix.transforms.cst_util import drop_marker, edit
 
-        def unwrap(loop):
+        def unwrap(loop: Any) -> Any:
             header = drop_marker(loop.body.header, patch_id)
             return loop.with_changes(iter=loop.iter.body, body=loop.body.with_changes(header=header))
 
-        def remove(call):
-            def without(block):
+        def remove(call: cst.SimpleStatementLine) -> _Edit:
+            def without(block: Any) -> Any:
                 body = list(block.body)
                 at = next(i for i, s in enumerate(body) if s is call)
                 following = body[at + 1].with_changes(leading_lines=call.leading_lines)
@@ -282,7 +302,7 @@ class FastOverlapScan(Transform):
 
             return without
 
-        edits = {id(loop): unwrap for loop in loops}
+        edits: dict[int, _Edit] = {id(loop): unwrap for loop in loops}
         edits.update({id(block): remove(call) for call, block in calls})
         return edit(func, edits)
 
@@ -294,7 +314,7 @@ class FastOverlapScan(Transform):
             return Outcome(source, 0, 0)
         located = self._region(source)
         found = self._find(located[1].module) if located is not None else None
-        if found is not None:
+        if located is not None and found is not None:
             lines, region, func = located
             try:  # a refusal is left to the whole-file path, which says it in its own words
                 module, pending, done = self._edit(
@@ -305,14 +325,17 @@ class FastOverlapScan(Transform):
             else:
                 code = splice(lines, [(region, region.code(module))]) if module is not None else source
                 return Outcome(code, pending, done)
-        module = parse(source)
-        found = self._find(module)
+        whole = parse(source)
+        found = self._find(whole)
         if found is None:
             return Outcome(source, 0, 0)
-        module, pending, done = self._edit(module, *found, lambda: fingerprint(module, found[1]), patch_id, forward)
+        index, function = found
+        module, pending, done = self._edit(
+            whole, index, function, lambda: fingerprint(whole, function), patch_id, forward
+        )
         return Outcome(module.bytes if module is not None else source, pending, done)
 
-    def _region(self, source: bytes):
+    def _region(self, source: bytes) -> tuple[Source, Region, ast.FunctionDef | ast.AsyncFunctionDef] | None:
         """``(Source, Region, ast of the function)``: the function's lines, and the ``_ascendfix_*`` defs
         right before it, parsed alone; None when the whole file must be parsed instead.
 
@@ -327,24 +350,32 @@ class FastOverlapScan(Transform):
         if lines is None:
             return None
         body = lines.tree.body
-        found = [i for i, s in enumerate(body) if isinstance(s, _DEFS) and s.name == self.function]
+        found = [(i, s) for i, s in enumerate(body) if isinstance(s, _DEFS) and s.name == self.function]
         if len(found) != 1:
             return None
-        start = end = found[0]
-        while start > 0 and isinstance(body[start - 1], _DEFS) and body[start - 1].name.startswith(PREFIX):
+        (end, func), start = found[0], found[0][0]
+        while start > 0 and _is_helper(body[start - 1]):
             start -= 1
-        if any(isinstance(s, _DEFS) and s.name.startswith(PREFIX) for s in (*body[:start], *body[end + 1 :])):
+        if any(_is_helper(s) for s in (*body[:start], *body[end + 1 :])):
             return None
-        first = body[start - 1].end_lineno + 1 if start else 1
+        first = regions.end_line(body[start - 1]) + 1 if start else 1
         gap = (lines.line(n) for n in range(first, regions.first_line(body[start])))
         if not all(line in (b"\n", b"\r\n") or line.startswith(b"#") for line in gap):
             return None  # an indented comment may close the statement before (a block's footer)
-        region = regions.parse_lines(lines, first, body[end].end_lineno)
+        region = regions.parse_lines(lines, first, regions.end_line(func))
         if region is None or region.module.default_indent != lines.default_indent():
             return None
-        return lines, region, body[end]
+        return lines, region, func
 
-    def _edit(self, module, index: int, func, digest: Callable[[], str], patch_id: str, forward: bool):
+    def _edit(
+        self,
+        module: cst.Module,
+        index: int,
+        func: cst.FunctionDef,
+        digest: Callable[[], str],
+        patch_id: str,
+        forward: bool,
+    ) -> tuple[cst.Module | None, int, int]:
         """``(edited module or None when unchanged, pending, done)`` for ``module.body[index]``, ``func``."""
         helpers, calls, loops = _parts(module, func, patch_id)
         if (helpers or calls or loops) and not (helpers and len(calls) == 1 and loops):

@@ -76,7 +76,9 @@ class Source:
     def text(self, node: ast.stmt | ast.expr) -> bytes:
         """The bytes ``node`` spans (``ast`` columns are byte offsets)."""
         start = self.starts[node.lineno - 1] + node.col_offset
-        return self.source[start : self.starts[node.end_lineno - 1] + node.end_col_offset]
+        last, column = node.end_lineno, node.end_col_offset
+        assert last is not None and column is not None  # ast.parse sets both on every node it makes
+        return self.source[start : self.starts[last - 1] + column]
 
     def starts_line(self, node: ast.stmt) -> bool:
         """Whether only indentation precedes ``node`` on its first line."""
@@ -101,6 +103,11 @@ class Source:
 def first_line(node: ast.stmt) -> int:
     """The first line of a statement, its decorators included."""
     return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+
+
+def end_line(node: ast.stmt) -> int:
+    """The last line of a statement (``ast.parse`` sets ``end_lineno`` on every statement it makes)."""
+    return node.end_lineno or node.lineno
 
 
 class Region(NamedTuple):

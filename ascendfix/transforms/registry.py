@@ -29,7 +29,7 @@ def get(name: str) -> type[Transform] | None:
     return TRANSFORMS.get(name)
 
 
-def check_params(cls: type, params: dict[str, Any]) -> tuple[str, str] | None:
+def check_params(cls: type[Transform], params: dict[str, Any]) -> tuple[str, str] | None:
     """``(parameter, problem)`` for the first parameter that does not fit ``cls``, else None."""
     fields = dict(inspect.signature(cls).parameters)
     hints = typing.get_type_hints(cls.__init__)

@@ -54,7 +54,7 @@ def _return_value(tree: ast.Module, func: ast.FunctionDef, ignore: tuple[ast.AST
 
 def _written(value: ast.expr | None) -> str:
     """The value a ``return`` returns, as ``_return_value`` spells it (``None`` for a bare one)."""
-    return "None" if _is_none(value) else ast.unparse(value)
+    return "None" if value is None or _is_none(value) else ast.unparse(value)
 
 
 class ReturnEarly(Transform):
@@ -157,9 +157,9 @@ class ReturnEarly(Transform):
             if not forward or at >= len(body):
                 return Outcome(source, int(at < len(body)), 0)
             value = _return_value(tree, func)
-            line = lines[body[at].lineno - 1]
-            indent = line[: len(line) - len(line.lstrip(b" \t"))]
-            ending = line[len(line.rstrip(b"\r\n")) :] or b"\n"
+            head = lines[body[at].lineno - 1]
+            indent = head[: len(head) - len(head.lstrip(b" \t"))]
+            ending = head[len(head.rstrip(b"\r\n")) :] or b"\n"
             text = b"return" if value == "None" else b"return " + value.encode()
             lines.insert(body[at].lineno - 1, indent + text + ending)
             return Outcome(b"".join(lines), 1, 0)
@@ -182,11 +182,14 @@ class ReturnEarly(Transform):
             if not isinstance(stmt, ast.Pass):
                 break
         ret = run[-1] if run else None
-        if not isinstance(ret, ast.Return) or MARKER_PREFIX.encode() in lines[ret.end_lineno - 1]:
+        if not isinstance(ret, ast.Return):
+            return None
+        end = ret.end_lineno or ret.lineno  # ast.parse sets end_lineno on every statement
+        if MARKER_PREFIX.encode() in lines[end - 1]:
             return None
         after = body[at + len(run)] if at + len(run) < len(body) else None
-        above = body[at - 1].end_lineno if at else func.lineno
-        start, end = run[0].lineno, ret.end_lineno
+        above = (body[at - 1].end_lineno or body[at - 1].lineno) if at else func.lineno
+        start = run[0].lineno
         if start <= above or (after is not None and after.lineno <= end):
             raise HandEditError(
                 start,

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, cast
 
 from ascendfix.transforms.base import Outcome, Transform, TransformError
 
 if TYPE_CHECKING:
-    from ascendfix.transforms.regions import Source
+    import libcst as cst
+
+    from ascendfix.transforms.regions import Region, Source
 
 
-def _blocks(stmt: ast.stmt):
+def _blocks(stmt: ast.stmt) -> Iterator[list[ast.stmt]]:
     """The statement lists of a compound statement (none for a simple one)."""
     for _, value in ast.iter_fields(stmt):
         if isinstance(value, list) and value:
@@ -19,6 +22,11 @@ def _blocks(stmt: ast.stmt):
                 yield value
             elif isinstance(value[0], (ast.excepthandler, ast.match_case)):
                 yield from (clause.body for clause in value)
+
+
+def _replaced_by(new: cst.CSTNode) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """An edit that puts ``new`` in place of its node."""
+    return lambda _node: new
 
 
 class SetKeyword(Transform):
@@ -50,7 +58,7 @@ class SetKeyword(Transform):
         self.method, self.keyword, self.original, self.value = method, keyword, original, value
         self.when_keyword, self.when_suffix, self.marked = when_keyword, when_suffix, marked
 
-    def _selects(self, call) -> bool:
+    def _selects(self, call: cst.Call) -> bool:
         from ascendfix.transforms.cst_util import code_of
 
         for arg in call.args:
@@ -80,13 +88,16 @@ class SetKeyword(Transform):
 
         lines = regions.Source.read(source)
         spans = self._statement_lines(lines) if lines is not None else None
-        if spans is None:
+        if lines is None or spans is None:
             return None
-        parsed = [regions.parse_lines(lines, first, last) for first, last in spans]
-        if None in parsed:
-            return None
+        parsed = []
+        for first, last in spans:
+            region = regions.parse_lines(lines, first, last)
+            if region is None:
+                return None
+            parsed.append(region)
         pending = done = 0
-        replacements = []
+        replacements: list[tuple[Region, bytes]] = []
         for region in parsed:
             try:
                 module, region_pending, region_done = self._edit(region.module, patch_id, forward)
@@ -134,7 +145,7 @@ class SetKeyword(Transform):
                     end += 1
                 if is_block is None or not source.starts_line(body[start]):
                     return False
-                spans.append((body[start].lineno, body[end].end_lineno, id(body)))
+                spans.append((body[start].lineno, body[end].end_lineno or body[end].lineno, id(body)))
             return True
 
         if not visit(source.tree.body, True):
@@ -147,13 +158,13 @@ class SetKeyword(Transform):
                 merged.append((first, last, block))
         return [(first, last) for first, last, _ in merged]
 
-    def _edit(self, module, patch_id: str, forward: bool):
+    def _edit(self, module: cst.Module, patch_id: str, forward: bool) -> tuple[cst.Module | None, int, int]:
         """``(edited module or None when unchanged, pending, done)`` for a module or one region of one."""
         import libcst as cst
 
         from ascendfix.transforms import cst_util as u
 
-        by_statement: dict[int, tuple[cst.CSTNode, list[cst.Arg]]] = {}
+        by_statement: dict[int, tuple[cst.SimpleStatementLine, list[cst.Arg]]] = {}
         above_statement: dict[int, tuple] = {}
         for node, above in u.walk(module):
             if not (
@@ -168,12 +179,12 @@ class SetKeyword(Transform):
             )
             if depth is None:
                 continue
-            stmt = above[depth]
+            stmt = cast("cst.SimpleStatementLine", above[depth])
             above_statement[id(stmt)] = above[:depth]
             args = [a for a in node.args if a.keyword is not None and a.keyword.value == self.keyword]
             by_statement.setdefault(id(stmt), (stmt, []))[1].extend(args)
         pending = done = 0
-        edits = {}
+        edits: dict[int, Callable[[cst.CSTNode], cst.CSTNode]] = {}
         new_value = cst.parse_expression(self.value if forward else self.original)
         for stmt, args in by_statement.values():
             view = u.Statement(stmt)
@@ -189,7 +200,7 @@ class SetKeyword(Transform):
                 values = {id(a): new_value for a in change}
                 lines = {view.end_line(a) for a in change} if self.marked else set()
                 edited = u.edit_statement(stmt, values, lines, patch_id, add=forward)
-                edits[id(stmt)] = lambda _node, edited=edited: edited
+                edits[id(stmt)] = _replaced_by(edited)
         if not edits:
             return None, pending, done
         ancestors = {id(a) for sid in edits for a in above_statement[sid]}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ascendfix.checkpoint import layout, verl
+from ascendfix.checkpoint.report import Problem
 from ascendfix.checkpoint.verify import compare, mapping, sides
 from ascendfix.checkpoint.verify.sides import Found, Piece
 from ascendfix.errors import AscendfixError, UsageError
@@ -112,7 +113,7 @@ def verify(source: Path, converted: Path) -> VerifyReport:
         raise AscendfixError(f"{e.filename or mc_folder}: {e.strerror or e} (did the files change?)") from None
 
 
-def _checked(problem) -> Found:
+def _checked(problem: Problem) -> Found:
     """One of ``ckpt check``'s problems, as this report's (its kind is ``ckpt check``'s)."""
     file = problem.subject if problem.about == "file" else ""
     tensor = problem.item or (problem.subject if problem.about == "tensor" else "")
@@ -121,7 +122,9 @@ def _checked(problem) -> Found:
 
 
 class _Verify:
-    def __init__(self, direction: str, model: mapping.Model, rules: mapping.Mapping, hf, mc):
+    def __init__(
+        self, direction: str, model: mapping.Model, rules: mapping.Mapping, hf: sides.HFSide, mc: sides.McSide
+    ):
         self.direction, self.model, self.rules, self.hf, self.mc = direction, model, rules, hf, mc
         self.problems: list[Found] = list(hf.problems) + list(mc.problems)
         self.regions: list[mapping.Region] = []
@@ -458,9 +461,9 @@ _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 def _holds(region: mapping.Region, holder: mapping.Region) -> str:
     """``expert 5 holds expert 6's bytes``, ``holds `up_proj`'s bytes``, ``equals `model.embed_tokens.weight```."""
     mine, theirs = _EXPERT.search(region.hf), _EXPERT.search(holder.hf)
-    if mine and theirs and _EXPERT.sub(".experts.N.", region.hf) == _EXPERT.sub(".experts.N.", holder.hf):
-        if region.part == holder.part:
-            return f"expert {mine.group(1)} holds expert {theirs.group(1)}'s bytes (`{holder.hf}`)"
+    same_place = _EXPERT.sub(".experts.N.", region.hf) == _EXPERT.sub(".experts.N.", holder.hf)
+    if mine and theirs and same_place and region.part == holder.part:
+        return f"expert {mine.group(1)} holds expert {theirs.group(1)}'s bytes (`{holder.hf}`)"
     if region.mcore == holder.mcore and region.index == holder.index:
         part = holder.hf.rsplit(".", 2)[-2]
         group = f" {holder.part}" if holder.part.startswith("qkv") else ""

@@ -14,7 +14,7 @@ import os
 import stat
 import struct
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ascendfix.checkpoint import layout, pickles, proof, safetensors
 
@@ -186,18 +186,18 @@ def read_mcore(folder: Path) -> McSide:
     Raises FileNotFoundError when ``.metadata`` is absent (the caller's ``incomplete``)."""
     metadata = layout.read(folder)
     entries = metadata.entries
-    where = {}
-    for i, fqn in enumerate(entries.fqns):
-        if entries.offsets[i] is not None:
-            where[(fqn, entries.offsets[i])] = i
+    where: dict[tuple[str, tuple], int] = {}
+    for i, (fqn, offsets) in enumerate(zip(entries.fqns, entries.offsets, strict=True)):
+        if offsets is not None:
+            where[(fqn, offsets)] = i
     problems: list[Found] = []
     lost: set[str] = set()
     by_file: dict[str, list[tuple[int, str, tuple, tuple, str]]] = {}
     for tensor in metadata.tensors:
         for offsets, sizes in zip(tensor.offsets, tensor.sizes, strict=True):
-            i = where.get((tensor.name, offsets))
-            if i is not None:
-                by_file.setdefault(entries.paths[i], []).append((i, tensor.name, offsets, sizes, tensor.dtype))
+            at = where.get((tensor.name, offsets))
+            if at is not None:
+                by_file.setdefault(entries.paths[at], []).append((at, tensor.name, offsets, sizes, tensor.dtype))
     located: dict[tuple[str, tuple], Piece] = {}
     for path, items in sorted(by_file.items()):
         items.sort(key=lambda item: entries.starts[item[0]])
@@ -215,7 +215,7 @@ def read_mcore(folder: Path) -> McSide:
     return McSide(folder, tensors, list(metadata.blobs), problems, lost)
 
 
-def _records(folder: Path, path: str, items: list, entries, located: dict) -> list[Found]:
+def _records(folder: Path, path: str, items: list, entries: layout.Entries, located: dict) -> list[Found]:
     """Locate each chunk's raw bytes in the records of data file ``path`` (``items`` in file order)."""
     try:
         fd = os.open(folder / path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -241,7 +241,7 @@ def _records(folder: Path, path: str, items: list, entries, located: dict) -> li
         os.close(fd)
 
 
-def _data(reader, path: str, start: int, length: int, sizes: tuple, dtype: str) -> Piece:
+def _data(reader: proof._Reader, path: str, start: int, length: int, sizes: tuple, dtype: str) -> Piece:
     """The raw bytes of the one tensor a chunk's ``torch.save`` record holds."""
     entry = proof._Entry(reader, start, length)
     records, _ = proof._directory(entry)
@@ -251,11 +251,14 @@ def _data(reader, path: str, start: int, length: int, sizes: tuple, dtype: str) 
         raise proof._Wrong("corrupt", "no data.pkl of one tensor")
     ref = _tensor_ref(bytes(entry.read(_data_at(entry, pickle), pickle.size)))
     storage = ref.storage
+    assert storage is not None  # _tensor_ref refuses a tensor without one
+    size: Any = ref.size  # as pickled: torch writes tuples
+    stride: Any = ref.stride
     numel = math.prod(sizes)
     held = proof.STORAGE_DTYPES.get(storage.kind, "")
-    if ref.offset != 0 or tuple(ref.size) != tuple(sizes) or storage.numel != numel or (dtype and held != dtype):
-        raise proof._Wrong("corrupt", f"its data.pkl holds {storage.kind} {list(ref.size)}, not {dtype} {list(sizes)}")
-    if tuple(ref.stride) != _strides(sizes):
+    if ref.offset != 0 or tuple(size) != tuple(sizes) or storage.numel != numel or (dtype and held != dtype):
+        raise proof._Wrong("corrupt", f"its data.pkl holds {storage.kind} {list(size)}, not {dtype} {list(sizes)}")
+    if tuple(stride) != _strides(sizes):
         raise proof._Wrong("corrupt", "its tensor is not stored row-major")
     member = by_name.get(pickle.name[: -len("data.pkl")] + f"data/{storage.key}")
     if member is None or member.size != numel * storage.itemsize:
@@ -278,7 +281,7 @@ def _tensor_ref(data: bytes) -> pickles.TensorRef:
     return ref
 
 
-def _data_at(entry, record) -> int:
+def _data_at(entry: proof._Entry, record: proof._Record) -> int:
     """Where a zip record's data starts, inside the entry."""
     magic, *_, name_length, extra_length = _LOCAL.unpack(bytes(entry.read(record.header, _LOCAL.size)))
     if magic != b"PK\x03\x04":

@@ -24,6 +24,8 @@ import importlib.util
 import re
 import time
 from collections.abc import Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ascendfix.cluster import fanout
 from ascendfix.cluster import wait as raywait
@@ -46,6 +48,9 @@ from ascendfix.cluster.smoke.report import (
 from ascendfix.cluster.start import RESOURCE
 from ascendfix.errors import UsageError
 from ascendfix.profile.records import Profile
+
+if TYPE_CHECKING:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 DEVICE_BACKEND = {"npu": "hccl", "cuda": "nccl"}
 DEVICE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -74,7 +79,7 @@ class Budget:
         return min(part, most) if most is not None else part
 
 
-def _gather(ray, refs: Mapping, timeout: float) -> dict:
+def _gather(ray: ModuleType, refs: Mapping, timeout: float) -> dict:
     """``{key: result}`` for each ref within ``timeout``; an ``{"error"}`` for those that failed or did not answer."""
     by_ref = {ref: key for key, ref in refs.items()}
     ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=timeout) if by_ref else ([], [])
@@ -126,16 +131,24 @@ def smoke(
 class _Job:
     """One smoke run on the driver: the cluster's nodes, the bound, and the phases."""
 
-    def __init__(self, ray, profile: Profile, device: str, budget: Budget, nbytes: int) -> None:
+    def __init__(self, ray: ModuleType, profile: Profile, device: str, budget: Budget, nbytes: int) -> None:
         self.ray, self.profile, self.device, self.budget, self.nbytes = ray, profile, device, budget, nbytes
         self.unit = RESOURCE[device]
 
-    def on(self, node_id: str):
+    def on(self, node_id: str) -> NodeAffinitySchedulingStrategy:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         return NodeAffinitySchedulingStrategy(node_id, soft=False)
 
-    def run(self, address, nodes_wanted, per_node, backend, place, min_busbw) -> SmokeReport:
+    def run(
+        self,
+        address: str | None,
+        nodes_wanted: int,
+        per_node: int | None,
+        backend: str,
+        place: int | None,
+        min_busbw: float | None,
+    ) -> SmokeReport:
         ray = self.ray
         alive = sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: (n["NodeManagerAddress"], n["NodeID"]))
         report = self.report = SmokeReport(address or "auto")
@@ -294,7 +307,7 @@ class _Job:
     def _links(self, backend: str, pool: dict, env: dict[str, str], bound: float) -> None:
         """The pairwise link phase over ``backend``: a message larger than the smallest MTU, each way."""
 
-        def make(nid: str):
+        def make(nid: str) -> Any:  # the Rank actor's handle
             return self._ranks([(nid, 0)], env)[0][1]
 
         nbytes = max(self.nbytes, 4 * self.mtu)
@@ -387,7 +400,7 @@ def _compare_speed(speed: Mapping[str, Mapping[str, int]], by_id: Mapping[str, N
     return usual
 
 
-def _free_resources(ray) -> dict[str, dict[str, float]]:
+def _free_resources(ray: ModuleType) -> dict[str, dict[str, float]]:
     """What is free on each node now ({} when this Ray cannot say)."""
     try:
         from ray._private.state import available_resources_per_node
@@ -415,7 +428,9 @@ _BEFORE_JOIN = ("starting", "import ", "set_device")  # a rank's steps before it
 _CONSEQUENCE = re.compile(r"time[ds]? ?out|connection (was likely )?closed|closed by peer|reset by peer", re.I)
 
 
-def _collective(ray, ranks: list, backend: str, ops: list, bound: float, by_id: dict) -> tuple[list, set[int]]:
+def _collective(
+    ray: ModuleType, ranks: list, backend: str, ops: list, bound: float, by_id: dict
+) -> tuple[list, set[int]]:
     """Run ``ops`` [(op, bytes)] over ``ranks`` [(node id, actor)] within ``bound`` seconds; each failing rank
     becomes a failed check on its node, one still importing when the others gave up an untried one (a warning).
     The collectives, and the ranks that hang (not those still importing)."""
@@ -514,6 +529,7 @@ def job_problems(
     address = raywait.reachable_address(environ)
     if address is None:
         return ["--smoke: no Ray cluster is reachable (set RAY_ADDRESS, or start one with ascendfix ray start)"]
+    per_node: int | None
     try:
         nodes, per_node = raywait.job_size(overrides, "the job")
         place: int | None = per_node

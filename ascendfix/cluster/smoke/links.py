@@ -20,6 +20,8 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
 
 from ascendfix.cluster.smoke.report import FAIL, OK, WARN, Check, Node
 
@@ -156,9 +158,9 @@ class Clock:
 
 
 def run_pairs(
-    ray,
-    pool: dict[str, object],
-    make: Callable[[str], object],
+    ray: ModuleType,
+    pool: dict[str, Any],  # node id -> its Rank actor's handle
+    make: Callable[[str], Any],
     by_id: Mapping[str, Node],
     backend: str,
     nbytes: int,

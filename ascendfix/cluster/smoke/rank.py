@@ -15,6 +15,12 @@ import os
 import re
 import socket
 import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from datetime import timedelta
 
 ITERATIONS = 5
 NOSET = ("RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES")
@@ -38,7 +44,7 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [""])[0][:300]
 
 
-def _forget_failed_join(dist) -> None:
+def _forget_failed_join(dist: ModuleType) -> None:
     """After a failed ``init_process_group``: back to a clean slate, so the actor's next group meets its peers.
 
     torch names the default group's store keys by a counter it resets only in ``destroy_process_group``,
@@ -91,17 +97,17 @@ class Rank:
             code = hccl_error_line(str(e))
             return {"error": error + (f" [{code}]" if code and code not in error else "")}
 
-    def _setup(self, backend: str):
+    def _setup(self, backend: str) -> tuple[ModuleType, str]:
         self.phase = "import torch"
         import torch
 
         device = "cpu"
         if backend == "hccl":
             self.phase = "import torch_npu"
-            import torch_npu  # noqa: F401 - registers the npu device and hccl
+            import torch_npu  # registers the npu device (torch.npu is its torch_npu.npu) and hccl
 
             index = device_index(os.environ)
-            torch.npu.set_device(index)
+            torch_npu.npu.set_device(index)
             device = f"npu:{index}"
         elif backend == "nccl":
             self.phase = "set_device(cuda)"
@@ -112,7 +118,7 @@ class Rank:
             device = f"cuda:{index}"
         return torch, device
 
-    def _join(self, spec: dict):
+    def _join(self, spec: dict) -> tuple[ModuleType, timedelta]:
         from datetime import timedelta
 
         import torch.distributed as dist
@@ -152,7 +158,7 @@ class Rank:
         finally:
             dist.destroy_process_group()
 
-    def _op(self, torch, dist, op: str, nbytes: int, spec: dict, device: str) -> dict:
+    def _op(self, torch: ModuleType, dist: ModuleType, op: str, nbytes: int, spec: dict, device: str) -> dict:
         rank, world = spec["rank"], spec["world"]
         self.phase = f"{op} {nbytes} bytes"
         f32 = {"dtype": torch.float32, "device": device}
@@ -164,7 +170,8 @@ class Rank:
             dist.all_reduce(probe)
             good = bool(torch.all(probe == world * (world + 1) / 2).item())
             buffer = torch.zeros(count, **f32)
-            args, call = (buffer,), dist.all_reduce
+            args: tuple = (buffer,)
+            call = dist.all_reduce
         elif op == "all_gather":
             mine, out = torch.full((chunk,), float(rank), **f32), torch.empty(count, **f32)
             call = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
@@ -187,7 +194,7 @@ class Rank:
         seconds = self._time(torch, device, lambda: call(*args))
         return {"op": op, "bytes": count * 4, "ok": good, "seconds": seconds}
 
-    def _time(self, torch, device: str, once, best: bool = False) -> float:
+    def _time(self, torch: ModuleType, device: str, once: Callable[[], object], best: bool = False) -> float:
         """Seconds per call of ``once``: the mean over the iterations, or the fastest one (``best``)."""
 
         def sync() -> None:
@@ -224,7 +231,7 @@ class Rank:
             small = torch.full((16,), 1.0, dtype=torch.float32, device=device)
             big = torch.full((max(spec["bytes"] // 4, 1),), float(spec["rank"]), dtype=torch.float32, device=device)
 
-            def exchange(buffer) -> None:
+            def exchange(buffer: Any) -> None:  # a torch.Tensor
                 if spec["rank"] == 0:
                     dist.send(buffer, peer)
                     dist.recv(buffer, peer)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 from ascendfix.cluster import fanout
 from ascendfix.cluster import wait as raywait
@@ -37,7 +38,7 @@ class Outcome:
 class Cluster:
     """The reads a poll makes of a connected Ray cluster."""
 
-    def __init__(self, ray) -> None:
+    def __init__(self, ray: ModuleType) -> None:
         from ray._private.state import state
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -55,7 +56,7 @@ class Cluster:
         table = accessor.get_job_table(skip_submission_job_info_field=True, skip_is_running_tasks_field=True)
         jobs = []
         for blob in table:
-            entry = gcs_pb2.JobTableData.FromString(blob)
+            entry = gcs_pb2.JobTableData.FromString(blob)  # type: ignore[attr-defined]  # protobuf makes it at import
             if entry.job_id.hex() == self.own_job or entry.config.ray_namespace == NAMESPACE:
                 continue
             jobs.append(
@@ -116,7 +117,7 @@ def follow(address: str | None, emit: Callable[[dict], None], poll_s: float = ru
         ray.shutdown()
 
 
-def _loop(cluster: Cluster, address: str, emit, poll_s: float) -> Outcome:
+def _loop(cluster: Cluster, address: str, emit: Callable[[dict], None], poll_s: float) -> Outcome:
     detector = rules.Detector(poll_s)
     outcome, alive = Outcome(), {}
     emit({"event": "started", "address": address, "poll_s": poll_s, "time": rules.iso(time.time())})

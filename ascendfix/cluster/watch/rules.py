@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
@@ -55,9 +56,9 @@ def group_of(actor: str, cls: str) -> str:
     return re.sub(r"_\d+:\d+$", "", actor) if actor else cls
 
 
-def in_collective(stack: tuple[str, ...]) -> bool:
+def in_collective(stack: tuple[str, ...] | None) -> bool:
     """Whether a frame is a collective (or a wait on one) in a ``distributed`` module (torch's, torch_npu's)."""
-    for frame in stack:
+    for frame in stack or ():
         name, _, where = frame.partition(" ")
         if name.rsplit(".", 1)[-1] in COLLECTIVES and "distributed" in where:
             return True
@@ -181,7 +182,11 @@ class Detector:
         return set(self._wants_npu)
 
     def observe(
-        self, now: float, samples: dict[int, tuple[Rank, Sample]], clk_tck: int = 100, unknown: set[int] = frozenset()
+        self,
+        now: float,
+        samples: dict[int, tuple[Rank, Sample]],
+        clk_tck: int = 100,
+        unknown: AbstractSet[int] = frozenset(),
     ) -> list[dict]:
         """Take one poll's samples (``unknown``: alive ranks whose node did not answer this time); return the
         events (``budget``, ``stall``) they give rise to."""
@@ -205,7 +210,9 @@ class Detector:
         self.last_poll = now
         return events
 
-    def _update_ranks(self, now: float, samples: dict[int, tuple[Rank, Sample]], clk_tck: int, unknown) -> None:
+    def _update_ranks(
+        self, now: float, samples: dict[int, tuple[Rank, Sample]], clk_tck: int, unknown: AbstractSet[int]
+    ) -> None:
         for pid in unknown:
             if pid in self.seen:  # no evidence either way: not quiet
                 self.seen[pid].busy, self.seen[pid].dumped = True, None
@@ -226,10 +233,14 @@ class Detector:
                 used = sample.ticks - same.sample.ticks
                 busy = used >= max(2.0, BUSY_SHARE * (now - same.at) * clk_tck) or sample.npu_busy
             dumped = now if sample.stack is not None or sample.stack_error else None
-            if dumped is None and before is not None and before.dumped is not None:
-                if method_of(sample.title) == method_of(before.sample.title):  # the last dump stands
-                    sample = replace(sample, stack=before.sample.stack, stack_error=before.sample.stack_error)
-                    dumped = before.dumped
+            if (
+                dumped is None
+                and before is not None
+                and before.dumped is not None
+                and method_of(sample.title) == method_of(before.sample.title)
+            ):  # the last dump stands
+                sample = replace(sample, stack=before.sample.stack, stack_error=before.sample.stack_error)
+                dumped = before.dumped
             npu = sample.npu if sample.npu is not None else same.npu if same is not None else None
             self.seen[pid] = _Seen(rank, sample, now, busy, dumped, npu=npu)
 
@@ -281,7 +292,7 @@ class Detector:
         call.named = True
         return self._stall(key, call, ranks, members)
 
-    def _stall(self, key, call: _Call, ranks: list[_Seen], members: list[_Seen]) -> dict:
+    def _stall(self, key: tuple[str, str, str], call: _Call, ranks: list[_Seen], members: list[_Seen]) -> dict:
         culprits = [s for s in ranks if s.sample.state in STOPPED]
         rest = [s for s in ranks if s not in culprits]
         known = [s for s in rest if s.sample.stack]

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -222,9 +222,9 @@ class Tally:
             self.roots = sorted([*self.roots, burst], key=lambda b: _key(b, zero))[:_ROOTS]
         elif (tier, node) not in self.by_node or _key(burst, zero) < _key(self.by_node[tier, node], zero):
             self.by_node[tier, node] = burst
-        if burst.rank is not None and burst.points_to is None and tier == OWN:
-            if burst.rank not in self.by_rank or _own_key(burst) < _own_key(self.by_rank[burst.rank]):
-                self.by_rank[burst.rank] = burst
+        rank = burst.rank if burst.points_to is None and tier == OWN else None
+        if rank is not None and (rank not in self.by_rank or _own_key(burst) < _own_key(self.by_rank[rank])):
+            self.by_rank[rank] = burst
         if burst.rank is not None and burst.pids and burst.rank not in self.entries and len(self.entries) < _PIDS:
             self.entries[burst.rank] = burst
         lost_peer = tier == CONSEQUENCE and burst.best.role == "consequence"
@@ -295,7 +295,7 @@ class Tally:
             first = target
         return first.named(offset(first)), first.size
 
-    def _root(self, offset) -> tuple[Finding, int]:
+    def _root(self, offset: Callable[[Burst], timedelta]) -> tuple[Finding, int]:
         """The launcher's first observed failure, named by its rank's own burst when there is one."""
         roots = sorted(self.roots, key=lambda b: (b.best.role == "consequence", _key(b, offset(b))))
         root = roots[0]
@@ -324,7 +324,9 @@ class Tally:
             root.size + own.size,
         )
 
-    def _raised_instead(self, rank: int | None, root: Finding, offset) -> tuple[Finding, int] | None:
+    def _raised_instead(
+        self, rank: int | None, root: Finding, offset: Callable[[Burst], timedelta]
+    ) -> tuple[Finding, int] | None:
         """When the launcher's first observed failure is a rank whose own lines only lost a peer (it exited
         before the rank that tore its group down and then raised), the rank that raised on its own: its burst,
         with its launcher entry's pid, node and time. The root passed over is said in :attr:`discounted`."""
@@ -351,7 +353,7 @@ class Tally:
             own.size,
         )
 
-    def _passed_over(self, consequence: Burst | None, first: Burst, offset) -> None:
+    def _passed_over(self, consequence: Burst | None, first: Burst, offset: Callable[[Burst], timedelta]) -> None:
         """Say so when an earlier consequence was passed over for ``first``."""
         if consequence is None or _key(consequence, offset(consequence)) > _key(first, offset(first)):
             return

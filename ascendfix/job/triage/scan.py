@@ -16,6 +16,7 @@ import re
 import stat
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 from ascendfix.job.triage.lines import ANSI, DATED, MAX_MESSAGE, Clock, Discount, Finding, clean, first_stamp, parse
@@ -184,10 +185,11 @@ class FileScan:
             above = finding.fingerprint.above
             if above is not None:
                 finding, time = _with_above(finding, above, block[max(0, start - ABOVE) : start], clock, time)
-            if finding.fingerprint.below is not None:
-                finding = _with_below(finding, block, end)
-            if finding.fingerprint.where is not None:
-                finding = _where(finding, block, cut)
+            below, where = finding.fingerprint.below, finding.fingerprint.where
+            if below is not None:
+                finding = _with_below(finding, below, block, end)
+            if where is not None:
+                finding = _where(finding, where, block, cut)
             line = lines.at(base + start, block, base)
             yield finding.placed(line, time)
         if self.undated:  # a block without a finding: the one before it ends in the year to carry
@@ -241,7 +243,9 @@ def _dated_year(block: bytes, lo: int, hi: int, clock: Clock) -> None:
         clock.time(last)
 
 
-def _with_above(finding: Finding, above: re.Pattern[str], text: bytes, clock: Clock, time):
+def _with_above(
+    finding: Finding, above: re.Pattern[str], text: bytes, clock: Clock, time: datetime | None
+) -> tuple[Finding, datetime | None]:
     """A finding completed from the lines above it (torchrun's block: time, host and rank above the exitcode)."""
     matches = list(above.finditer(text.decode("utf-8", "replace")))
     if not matches:
@@ -255,13 +259,13 @@ def _with_above(finding: Finding, above: re.Pattern[str], text: bytes, clock: Cl
     return replace(finding, node=groups.get("node") or finding.node, rank=rank, role=role), time
 
 
-def _where(finding: Finding, block: bytes, start: int) -> Finding:
+def _where(finding: Finding, where: re.Pattern[str], block: bytes, start: int) -> Finding:
     """A finding placed where its message says it happened (the node and pid its ``where`` groups name, the
     first of each, in the line and the entry below it), over a relaying process's prefix."""
     stop = _ENTRY_END.search(block, start, start + BELOW)
     text = ANSI.sub(b"", block[start : stop.start() if stop else start + BELOW]).decode("utf-8", "replace")
     node = pid = None
-    for m in finding.fingerprint.where.finditer(text):
+    for m in where.finditer(text):
         node = node or m.groupdict().get("node")
         pid = pid or m.groupdict().get("pid")
     if node is not None:
@@ -274,12 +278,12 @@ def _where(finding: Finding, block: bytes, start: int) -> Finding:
     return replace(finding, node=node) if node is not None else finding
 
 
-def _with_below(finding: Finding, block: bytes, end: int) -> Finding:
+def _with_below(finding: Finding, below: re.Pattern[str], block: bytes, end: int) -> Finding:
     """A finding completed from the entry below it: torchrun's report (the rank's error_file traceback names the
     exception), faulthandler's stack (its innermost frame)."""
     stop = _ENTRY_END.search(block, end + 1, end + 1 + BELOW)
     text = ANSI.sub(b"", block[end + 1 : stop.start() if stop else end + 1 + BELOW]).decode("utf-8", "replace")
-    matches = list(finding.fingerprint.below.finditer(text))
+    matches = list(below.finditer(text))
     if not matches:
         return finding
     g = matches[-1].groupdict()  # the last exception of a chained traceback is the one that ended the rank
