@@ -13,9 +13,27 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-BLOCK = 16 << 20
+from ascendfix.checkpoint import bounded
+
+BLOCK = 1 << 20  # 16 MiB blocks ran 1.5x slower: two buffers that fit the CPU's caches are compared there
+READERS = min(4, os.cpu_count() or 1)  # threads that read and compare at once
+
+
+def shares(items: list, size: Callable[[Any], int], count: int) -> list[list]:
+    """``items`` cut, in their order, into at most ``count`` runs of about equal total ``size``."""
+    total = sum(map(size, items))
+    found: list[list] = []
+    done = 0
+    for item in items:
+        if not found or (done >= total * len(found) / count and len(found) < count):
+            found.append([])
+        found[-1].append(item)
+        done += size(item)
+    return found
 
 
 class Files:
@@ -57,6 +75,7 @@ class Window:
         return self.view[base : base + min(length, self.at + self.filled - start)]
 
     def _read(self, fd: int, start: int, count: int) -> int:
+        bounded.progress()  # reading on: a bounded child's step has its time again
         got = 0
         while got < count:
             n = os.preadv(fd, [self.view[got:count]], start + got)

@@ -16,7 +16,7 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
-from ascendfix.checkpoint import layout, pickles, proof, safetensors
+from ascendfix.checkpoint import bounded, layout, pickles, proof, safetensors
 
 DTYPES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
@@ -108,6 +108,7 @@ def read_hf(folder: Path) -> HFSide:
     held: dict[str, list[tuple[str, HFTensor]]] = {}
     lost: set[str] = set()
     for name in names:
+        bounded.step(name)
         found, header, size = safetensors._file(folder / name, name)
         base = 8 + _header_length(folder / name) if header else 0
         cut = []
@@ -181,10 +182,9 @@ def _index(folder: Path) -> dict[str, str] | None:
     return weights
 
 
-def read_mcore(folder: Path) -> McSide:
-    """Every tensor of the DCP checkpoint in ``folder``, each chunk's raw bytes located in its record.
-    Raises FileNotFoundError when ``.metadata`` is absent (the caller's ``incomplete``)."""
-    metadata = layout.read(folder)
+def read_mcore(folder: Path, metadata: layout.Layout) -> McSide:
+    """Every tensor of the DCP checkpoint in ``folder`` (``metadata``: its ``.metadata``, as ``ckpt check`` read
+    it), each chunk's raw bytes located in its record."""
     entries = metadata.entries
     where = {}
     for i, fqn in enumerate(entries.fqns):
@@ -217,6 +217,7 @@ def read_mcore(folder: Path) -> McSide:
 
 def _records(folder: Path, path: str, items: list, entries, located: dict) -> list[Found]:
     """Locate each chunk's raw bytes in the records of data file ``path`` (``items`` in file order)."""
+    bounded.step(path)
     try:
         fd = os.open(folder / path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as e:
