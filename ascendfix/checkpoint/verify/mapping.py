@@ -11,7 +11,6 @@ that index selects (see the TOML files' header). :func:`regions` turns one HF te
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 import os
 import re
@@ -21,6 +20,7 @@ from typing import NamedTuple
 
 from ascendfix import resources
 from ascendfix.errors import UsageError
+from ascendfix.jsonable import loads
 
 try:
     import tomllib  # novermin (guarded: Python 3.10 reads tomli, the same parser)
@@ -114,7 +114,7 @@ def read_config(path: Path) -> Model:
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 raise UsageError(f"{path}: not a plain file")
-            config = json.loads(f.read(_MAX_CONFIG))
+            config = loads(f.read(_MAX_CONFIG))
     except (OSError, ValueError) as e:
         raise UsageError(f"{path}: cannot read the model's config ({str(e)[:80]})") from None
     if not isinstance(config, dict):
