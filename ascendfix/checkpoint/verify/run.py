@@ -294,8 +294,10 @@ class _Verify:
             if lo >= hi:
                 continue
             if any(o[j] != 0 or s[j] != mc.shape[j] for j in range(k + 1, len(mc.shape))):
-                raise UsageError(f"{region.mcore}: a chunk splits its rows ({list(o)}, {list(s)}): not a layout verl's "
-                                 "converter writes (tensor parallel 1)")  # fmt: skip
+                detail = f"a chunk holds part of each row (offsets {list(o)}, sizes {list(s)})"
+                raise UsageError(f"{chunk.bytes.file}: {region.mcore}: {detail}: saved at tensor parallel > 1, which "
+                                 "ckpt verify refuses (it proves the tensor parallel 1 layouts verl's converter and "
+                                 "merger use)")  # fmt: skip
             local = [region.index[j] - o[j] for j in range(k)] + [lo - o[k]]
             flat = sum(a * b for a, b in zip(local, _strides(s)[: k + 1], strict=True))
             length = (hi - lo) * row_bytes
