@@ -296,8 +296,8 @@ class _Verify:
             if any(o[j] != 0 or s[j] != mc.shape[j] for j in range(k + 1, len(mc.shape))):
                 detail = f"a chunk holds part of each row (offsets {list(o)}, sizes {list(s)})"
                 raise UsageError(f"{chunk.bytes.file}: {region.mcore}: {detail}: saved at tensor parallel > 1, which "
-                                 "ckpt verify refuses (it proves the tensor parallel 1 layouts verl's converter and "
-                                 "merger use)")  # fmt: skip
+                                 "ckpt verify refuses (it proves saves at tensor parallel 1, as verl's converter "
+                                 "writes them)")  # fmt: skip
             local = [region.index[j] - o[j] for j in range(k)] + [lo - o[k]]
             flat = sum(a * b for a, b in zip(local, _strides(s)[: k + 1], strict=True))
             length = (hi - lo) * row_bytes
