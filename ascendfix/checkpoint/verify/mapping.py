@@ -11,6 +11,7 @@ that index selects (see the TOML files' header). :func:`regions` turns one HF te
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 import os
 import re
@@ -82,8 +83,10 @@ class Region(NamedTuple):
     part: str
 
 
+@functools.cache
 def load(architecture: str) -> Mapping:
-    """The mapping for ``architecture``; UsageError naming it when none is bundled (never guessed)."""
+    """The mapping for ``architecture``, parsed once per process (a child forked after inherits it); UsageError
+    naming it when none is bundled (never guessed)."""
     name = FILES.get(architecture)
     if name is None:
         known = ", ".join(sorted(FILES))

@@ -106,7 +106,7 @@ def verify(source: Path, converted: Path) -> VerifyReport:
         if direction == CONVERTER:
             detail += " (verl's converter skips a folder that is not empty)"
         return base._replace(problems=[Found("incomplete", str(mc_folder), "", "", "", detail)])
-    args = [str(source), str(converted), direction, str(hf_folder), str(mc_given), str(config)]
+    args = [str(source), str(converted), direction, str(hf_folder), str(mc_given), list(model)]
     try:
         return VerifyReport.from_json(bounded.run(_verify_json, args, MEMORY, layout.METADATA))
     except bounded.Died as e:
@@ -115,10 +115,10 @@ def verify(source: Path, converted: Path) -> VerifyReport:
         raise (UsageError if e.exit_code == 2 else AscendfixError)(str(e)) from None
 
 
-def _verify_json(source: str, converted: str, direction: str, hf: str, mc_given: str, config: str) -> dict:
+def _verify_json(source: str, converted: str, direction: str, hf: str, mc_given: str, fields: list) -> dict:
     """Inside the bounded child: ``ckpt check`` of the Megatron side (its ``.metadata`` read once, here), then
-    the bijection; the report's JSON."""
-    model = mapping.read_config(Path(config))
+    the bijection; the report's JSON (``fields``: the :class:`mapping.Model`'s)."""
+    model = mapping.Model(*fields)
     base = VerifyReport(source, converted, direction, model.architecture, 0, 0, [], [])
     located = verl.locate(Path(mc_given))
     report, metadata = check.checked(located.folder, verl.config_model(located))

@@ -241,11 +241,11 @@ def _records(folder: Path, path: str, items: list, entries, located: dict) -> li
         os.close(fd)
 
 
-class _Ends:
+class _Ends(proof._Entry):
     """A record's first and last :data:`_ENDS` bytes, each read once (its local headers, its ``data.pkl``, its
     central directory and end record lie there); any other read goes to the file. Positions are the record's."""
 
-    def __init__(self, fd: int, start: int, length: int):
+    def __init__(self, fd: int, start: int, length: int):  # no reader: the two ends are its window
         self.fd, self.start, self.length = fd, start, length
         n = min(length, _ENDS)
         self.head = os.pread(fd, n, start)
