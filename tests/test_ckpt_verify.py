@@ -274,7 +274,7 @@ def test_the_mergers_direction_names_permuted_experts_too(built, ascendfix_cli, 
     "pickle",
     [
         b"\x80\x04}(" + b")" + b"\x85" * 1_000_000 + b"K\x01u.",  # a key nested a million tuples deep: the C stack
-        b"\x80\x04N" + b"r" + (2**29).to_bytes(4, "little") + b".",  # one put at 2**29: a 4 GiB memo
+        b"\x80\x04N" + b"r" + (2**29).to_bytes(4, "little") + b".",  # one put at 2**29: an 8 GiB memo (2**30 slots)
     ],
     ids=["nested-deep", "memo-bomb"],
 )

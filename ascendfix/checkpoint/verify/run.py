@@ -26,7 +26,6 @@ from ascendfix.errors import AscendfixError, UsageError
 
 CONVERTER, MERGER = "hf-to-mcore", "mcore-to-hf"
 MEGATRON_METADATA = "metadata.json"
-MEMORY = 1 << 30  # the child's memory, whatever the model: the issue's bound (a 235B .metadata takes 120 MB)
 _DIAGNOSED = 16  # mismatched regions whose bytes are looked for elsewhere
 _CANDIDATES = 64  # source regions tried for each
 _EXPERT_KEYS = re.compile(r"\.experts\.(gate_proj|up_proj|down_proj)\.weight\d+\Z")
@@ -77,8 +76,9 @@ def verify(source: Path, converted: Path) -> VerifyReport:
 
     The folders, the direction, the config and the mapping are settled here; everything that reads the
     checkpoints' files (``ckpt check``, the headers, the records, the bytes) runs in one bounded child
-    (:mod:`ascendfix.checkpoint.bounded`: :data:`MEMORY`, a time limit per step): a file that takes more is
-    its ``unreadable`` problem, in one line."""
+    (:mod:`ascendfix.checkpoint.bounded`, with ``ckpt check``'s limits: address space, where its threads'
+    stacks and malloc arenas count too, and time per step): a file that takes more is its ``unreadable``
+    problem, in one line."""
     for given, what in ((source, "SOURCE"), (converted, "CONVERTED")):
         if not given.is_dir():
             raise UsageError(f"{given}: not a folder ({what}: a Hugging Face folder or a Megatron checkpoint)")
@@ -108,7 +108,7 @@ def verify(source: Path, converted: Path) -> VerifyReport:
         return base._replace(problems=[Found("incomplete", str(mc_folder), "", "", "", detail)])
     args = [str(source), str(converted), direction, str(hf_folder), str(mc_given), list(model)]
     try:
-        return VerifyReport.from_json(bounded.run(_verify_json, args, MEMORY, layout.METADATA))
+        return VerifyReport.from_json(bounded.run(_verify_json, args, bounded.MEMORY, layout.METADATA))
     except bounded.Died as e:
         return base._replace(problems=[Found("unreadable", e.subject, "", "", "", e.detail)])
     except bounded.Failed as e:
