@@ -5,9 +5,13 @@ converted by verl's own converter and megatron-core 0.12.1's own save, on CPU): 
 layers, 32 experts, hidden 1024 (about 2 x 1 GB); ``--small`` builds a tenth of that. Both sides
 are read once before timing (page cache warm, as ``cat`` then ``verify`` would find them), then,
 interleaved: ``cat SOURCE/* CONVERTED/* > /dev/null`` and ``ascendfix ckpt verify SOURCE CONVERTED``
-(start-up included), with the peak RSS of the verify process and its children.
+(start-up included), with the peak RSS of the verify process and its children, and ``python -c pass``
+(the interpreter's start-up, which ``cat`` does not pay).
 
-Targets: verify <= 1.3 x cat, peak RSS <= 1 GiB.
+Targets: verify <= 1.3 x cat, peak RSS <= 1 GiB. Then the buffer both ``ckpt verify`` and ``ckpt check
+--bytes`` read into, measured alone: every file of the pair read with ``preadv`` into a reused
+``bytearray`` and into a reused anonymous ``mmap``, at 1 MiB and at 16 MiB, median of ``--repeat``.
+Last, the projection to Qwen3-235B-A22B (438 GB a side) at the measured rate.
 
     python benchmarks/ckpt_verify.py [--repeat 5] [--small] [--keep DIR]
 """
@@ -15,12 +19,14 @@ Targets: verify <= 1.3 x cat, peak RSS <= 1 GiB.
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,6 +79,25 @@ def timed(argv: list[str], env: dict | None = None) -> tuple[float, int]:
     return float(seconds), int(rss)
 
 
+def buffered(names: list[str], kind: str, block: int) -> float:
+    """Seconds to read every file of ``names`` with ``preadv`` into one reused buffer of ``kind``."""
+    buffer = memoryview(bytearray(block) if kind == "bytearray" else mmap.mmap(-1, block))
+    start = time.perf_counter()
+    for name in names:
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            at = 0
+            while n := os.preadv(fd, [buffer], at):
+                at += n
+        finally:
+            os.close(fd)
+    return time.perf_counter() - start
+
+
+def _runs(seconds: list[float]) -> str:
+    return ", ".join(f"{s:.2f}" for s in seconds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
@@ -86,17 +111,29 @@ def main() -> None:
     subprocess.run(["cat", *names], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     verify = [sys.executable, "-m", "ascendfix", "ckpt", "verify", str(hf), str(mcore)]
-    cats, verifies, peak = [], [], 0
+    cats, verifies, starts, peak = [], [], [], 0
     for _ in range(args.repeat):
         cats.append(timed(["cat", *names])[0])
         seconds, rss = timed(verify, env=env)
         verifies.append(seconds)
         peak = max(peak, rss)
-    cat, ours = statistics.median(cats), statistics.median(verifies)
-    print(f"pair: {total / 1e9:.2f} GB in {len(names)} files ({root})")
-    print(f"cat            {cat:7.2f} s  {total / cat / 1e9:5.2f} GB/s")
-    print(f"ckpt verify    {ours:7.2f} s  {total / ours / 1e9:5.2f} GB/s   {ours / cat:.2f} x cat (target <= 1.3)")
+        starts.append(timed([sys.executable, "-c", "pass"])[0])
+    cat, ours, start = statistics.median(cats), statistics.median(verifies), statistics.median(starts)
+    print(f"pair: {total / 1e9:.2f} GB in {len(names)} files ({root}), load average {os.getloadavg()[0]:.1f}")
+    print(f"cat            {cat:7.2f} s  {total / cat / 1e9:5.2f} GB/s   (runs: {_runs(cats)})")
+    print(f"ckpt verify    {ours:7.2f} s  {total / ours / 1e9:5.2f} GB/s   {ours / cat:.2f} x cat (target <= 1.3)"
+          f"   (runs: {_runs(verifies)})")  # fmt: skip
     print(f"peak RSS       {peak / 2**20:7.0f} MiB (target <= 1024; the largest of the verify processes)")
+    print(f"python -c pass {start:7.2f} s (the interpreter's start-up alone, in ckpt verify's time)")
+    print("\nthe read buffer alone (preadv of every file of the pair, reused buffer):")
+    for block in (1 << 20, 16 << 20):
+        for kind in ("bytearray", "mmap"):
+            seconds = statistics.median(buffered(names, kind, block) for _ in range(args.repeat))
+            print(f"  {kind:9} {block >> 20:2} MiB  {seconds:6.2f} s  {total / seconds / 1e9:5.2f} GB/s")
+    side, rate = 438e9, total / ours  # the whole command's rate: its fixed start-up counted as if per byte
+    print(f"\nQwen3-235B-A22B, {side / 1e9:.0f} GB a side ({2 * side / 1e9:.0f} GB read), one node, at these "
+          f"rates: ckpt verify at most {2 * side / rate / 60:.0f} min, cat {2 * side / (total / cat) / 60:.0f} min "
+          "(a disk slower than these rates bounds both)")  # fmt: skip
     if args.keep is None:
         shutil.rmtree(root)
 

@@ -246,6 +246,10 @@ def test_bad_input_is_one_line_and_exit_2(built, ascendfix_cli, tmp_path):
     disagrees = ascendfix_cli("ckpt", "verify", other, built["moe-mcore"])
     assert disagrees.returncode == 2 and "the config is not this model's" in disagrees.stderr
     assert len(disagrees.stderr.strip().splitlines()) == 1
+    (other / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    nested = ascendfix_cli("ckpt", "verify", other, built["moe-mcore"])
+    assert nested.returncode == 2 and "nested more than 64 deep" in nested.stderr
+    assert len(nested.stderr.strip().splitlines()) == 1
     shutil.rmtree(other)
 
 
@@ -264,3 +268,28 @@ def test_the_mergers_direction_names_permuted_experts_too(built, ascendfix_cli, 
     assert set(found) == {five, six}
     assert "expert 5 holds expert 6's bytes" in found[five]["detail"] and found[five]["file"] == shard.name
     assert found[five]["source_tensor"] == FC2
+
+
+@pytest.mark.parametrize(
+    "pickle",
+    [
+        b"\x80\x04}(" + b")" + b"\x85" * 1_000_000 + b"K\x01u.",  # a key nested a million tuples deep: the C stack
+        b"\x80\x04N" + b"r" + (2**29).to_bytes(4, "little") + b".",  # one put at 2**29: an 8 GiB memo (2**30 slots)
+    ],
+    ids=["nested-deep", "memo-bomb"],
+)
+def test_a_hostile_metadata_is_stopped_by_the_childs_bound_in_one_line(built, ascendfix_cli, tmp_path, pickle):
+    """Every reader of the checkpoints runs in one bounded child: a ``.metadata`` that would overflow the
+    unpickler's stack or take its memory ends that child, and is named, never a crash or a hang."""
+    converted = conversion.copy(built["moe-mcore"], tmp_path / "mcore")
+    written = (converted / ".metadata").stat()
+    (converted / ".metadata").write_bytes(pickle)
+    os.utime(converted / ".metadata", ns=(written.st_atime_ns, written.st_mtime_ns))  # no newer than the save's files
+    result = ascendfix_cli("ckpt", "verify", built["moe"], converted, "--json", timeout=300)
+    assert result.returncode == 1 and not result.stderr, result.stderr[-2000:]
+    (problem,) = json.loads(result.stdout)["problems"]
+    assert (problem["kind"], problem["file"]) == ("unreadable", ".metadata")
+    assert "\n" not in problem["detail"] and problem["detail"]
+    human = ascendfix_cli("ckpt", "verify", built["moe"], converted, timeout=300)
+    assert human.returncode == 1 and "Traceback" not in human.stdout + human.stderr
+    assert ".metadata" in human.stdout

@@ -57,6 +57,11 @@ class Failed(AscendfixError):
         self.exit_code = exit_code
 
 
+def inside() -> bool:
+    """Whether this process is a bounded child (its memory and each step's time are limited)."""
+    return _channel is not None
+
+
 def note(subject: str) -> None:
     """Inside the child: the pickle now read (``subject``: its file), with :data:`STEP_SECONDS` to load."""
     _say(b"P", subject)

@@ -55,12 +55,20 @@ def check(
 
 
 def _check_json(folder: str, shape: list | None, quick: bool, prove: bool, share: list | None) -> dict:
-    """Inside the bounded child: :func:`_check` of :func:`check`'s arguments as JSON values, its report's JSON."""
+    """Inside the bounded child: :func:`checked` of :func:`check`'s arguments as JSON values, its report's JSON."""
     model = None if shape is None else ModelShape(shape[0], shape[1], frozenset(shape[2]))
-    return _check(Path(folder), model, quick, prove, None if share is None else frozenset(share)).to_json()
+    return checked(Path(folder), model, quick, prove, None if share is None else frozenset(share))[0].to_json()
 
 
-def _check(folder: Path, model: ModelShape | None, quick: bool, prove: bool, share: frozenset | None) -> CheckReport:
+def checked(
+    folder: Path,
+    model: ModelShape | None = None,
+    quick: bool = False,
+    prove: bool = False,
+    share: frozenset | None = None,
+) -> tuple[CheckReport, layout.Layout | None]:
+    """:func:`check`, run in this process, which must be a bounded child already (``ckpt verify``'s); with the
+    ``.metadata`` it read (None when it read none), for the caller to use rather than read again."""
     with pickles.no_collection():
         names = _names(folder)
         problems = leftovers.partial_copies(names)
@@ -73,12 +81,12 @@ def _check(folder: Path, model: ModelShape | None, quick: bool, prove: bool, sha
         except FileNotFoundError:
             problems.insert(0, Problem("missing-file", "file", layout.METADATA, _NO_METADATA))
             problems += megatron.layout_problems(folder, megatron_expected=model is not None, quick=quick)
-            return CheckReport(str(folder), 0, 0, 0, 0, problems, warnings)
+            return CheckReport(str(folder), 0, 0, 0, 0, problems, warnings), None
         except (OSError, pickles.UnsafePickle, pickles.Unreadable, layout.Malformed) as e:
             kind = "unsafe-pickle" if isinstance(e, pickles.UnsafePickle) else "unreadable"
             problems.insert(0, Problem(kind, "file", layout.METADATA, str(e)))
             problems += megatron.layout_problems(folder, megatron_expected=model is not None, quick=quick)
-            return CheckReport(str(folder), 0, 0, 0, 0, problems, warnings)
+            return CheckReport(str(folder), 0, 0, 0, 0, problems, warnings), None
         expected = model is not None or metadata.megatron
         problems += megatron.layout_problems(folder, megatron_expected=expected, quick=quick)
         bounded.step(layout.METADATA)  # its tensors' geometry: bounded in time like the pickle
@@ -93,7 +101,7 @@ def _check(folder: Path, model: ModelShape | None, quick: bool, prove: bool, sha
         report = CheckReport(
             str(folder), len(metadata.tensors), chunks, files, size, problems, warnings + tuple(unproven)
         )
-        return report._replace(proven_bytes=proven) if prove else report
+        return (report._replace(proven_bytes=proven) if prove else report), metadata
 
 
 def _expected(metadata: layout.Layout) -> list[proof.Chunk | None]:

@@ -13,7 +13,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
 
-from ascendfix.checkpoint import pickles
+from ascendfix.checkpoint import bounded, pickles
 from ascendfix.errors import AscendfixError
 
 METADATA = ".metadata"
@@ -82,8 +82,13 @@ def parse(data: bytes) -> Layout:
     ``state_dict_metadata`` first (each tensor's chunks are the next ``len(chunks)`` chunk states), then
     ``storage_data`` (its entries are the first index and info states, pairwise, in its order). Megatron
     adds its write plans after those, which hold more of both (ignored).
+
+    Inside a bounded child (:mod:`ascendfix.checkpoint.bounded`) a small pickle is not pre-scanned either,
+    as a large one never is: the child's limits stop what the scan would refuse (a memo or a nesting that
+    takes the loader's memory or stack), and its death is this file's problem; the scan of a 400 kB
+    ``.metadata`` took longer than reading a gigabyte of its data files.
     """
-    found = pickles.loads_collecting(data, (_CHUNK, _INDEX, _STORAGE))
+    found = pickles.loads_collecting(data, (_CHUNK, _INDEX, _STORAGE), scan=not bounded.inside())
     metadata = found.obj
     tensor_kind, bytes_kind = found.classes[_TENSOR], found.classes[_BYTES]
     if type(metadata) is not found.classes[_METADATA]:

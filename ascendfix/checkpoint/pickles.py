@@ -228,15 +228,22 @@ def no_collection():
             gc.enable()
 
 
-def loads(data: bytes, names: dict | None = None, storages: list | None = None, named: set | None = None) -> Any:
+def loads(
+    data: bytes,
+    names: dict | None = None,
+    storages: list | None = None,
+    named: set | None = None,
+    scan: bool = True,
+) -> Any:
     """Unpickle ``data`` with ``names`` (default: a fresh :func:`metadata_names`) as the only classes and
-    functions it may use (see the module doc), after :func:`ascendfix.checkpoint.prescan.scan` when it is small.
+    functions it may use (see the module doc), after :func:`ascendfix.checkpoint.prescan.scan` when it is small
+    and ``scan``.
 
     ``storages``: a list that collects each tensor storage a torch zip's pickle refers to (none allowed
     when None); ``named``: a set that collects each (module, name) the pickle used. Raises
     :class:`UnsafePickle` for a name outside ``names``, :class:`Unreadable` for anything else wrong.
     """
-    if len(data) <= prescan.SCANNED_BYTES:
+    if scan and len(data) <= prescan.SCANNED_BYTES:
         prescan.scan(data)
     unpickler = _Unpickler(data, metadata_names() if names is None else names, storages)
     try:
@@ -265,10 +272,10 @@ class Collected(NamedTuple):
     named: set[tuple[str, str]]  # every (module, name) the pickle used
 
 
-def loads_collecting(data: bytes, collect: tuple[tuple[str, str], ...]) -> Collected:
-    """:func:`loads` with :func:`metadata_names`, where each class in ``collect`` (a name of that table) becomes an
-    empty stand-in whose pickled state goes to a list instead: the states of a checkpoint's many small records
-    (its chunks and storage entries) are read in one pass and never copied into an object each.
+def loads_collecting(data: bytes, collect: tuple[tuple[str, str], ...], scan: bool = True) -> Collected:
+    """:func:`loads` (``scan``: as there) with :func:`metadata_names`, where each class in ``collect`` (a name of
+    that table) becomes an empty stand-in whose pickled state goes to a list instead: the states of a checkpoint's
+    many small records (its chunks and storage entries) are read in one pass and never copied into an object each.
     """
     names = metadata_names()
     states = {}
@@ -278,7 +285,7 @@ def loads_collecting(data: bytes, collect: tuple[tuple[str, str], ...]) -> Colle
         states[key] = built
     named: set = set()
     try:
-        obj = loads(data, names, named=named)
+        obj = loads(data, names, named=named, scan=scan)
     finally:
         for key in collect:  # a class is a cycle, freed only by the collector: let it not hold the states
             del names[key].__setstate__  # type: ignore[attr-defined]

@@ -130,16 +130,27 @@ def check_save(
     those of the data files in ``share`` only when it is given);
     the HF config beside the save is read for ``model`` when none was given. Returns the CheckReport (its
     ``checkpoint``: the folder checked)."""
-    from ascendfix.checkpoint import megatron
     from ascendfix.checkpoint.report import CheckReport
 
     found = locate(given)
     if found.kind == NONE:
         return CheckReport(str(found.folder), 0, 0, 0, 0, found.problems)
-    layout = LAYOUTS[found.kind]
-    if model is None and not config_given and found.config is not None and layout.reads_config:
-        model = megatron.read_config(found.config)
-    report = layout.check(found.folder, model, quick, prove, share)
+    if model is None and not config_given:
+        model = config_model(found)
+    return in_save(found, LAYOUTS[found.kind].check(found.folder, model, quick, prove, share))
+
+
+def config_model(found: Located) -> ModelShape | None:
+    """The model's shape from the HF config beside the save ``found``, when its layout checks one; else None."""
+    from ascendfix.checkpoint import megatron
+
+    if found.config is None or found.kind == NONE or not LAYOUTS[found.kind].reads_config:
+        return None
+    return megatron.read_config(found.config)
+
+
+def in_save(found: Located, report: CheckReport) -> CheckReport:
+    """``report`` of the checkpoint ``found`` stands for, with the problems met on the way to it."""
     problems = found.problems + report.problems
     if found.via and report.problems:
         detail = f"{found.via}, a save with the problems below: verl would resume from it (and fail, or train on them)"

@@ -11,7 +11,7 @@ that index selects (see the TOML files' header). :func:`regions` turns one HF te
 from __future__ import annotations
 
 import fnmatch
-import json
+import functools
 import math
 import os
 import re
@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 from ascendfix import resources
 from ascendfix.errors import UsageError
+from ascendfix.jsonable import loads
 
 if sys.version_info >= (3, 11):
     import tomllib  # novermin (guarded: Python 3.10 reads tomli, the same parser)
@@ -83,8 +84,10 @@ class Region(NamedTuple):
     part: str
 
 
+@functools.cache
 def load(architecture: str) -> Mapping:
-    """The mapping for ``architecture``; UsageError naming it when none is bundled (never guessed)."""
+    """The mapping for ``architecture``, parsed once per process (a child forked after inherits it); UsageError
+    naming it when none is bundled (never guessed)."""
     name = FILES.get(architecture)
     if name is None:
         known = ", ".join(sorted(FILES))
@@ -115,7 +118,7 @@ def read_config(path: Path) -> Model:
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 raise UsageError(f"{path}: not a plain file")
-            config = json.loads(f.read(_MAX_CONFIG))
+            config = loads(f.read(_MAX_CONFIG))
     except (OSError, ValueError) as e:
         raise UsageError(f"{path}: cannot read the model's config ({str(e)[:80]})") from None
     if not isinstance(config, dict):

@@ -13,11 +13,13 @@ from __future__ import annotations
 import os
 import re
 import struct
+import threading
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-from ascendfix.checkpoint import layout, verl
+from ascendfix.checkpoint import bounded, check, layout, verl
 from ascendfix.checkpoint.report import Problem
 from ascendfix.checkpoint.verify import compare, mapping, sides
 from ascendfix.checkpoint.verify.sides import Found, Piece
@@ -71,7 +73,13 @@ class _Run(NamedTuple):
 
 
 def verify(source: Path, converted: Path) -> VerifyReport:
-    """Prove ``converted`` holds exactly the weights of ``source`` (see the module doc). UsageError on bad input."""
+    """Prove ``converted`` holds exactly the weights of ``source`` (see the module doc). UsageError on bad input.
+
+    The folders, the direction, the config and the mapping are settled here; everything that reads the
+    checkpoints' files (``ckpt check``, the headers, the records, the bytes) runs in one bounded child
+    (:mod:`ascendfix.checkpoint.bounded`, with ``ckpt check``'s limits: address space, where its threads'
+    stacks and malloc arenas count too, and time per step): a file that takes more is its ``unreadable``
+    problem, in one line."""
     for given, what in ((source, "SOURCE"), (converted, "CONVERTED")):
         if not given.is_dir():
             raise UsageError(f"{given}: not a folder ({what}: a Hugging Face folder or a Megatron checkpoint)")
@@ -88,7 +96,6 @@ def verify(source: Path, converted: Path) -> VerifyReport:
     if not os.path.isfile(config) and located.config is not None:
         config = located.config
     model = mapping.read_config(config)
-    rules = mapping.load(model.architecture)
     base = VerifyReport(str(source), str(converted), direction, model.architecture, 0, 0, [], [])
     mc_folder = located.folder
     missing = [n for n in (layout.METADATA, MEGATRON_METADATA) if not os.path.lexists(mc_folder / n)]
@@ -100,17 +107,31 @@ def verify(source: Path, converted: Path) -> VerifyReport:
         if direction == CONVERTER:
             detail += " (verl's converter skips a folder that is not empty)"
         return base._replace(problems=[Found("incomplete", str(mc_folder), "", "", "", detail)])
-    checked = verl.check_save(mc_given)
-    if checked.problems:
-        return base._replace(problems=[_checked(p) for p in checked.problems])
-    # ckpt check has just read this .metadata in its bounded child (memory and time limits), with the same
-    # allow-list reader: what passed there is read here again, in this process
+    args = [str(source), str(converted), direction, str(hf_folder), str(mc_given), list(model)]
     try:
-        hf = sides.read_hf(hf_folder)
-        mc = sides.read_mcore(mc_folder)
-        return _Verify(direction, model, rules, hf, mc).report(base)
+        return VerifyReport.from_json(bounded.run(_verify_json, args, bounded.MEMORY, layout.METADATA))
+    except bounded.Died as e:
+        return base._replace(problems=[Found("unreadable", e.subject, "", "", "", e.detail)])
+    except bounded.Failed as e:
+        raise (UsageError if e.exit_code == 2 else AscendfixError)(str(e)) from None
+
+
+def _verify_json(source: str, converted: str, direction: str, hf: str, mc_given: str, fields: list) -> dict:
+    """Inside the bounded child: ``ckpt check`` of the Megatron side (its ``.metadata`` read once, here), then
+    the bijection; the report's JSON (``fields``: the :class:`mapping.Model`'s)."""
+    model = mapping.Model(*fields)
+    base = VerifyReport(source, converted, direction, model.architecture, 0, 0, [], [])
+    located = verl.locate(Path(mc_given))
+    report, metadata = check.checked(located.folder, verl.config_model(located))
+    problems = verl.in_save(located, report).problems
+    if problems or metadata is None:
+        return base._replace(problems=[_checked(p) for p in problems]).to_json()
+    try:
+        hf_side = sides.read_hf(Path(hf))
+        mc_side = sides.read_mcore(located.folder, metadata)
+        return _Verify(direction, model, mapping.load(model.architecture), hf_side, mc_side).report(base).to_json()
     except OSError as e:  # a file changed under the check (removed, made a link or a FIFO)
-        raise AscendfixError(f"{e.filename or mc_folder}: {e.strerror or e} (did the files change?)") from None
+        raise AscendfixError(f"{e.filename or located.folder}: {e.strerror or e} (did the files change?)") from None
 
 
 def _checked(problem: Problem) -> Found:
@@ -136,12 +157,14 @@ class _Verify:
         self._by_region: dict[int, list[_Run]] = defaultdict(list)
         self._chunk_index: dict[tuple, tuple[dict, list]] = {}  # (mcore name, depth): chunks by index, wide ones
         self.differ: dict[int, list] = {}  # region: [first, last differing byte, chunk, source bytes, converted]
+        self._lock = threading.Lock()
 
     @property
     def converter(self) -> bool:
         return self.direction == CONVERTER
 
     def report(self, base: VerifyReport) -> VerifyReport:
+        bounded.step(layout.METADATA)  # the mapping against the metadata's tensors
         expected = mapping.expected(self.rules, self.model)
         targeted: dict[str, list[int]] = defaultdict(list)
         for name, rule in expected.items():
@@ -274,8 +297,10 @@ class _Verify:
             if lo >= hi:
                 continue
             if any(o[j] != 0 or s[j] != mc.shape[j] for j in range(k + 1, len(mc.shape))):
-                raise UsageError(f"{region.mcore}: a chunk splits its rows ({list(o)}, {list(s)}): not a layout verl's "
-                                 "converter writes (tensor parallel 1)")  # fmt: skip
+                detail = f"a chunk holds part of each row (offsets {list(o)}, sizes {list(s)})"
+                raise UsageError(f"{chunk.bytes.file}: {region.mcore}: {detail}: saved at tensor parallel > 1, which "
+                                 "ckpt verify refuses (it proves saves at tensor parallel 1, as verl's converter "
+                                 "writes them)")  # fmt: skip
             local = [region.index[j] - o[j] for j in range(k)] + [lo - o[k]]
             flat = sum(a * b for a, b in zip(local, _strides(s)[: k + 1], strict=True))
             length = (hi - lo) * row_bytes
@@ -294,14 +319,26 @@ class _Verify:
     # the bytes
 
     def _compare(self) -> tuple[set[int], int]:
-        """Every run compared; the regions that differ (their first and last differing bytes noted) and the
-        bytes proven."""
+        """Every run compared, in the converted side's file order cut into :data:`compare.READERS` shares of
+        about equal bytes, each share by a thread of its own (reads and ``memcmp`` release the GIL); the regions
+        that differ (their first and last differing bytes noted) and the bytes proven."""
+        key = (lambda r: (r.mc.file, r.mc.start)) if self.converter else (lambda r: (r.hf.file, r.hf.start))
+        shares = compare.shares(sorted(self.runs, key=key), lambda r: r.hf.length, compare.READERS)
+        with ThreadPoolExecutor(len(shares) or 1) as pool:
+            proven = sum(pool.map(self._compare_share, shares))
+        return set(self.differ), proven
+
+    def _compare_share(self, runs: list[_Run]) -> int:
+        """The runs ``runs``, each compared block by block through this thread's own two windows; the bytes proven."""
         hf_files, mc_files = compare.Files(self.hf.folder), compare.Files(self.mc.folder)
         hf_window, mc_window = compare.Window(hf_files), compare.Window(mc_files)
-        key = (lambda r: (r.mc.file, r.mc.start)) if self.converter else (lambda r: (r.hf.file, r.hf.start))
-        proven = 0
+        proven, reading = 0, None
         try:
-            for run in sorted(self.runs, key=key):
+            for run in runs:
+                converted = run.mc if self.converter else run.hf
+                if converted.file != reading:
+                    reading = converted.file
+                    bounded.step(reading)
                 done = 0
                 while done < run.hf.length:
                     n = min(compare.BLOCK, run.hf.length - done)
@@ -321,7 +358,7 @@ class _Verify:
         finally:
             for closing in (hf_window, mc_window, hf_files, mc_files):
                 closing.close()
-        return set(self.differ), proven
+        return proven
 
     def _run_names(self, run: _Run) -> tuple[str, str]:
         region = self.regions[run.region]
@@ -335,13 +372,14 @@ class _Verify:
         src, dst = (a, b) if self.converter else (b, a)
         found = (run.at + done + first, run.at + done + last, run.chunk, bytes(src[start : start + item]),
                  bytes(dst[start : start + item]))  # fmt: skip
-        known = self.differ.get(run.region)
-        if known is None:
-            self.differ[run.region] = list(found)
-        else:
-            known[0], known[1] = min(known[0], found[0]), max(known[1], found[1])
+        with self._lock:  # a region's runs may lie in two threads' shares
+            known = self.differ.get(run.region)
+            if known is None:
+                self.differ[run.region] = list(found)
+                return
             if found[0] < known[0]:
                 known[2:] = found[2:]
+            known[0], known[1] = min(known[0], found[0]), max(known[1], found[1])
 
     def _diagnose(self, mismatched: set[int]) -> None:
         by_size: dict[int, list[int]] = defaultdict(list)

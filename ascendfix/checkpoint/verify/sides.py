@@ -16,7 +16,7 @@ import struct
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ascendfix.checkpoint import layout, pickles, proof, safetensors
+from ascendfix.checkpoint import bounded, layout, pickles, proof, safetensors
 
 DTYPES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
@@ -108,6 +108,7 @@ def read_hf(folder: Path) -> HFSide:
     held: dict[str, list[tuple[str, HFTensor]]] = {}
     lost: set[str] = set()
     for name in names:
+        bounded.step(name)
         found, header, size = safetensors._file(folder / name, name)
         base = 8 + _header_length(folder / name) if header else 0
         cut = []
@@ -181,10 +182,9 @@ def _index(folder: Path) -> dict[str, str] | None:
     return weights
 
 
-def read_mcore(folder: Path) -> McSide:
-    """Every tensor of the DCP checkpoint in ``folder``, each chunk's raw bytes located in its record.
-    Raises FileNotFoundError when ``.metadata`` is absent (the caller's ``incomplete``)."""
-    metadata = layout.read(folder)
+def read_mcore(folder: Path, metadata: layout.Layout) -> McSide:
+    """Every tensor of the DCP checkpoint in ``folder`` (``metadata``: its ``.metadata``, as ``ckpt check`` read
+    it), each chunk's raw bytes located in its record."""
     entries = metadata.entries
     where: dict[tuple[str, tuple], int] = {}
     for i, (fqn, offsets) in enumerate(zip(entries.fqns, entries.offsets, strict=True)):
@@ -217,13 +217,13 @@ def read_mcore(folder: Path) -> McSide:
 
 def _records(folder: Path, path: str, items: list, entries: layout.Entries, located: dict) -> list[Found]:
     """Locate each chunk's raw bytes in the records of data file ``path`` (``items`` in file order)."""
+    bounded.step(path)
     try:
         fd = os.open(folder / path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as e:
         return [Found("missing-file", path, items[0][1], "", "", f"cannot open it ({e.strerror})")]
     try:
         size = os.fstat(fd).st_size
-        reader = proof._Reader(fd)
         problems = []
         for i, name, offsets, sizes, dtype in items:
             start, length = entries.starts[i], entries.lengths[i]
@@ -233,7 +233,7 @@ def _records(folder: Path, path: str, items: list, entries: layout.Entries, loca
                 problems.append(Found("truncated", path, name, "", region, detail))
                 break  # every later record is cut too: the first names the cut
             try:
-                located[(name, offsets)] = _data(reader, path, start, length, sizes, dtype)
+                located[(name, offsets)] = _data(_Ends(fd, start, length), path, start, sizes, dtype)
             except (proof._Wrong, pickles.UnsafePickle, pickles.Unreadable, struct.error) as e:
                 problems.append(Found("value-mismatch", path, name, "", region, f"its record cannot be read: {e}"))
         return problems
@@ -241,15 +241,44 @@ def _records(folder: Path, path: str, items: list, entries: layout.Entries, loca
         os.close(fd)
 
 
-def _data(reader: proof._Reader, path: str, start: int, length: int, sizes: tuple, dtype: str) -> Piece:
+class _Ends(proof._Entry):
+    """A record's first and last :data:`_ENDS` bytes, each read once (its local headers, its ``data.pkl``, its
+    central directory and end record lie there); any other read goes to the file. Positions are the record's."""
+
+    def __init__(self, fd: int, start: int, length: int):  # no reader: the two ends are its window
+        self.fd, self.start, self.length = fd, start, length
+        n = min(length, _ENDS)
+        self.head = os.pread(fd, n, start)
+        self.tail_at = length - n
+        self.tail = os.pread(fd, n, start + self.tail_at)
+        if len(self.head) != n or len(self.tail) != n:
+            raise proof._Wrong("corrupt", "the file ended inside it")
+
+    def read(self, at: int, count: int) -> bytes:
+        """``count`` bytes of the record from ``at``."""
+        if at < 0 or count < 0 or at + count > self.length:
+            raise proof._Wrong("corrupt", f"its zip points outside it (bytes {at:,}-{at + count:,} of {self.length:,})")
+        if at + count <= len(self.head):
+            return self.head[at : at + count]
+        if at >= self.tail_at:
+            return self.tail[at - self.tail_at : at - self.tail_at + count]
+        data = os.pread(self.fd, count, self.start + at)
+        if len(data) != count:
+            raise proof._Wrong("corrupt", "the file ended inside it")
+        return data
+
+
+_ENDS = 4096  # a chunk record's zip: about 400 bytes of headers and data.pkl at its start, 400 of directory at its end
+
+
+def _data(entry: _Ends, path: str, start: int, sizes: tuple, dtype: str) -> Piece:
     """The raw bytes of the one tensor a chunk's ``torch.save`` record holds."""
-    entry = proof._Entry(reader, start, length)
     records, _ = proof._directory(entry)
     by_name = {r.name: r for r in records}
     pickle = next((r for r in records if r.name.endswith("/data.pkl") and r.name.count("/") == 1), None)
     if pickle is None or pickle.size > proof.MAX_DATA_PICKLE:
         raise proof._Wrong("corrupt", "no data.pkl of one tensor")
-    ref = _tensor_ref(bytes(entry.read(_data_at(entry, pickle), pickle.size)))
+    ref = _tensor_ref(entry.read(_data_at(entry, pickle), pickle.size))
     storage = ref.storage
     assert storage is not None  # _tensor_ref refuses a tensor without one
     size: Any = ref.size  # as pickled: torch writes tuples
@@ -283,7 +312,7 @@ def _tensor_ref(data: bytes) -> pickles.TensorRef:
 
 def _data_at(entry: proof._Entry, record: proof._Record) -> int:
     """Where a zip record's data starts, inside the entry."""
-    magic, *_, name_length, extra_length = _LOCAL.unpack(bytes(entry.read(record.header, _LOCAL.size)))
+    magic, *_, name_length, extra_length = _LOCAL.unpack(entry.read(record.header, _LOCAL.size))
     if magic != b"PK\x03\x04":
         raise proof._Wrong("corrupt", f"no local header for {record.name}")
     return record.header + _LOCAL.size + name_length + extra_length
