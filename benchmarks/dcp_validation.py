@@ -256,6 +256,28 @@ def adversarial(columns: dict, count: int, ratios: dict) -> None:
             print(f"  {function[:24]:24} {label:32} " + "   ".join(row))
 
 
+def given_up(columns: dict, count: int) -> None:
+    """Two staircases: what fast-validate adds to stock's scan there (its boxes, grid test and count), timed alone."""
+    _, _, boxes = adversarial_layouts(count)["quadratic: two staircases"]
+    chunks = [ChunkStorageMetadata(Size(o), Size(s)) for o, s in boxes]
+    row = []
+    for version in VERSIONS:
+        helpers = columns[f"fast {version}"][PLAN][0].__globals__  # the patched module's namespace
+        best = float("inf")
+        for _ in range(3):
+            start = CLOCK()
+            made = helpers["_ascendfix_boxes"]([c.offsets for c in chunks], [c.sizes for c in chunks], None)
+            if "_ascendfix_later" in helpers:
+                answer = helpers["_ascendfix_later"](made, chunks)
+            else:
+                answer = helpers["_ascendfix_in_sweep_order"](made, list(range(len(chunks))), 0)
+            best = min(best, CLOCK() - start)
+        if answer is not None:
+            raise SystemExit(f"two staircases: fast {version} swept them")
+        row.append(f"{version} {best:.4f} s")
+    print(f"  two staircases, what fast-validate adds before leaving them to stock's scan: {'   '.join(row)}")
+
+
 def side_by_side(ratios: dict) -> None:
     """stock / fast per torch version: the adversarial layouts and the big grid ones, one table."""
     print("\nstock / fast, side by side (>= 1: fast-validate is not slower)")
@@ -319,6 +341,7 @@ def main() -> None:
             print(f"  fast-validate vs stock {version} on the whole checkpoint: {speedup:.0f}x; results identical")
     identical(columns, args.identical)
     adversarial(columns, args.adversarial, ratios)
+    given_up(columns, args.adversarial)
     side_by_side(ratios)
     if args.equivalence:
         equivalence(args.equivalence)
