@@ -24,9 +24,17 @@ The ratio columns are measured side by side in this run: stock 2.7.1 / fast and 
 the defect the check exists for: stock torch raises at once, and fast-validate must too, in about its
 time and memory (seconds and peak traced MiB, side by side).
 
-``--adversarial N`` (default 4,000) also times the layout that makes any sweep quadratic: N disjoint chunks,
-not a grid, all active at once along every dimension a sweep could pick (a staircase), alone and with one
-overlapping chunk; fast-validate must never be slower than stock there (stock / fast side by side: >= 1).
+``--adversarial N`` (default 4,000) also times non-grid layouts of N chunks: where stock torch's load check
+stops at a first overlap at once (a staircase of disjoint chunks, all active at once along torch's sweep
+dimension, with an overlapping chunk last or first; N identical chunks and one misaligned); the staircase
+alone and (for the save check, which reports every overlap) with that overlap, quadratic for torch's own
+scans; and two staircases, one along each dimension, quadratic for any sweep. fast-validate must never be
+slower than stock there: its first candidates are stock's own, so an early overlap is met as stock meets it
+and nothing is built; a sweep that cannot help leaves torch's scan in place. The run ends with stock / fast
+side by side, per torch version, for those layouts and for the big grid ones (the expert tensors, the whole
+checkpoint).
+
+Times are this process's CPU time (``time.process_time``): the figures hold on a machine others share.
 
 ``--equivalence 10000`` also runs the hypothesis equivalence properties of
 tests/test_fast_validate.py with that many examples per function and torch version.
@@ -163,6 +171,9 @@ def arguments(function: str, tensor: Tensor) -> tuple:
     return [object()] * WORLD, Metadata({tensor.name: TensorStorageMetadata(Size(tensor.shape), chunks)})
 
 
+CLOCK = time.process_time  # CPU time of this process: what others running on the machine do not change
+
+
 def speedups(times: dict[str, float]) -> str:
     """The two ratio columns: stock 2.7.1 / fast 2.7.1 and stock 2.10.0 / fast 2.10.0."""
     return " ".join(f"{times[f'stock {v}'] / times[f'fast {v}']:10.0f}x" for v in VERSIONS[:2])
@@ -171,9 +182,9 @@ def speedups(times: dict[str, float]) -> str:
 def timed(func, logger, args, runs: int) -> tuple[float, tuple]:
     best, result = float("inf"), None
     for _ in range(runs):
-        start = time.perf_counter()
+        start = CLOCK()
         result = outcome(func, logger, *args)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, CLOCK() - start)
     return best, result
 
 
@@ -196,22 +207,83 @@ def identical(columns: dict, count: int) -> None:
         print("  " + "   ".join(row))
 
 
-def adversarial(columns: dict, count: int) -> None:
-    """The staircase, alone and with an overlap: each function's stock and fast seconds and stock / fast."""
-    stairs = [((i, i), (count, 1)) for i in range(count)]
-    layouts = {"staircase": stairs, "staircase + overlap": [*stairs, ((0, 0), (1, 1))]}
-    print(f"\nadversarial non-grid layout, {count} chunks: seconds (one run each), stock / fast")
-    for function in (SHARDS, PLAN):
-        for label, boxes in layouts.items():
-            args_ = arguments(function, Tensor("staircase", (2 * count, count), boxes))
+def adversarial_layouts(count: int) -> dict[str, tuple[tuple[str, ...], tuple[int, int], list]]:
+    """label -> (the functions timed on it, the tensor's shape, its boxes): non-grid layouts of ``count`` chunks."""
+    stairs = [((i, i), (count, 1)) for i in range(count)]  # disjoint, all active along dimension 0, none along 1
+    half = count // 2  # two staircases, one active along each dimension: every sweep is quadratic
+    double = [((i, i), (half, 1)) for i in range(half)] + [((3 * half + j,) * 2, (1, half)) for j in range(half)]
+    crowded = [((0, 0), (4, 4))] * count + [((2, 2), (4, 4))]  # identical chunks and one misaligned: no grid
+    shape = (2 * count, count)
+    return {
+        "early: staircase, overlap last": ((SHARDS,), shape, [*stairs, ((0, 0), (1, 1))]),
+        "early: staircase, overlap first": ((SHARDS,), shape, [((0, 0), (1, 1)), *stairs]),
+        "early: identical + misaligned": ((SHARDS,), shape, crowded),
+        "staircase": ((SHARDS, PLAN), shape, stairs),
+        "staircase + overlap": ((PLAN,), shape, [*stairs, ((0, 0), (1, 1))]),  # the save check reports all
+        "quadratic: two staircases": ((SHARDS, PLAN), (4 * half, 5 * half), double),
+    }
+
+
+def paired(stock: tuple, fast: tuple, args: tuple, runs: int) -> tuple[float, tuple, float, tuple]:
+    """Best of ``runs`` for stock and fast, run in turns (stock, fast, stock, ...), so both see the same machine."""
+    best = [float("inf"), float("inf")]
+    results: list = [None, None]
+    for _ in range(runs):
+        for k, (func, logger) in enumerate((stock, fast)):
+            start = CLOCK()
+            results[k] = outcome(func, logger, *args)
+            best[k] = min(best[k], CLOCK() - start)
+    return best[0], results[0], best[1], results[1]
+
+
+def adversarial(columns: dict, count: int, ratios: dict) -> None:
+    """The adversarial layouts: each function's stock and fast seconds and stock / fast, per torch version."""
+    print(f"\nadversarial non-grid layouts, {count} chunks: CPU seconds, in turns (best of 31, 3 where stock's scan")
+    print("  runs on both sides, one where fast-validate is far ahead)")
+    for label, (functions, shape, boxes) in adversarial_layouts(count).items():
+        runs = 31 if label.startswith("early") else 3 if label.startswith("quadratic") else 1
+        for function in functions:
+            args_ = arguments(function, Tensor("staircase", shape, boxes))
             row = []
             for version in VERSIONS:
-                stock, stock_result = timed(*columns[f"stock {version}"][function], args_, 1)
-                fast, fast_result = timed(*columns[f"fast {version}"][function], args_, 1)
+                stock, stock_result, fast, fast_result = paired(
+                    columns[f"stock {version}"][function], columns[f"fast {version}"][function], args_, runs
+                )
                 if fast_result != stock_result:
                     raise SystemExit(f"{label}: fast {version} differs from stock: {fast_result} {stock_result}")
-                row.append(f"{version} {stock:8.3f} {fast:8.3f} {stock / fast:5.2f}x")
-            print(f"  {function[:24]:24} {label:20} " + "   ".join(row))
+                ratios.setdefault((function, label), {})[version] = stock / fast
+                row.append(f"{version} {stock:8.4f} {fast:8.4f} {stock / fast:7.2f}x")
+            print(f"  {function[:24]:24} {label:32} " + "   ".join(row))
+
+
+def given_up(columns: dict, count: int) -> None:
+    """Two staircases: what fast-validate adds to stock's scan there (its boxes, grid test and count), timed alone."""
+    _, _, boxes = adversarial_layouts(count)["quadratic: two staircases"]
+    chunks = [ChunkStorageMetadata(Size(o), Size(s)) for o, s in boxes]
+    row = []
+    for version in VERSIONS:
+        helpers = columns[f"fast {version}"][PLAN][0].__globals__  # the patched module's namespace
+        best = float("inf")
+        for _ in range(3):
+            start = CLOCK()
+            made = helpers["_ascendfix_boxes"]([c.offsets for c in chunks], [c.sizes for c in chunks], None)
+            if "_ascendfix_later" in helpers:
+                answer = helpers["_ascendfix_later"](made, chunks)
+            else:
+                answer = helpers["_ascendfix_in_sweep_order"](made, list(range(len(chunks))), 0)
+            best = min(best, CLOCK() - start)
+        if answer is not None:
+            raise SystemExit(f"two staircases: fast {version} swept them")
+        row.append(f"{version} {best:.4f} s")
+    print(f"  two staircases, what fast-validate adds before leaving them to stock's scan: {'   '.join(row)}")
+
+
+def side_by_side(ratios: dict) -> None:
+    """stock / fast per torch version: the adversarial layouts and the big grid ones, one table."""
+    print("\nstock / fast, side by side (>= 1: fast-validate is not slower)")
+    print(f"  {'function':24} {'layout':40} " + " ".join(f"{v:>9}" for v in VERSIONS))
+    for (function, label), by_version in ratios.items():
+        print(f"  {function[:24]:24} {label[:40]:40} " + " ".join(f"{by_version[v]:8.2f}x" for v in VERSIONS))
 
 
 def equivalence(examples: int) -> None:
@@ -233,16 +305,17 @@ def main() -> None:
     parser.add_argument("--adversarial", type=int, default=4000, help="chunks of the adversarial non-grid layout")
     parser.add_argument("--equivalence", type=int, metavar="EXAMPLES", help="also run the equivalence properties")
     args = parser.parse_args()
-    sys.stdout.reconfigure(line_buffering=True)  # rows as they are measured: stock takes minutes
+    sys.__stdout__.reconfigure(line_buffering=True)  # rows as they are measured (also under recorded())
     tensors = qwen3_235b(args.layers)
     columns = variants()
     names = list(columns)
+    ratios: dict[tuple[str, str], dict[str, float]] = {}
     total_chunks = sum(len(t.boxes) for t in tensors)
     print(f"Qwen3-235B-A22B, {args.layers} layers, TP{TP} PP{PP} EP{EP}: {len(tensors)} tensors, {total_chunks} chunks")
     for function in (SHARDS, PLAN):
-        print(f"\n{function}: seconds (stock: one run; skip, fast: best of 3)")
-        ratios = f" {'2.7.1/fast':>11} {'2.10.0/fast':>11}"
-        print(f"{'tensor':58} {'chunks':>6} " + " ".join(f"{n:>12}" for n in names) + ratios)
+        print(f"\n{function}: CPU seconds (stock: one run; skip, fast: best of 3)")
+        heads = f" {'2.7.1/fast':>11} {'2.10.0/fast':>11}"
+        print(f"{'tensor':58} {'chunks':>6} " + " ".join(f"{n:>12}" for n in names) + heads)
         whole = dict.fromkeys(names, 0.0)
         for tensor in sorted(tensors, key=lambda t: -len(t.boxes)):
             args_ = arguments(function, tensor)
@@ -255,13 +328,21 @@ def main() -> None:
                     raise SystemExit(f"{tensor.name}: fast {version} differs from stock: {results}")
             row = " ".join(f"{times[n]:12.5f}" for n in names)
             print(f"{tensor.name[-58:]:58} {len(tensor.boxes):6} {row} {speedups(times)}")
+            if ".experts." in tensor.name:  # the expert tensors: the big grid layouts
+                label = f"grid: experts {tensor.name.split('.')[-2]} ({len(tensor.boxes)} chunks)"
+                ratios[(function, label)] = {v: times[f"stock {v}"] / times[f"fast {v}"] for v in VERSIONS}
         row = " ".join(f"{whole[n]:12.4f}" for n in names)
         print(f"{'whole checkpoint':58} {total_chunks:6} {row} {speedups(whole)}")
+        ratios[(function, f"grid: whole checkpoint ({total_chunks} chunks)")] = {
+            v: whole[f"stock {v}"] / whole[f"fast {v}"] for v in VERSIONS
+        }
         for version in VERSIONS[1:]:
             speedup = whole[f"stock {version}"] / whole[f"fast {version}"]
             print(f"  fast-validate vs stock {version} on the whole checkpoint: {speedup:.0f}x; results identical")
     identical(columns, args.identical)
-    adversarial(columns, args.adversarial)
+    adversarial(columns, args.adversarial, ratios)
+    given_up(columns, args.adversarial)
+    side_by_side(ratios)
     if args.equivalence:
         equivalence(args.equivalence)
 

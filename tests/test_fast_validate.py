@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import builtins
 import difflib
+import functools
 import os
 import shutil
 import subprocess
@@ -64,8 +65,22 @@ def _source(version: str, path: str) -> bytes:
     return (upstream.torch_tree(version) / path).read_bytes()
 
 
+BUDGETS = (None, -1, 3)  # the template's own; none (its fast path from the first position); a switch mid-scan
+INTERLEAVED = ("_ascendfix_pairwise", "_ascendfix_sweeping")  # the helpers that hand out stock's candidates first
+
+
+def with_budget(namespace: dict, budget: int | None) -> dict:
+    """``namespace`` with the stock-candidate budget of its interleaving helper set to ``budget`` (None: its own)."""
+    if budget is not None:
+        for name in set(INTERLEAVED) & set(namespace):
+            namespace[name] = functools.partial(namespace[name], budget=budget)
+    return namespace
+
+
 def _load_pair(version: str) -> tuple[str, dict]:
-    """(version, {path: ((stock, logger), (patched, logger))}) for both modules of one torch release."""
+    """(version, {path: ((stock, logger), (patched, logger))}) for both modules of one torch release; the patched
+    namespace's stock-candidate budget is the template's own. ``loaded[(path, budget)]``: the patched one at each
+    of :data:`BUDGETS`, so the properties check the stock prefix, the fast path and a switch between them."""
     loaded = {}
     for transform, path, names in (
         (SHARD, upstream.SHARD_INTERNALS, SHARD_FUNCTIONS),
@@ -74,6 +89,9 @@ def _load_pair(version: str) -> tuple[str, dict]:
         stock = _source(version, path)
         patched = transform.apply(stock, "torch-check").code
         loaded[path] = (load(stock, names), load(patched, names))
+        for budget in BUDGETS:
+            namespace, logger = load(patched, names)
+            loaded[(path, budget)] = (with_budget(namespace, budget), logger)
     return version, loaded
 
 
@@ -162,34 +180,41 @@ def plans(draw):
 @EQUIVALENCE
 def test_shard_validation_is_unchanged(pair, layout):
     _, loaded = pair
-    (stock, stock_log), (patched, patched_log) = loaded[upstream.SHARD_INTERNALS]
+    (stock, stock_log), _ = loaded[upstream.SHARD_INTERNALS]
     _, boxes = layout
     shards = [ShardMetadata(o, s) for o, s in boxes]
     name = "validate_non_overlapping_shards_metadata"
-    assert outcome(patched[name], patched_log, shards) == outcome(stock[name], stock_log, shards)
+    expected = outcome(stock[name], stock_log, shards)
+    for budget in BUDGETS:
+        patched, patched_log = loaded[(upstream.SHARD_INTERNALS, budget)]
+        assert outcome(patched[name], patched_log, shards) == expected, budget
 
 
 @given(layout=layouts(lowest=0))
 @EQUIVALENCE
 def test_nd_scan_reports_the_same_pair(pair, layout):
     _, loaded = pair
-    (stock, stock_log), (patched, patched_log) = loaded[upstream.SHARD_INTERNALS]
+    (stock, stock_log), _ = loaded[upstream.SHARD_INTERNALS]
     shape, boxes = layout
     shards = [ShardMetadata(o, s) for o, s in boxes]
     sharded_dims = list(range(len(shape)))  # every dimension, also those the caller would not pass
     name = "_find_nd_overlapping_shards"
-    assert outcome(patched[name], patched_log, shards, sharded_dims) == outcome(
-        stock[name], stock_log, shards, sharded_dims
-    )
+    expected = outcome(stock[name], stock_log, shards, sharded_dims)
+    for budget in BUDGETS:
+        patched, patched_log = loaded[(upstream.SHARD_INTERNALS, budget)]
+        assert outcome(patched[name], patched_log, shards, sharded_dims) == expected, budget
 
 
 @given(plan=plans())
 @EQUIVALENCE
 def test_plan_validation_is_unchanged(pair, plan):
     _, loaded = pair
-    (stock, stock_log), (patched, patched_log) = loaded[upstream.DEFAULT_PLANNER]
+    (stock, stock_log), _ = loaded[upstream.DEFAULT_PLANNER]
     name = "_validate_global_plan"
-    assert outcome(patched[name], patched_log, *plan) == outcome(stock[name], stock_log, *plan)
+    expected = outcome(stock[name], stock_log, *plan)
+    for budget in BUDGETS:
+        patched, patched_log = loaded[(upstream.DEFAULT_PLANNER, budget)]
+        assert outcome(patched[name], patched_log, *plan) == expected, budget
 
 
 def _experts(layers: int) -> list[tuple[list[int], list[int]]]:
@@ -225,6 +250,16 @@ def test_realistic_layouts_with_damage(any_pair, damage):
     assert bool(expected[2]) == (damage != "clean")  # damage is reported, a clean layout is not
 
 
+def _built(patched: dict, version: str, chunks: list, sweep_dim: int = 1):
+    """The plan helper's fast answer for ``chunks`` (what it switches to once stock's candidates total its budget):
+    the later list (pairwise torch) or the {idx: earlier} dict (sweeping torch); None where it gives way to stock."""
+    boxes = patched["_ascendfix_boxes"]([c.offsets for c in chunks], [c.sizes for c in chunks], None)
+    if version in PAIRWISE:
+        later = patched["_ascendfix_later"](boxes, chunks)
+        return None if later is None else [list(c) for c in later]
+    return patched["_ascendfix_in_sweep_order"](boxes, list(range(len(chunks))), sweep_dim)
+
+
 def test_helpers_take_the_fast_path(any_pair):
     """The equivalence above is not won by falling back: int boxes get an answer, grid or not."""
     version, loaded = any_pair
@@ -232,36 +267,124 @@ def test_helpers_take_the_fast_path(any_pair):
     grid = [ChunkStorageMetadata(Size([r, c]), Size([2, 3])) for r in (0, 2) for c in (0, 3, 6)]
     ragged = [*grid, ChunkStorageMetadata(Size([1, 1]), Size([1, 3])), ChunkStorageMetadata(Size([1, 4]), Size([0, 0]))]
     if version in PAIRWISE:
-        later = patched["_ascendfix_chunks_overlapping_later"]
-        assert [list(c) for c in later(grid + grid[:1])] == [[grid[0]], [], [], [], [], [], []]
-        assert later(ragged)[0] == [ragged[6]] and later(ragged)[1] == [ragged[6], ragged[7]]
+        assert _built(patched, version, grid + grid[:1]) == [[grid[0]], [], [], [], [], [], []]
+        later = _built(patched, version, ragged)
+        assert later[0] == [ragged[6]] and later[1] == [ragged[6], ragged[7]]
     else:
-        sweep = patched["_ascendfix_chunks_overlapping_in_sweep"]
-        assert sweep(grid, list(range(len(grid))), 1) == {}
-        assert sweep(ragged, list(range(len(ragged))), 1) == {6: [(3, 0), (6, 1)], 7: [(6, 1)]}
+        assert _built(patched, version, grid) == {}
+        assert _built(patched, version, ragged) == {6: [(3, 0), (6, 1)], 7: [(6, 1)]}
     assert patched["_ascendfix_boxes"]([[0, 1.0]], [[1, 1]], None) is None  # not ints: stock scan runs
 
 
+def _stairs(n: int) -> list:
+    """n disjoint chunks, not a grid, all active at once along dimension 0 (a staircase); none along dimension 1."""
+    return [ChunkStorageMetadata(Size([i, i]), Size([n, 1])) for i in range(n)]
+
+
+def _double_stairs(n: int) -> list:
+    """Two staircases, one active along each dimension, disjoint from each other: every sweep compares n^2 / 2."""
+    turned = [ChunkStorageMetadata(Size([3 * n + j, 3 * n + j]), Size([1, n])) for j in range(n)]
+    return [*_stairs(n), *turned]
+
+
+def test_the_sweep_takes_the_dimension_where_it_compares_the_fewest(any_pair):
+    """A staircase makes a sweep over dimension 0 quadratic (what torch's own sweep and the old template picked);
+    over dimension 1 it compares nothing: the fast answer sweeps there, so the layout costs O(n log n)."""
+    version, loaded = any_pair
+    (_, _), (patched, _) = loaded[upstream.DEFAULT_PLANNER]
+    n = 200
+    boxes = [(tuple(c.offsets), tuple(c.sizes)) for c in _stairs(n)]
+    assert [patched["_ascendfix_sweep_cost"](boxes, d) for d in (0, 1)] == [n * (n - 1) // 2, 0]
+    overlapping = [*_stairs(n), ChunkStorageMetadata(Size([0, 0]), Size([1, 1]))]
+    found = _built(patched, version, overlapping, sweep_dim=0)
+    if version in PAIRWISE:
+        assert found[0] == [overlapping[-1]] and not any(found[1:])
+    else:
+        assert found == {n: [(n, 0)]}
+
+
 def test_a_sweep_that_would_compare_every_box_gives_way_to_the_stock_scan(any_pair):
-    """The adversarial layout: disjoint chunks, not a grid, all active at once along the sweep's dimension. The
-    sweep compared them all (2-3x stock torch's time, then stock ran on top); now it is counted first and the stock
+    """The adversarial layout: disjoint chunks, not a grid, many active at once along every dimension. The sweep
+    compared them all (2-3x stock torch's time, then stock ran on top); now it is counted first and the stock
     scan runs unchanged (the same answer: the equivalence tests), so no layout costs more than stock plus a count."""
     version, loaded = any_pair
     (_, _), (patched, _) = loaded[upstream.DEFAULT_PLANNER]
     n = 200
-    stairs = [ChunkStorageMetadata(Size([i, i]), Size([n, 1])) for i in range(n)]
-    assert patched["_ascendfix_sweep_cost"]([(tuple(c.offsets), tuple(c.sizes)) for c in stairs], 2) == n * (n - 1) // 2
+    boxes = [(tuple(c.offsets), tuple(c.sizes)) for c in _double_stairs(n)]
+    assert [patched["_ascendfix_sweep_cost"](boxes, d) for d in (0, 1)] == [n * (n - 1) // 2] * 2
+    assert _built(patched, version, _double_stairs(n), sweep_dim=0) is None
+    assert _built(patched, version, _double_stairs(8), sweep_dim=0) is not None  # a few active at once: swept
+
+
+def _walk(answer, version: str, positions: int) -> list[tuple[int, list]]:
+    """(how many, the first four) of the first ``positions`` candidate lists of a plan helper's answer, asked for
+    as torch's loop asks for them: one position's at a time."""
     if version in PAIRWISE:
-        assert patched["_ascendfix_chunks_overlapping_later"](stairs) is None
-    else:
-        assert patched["_ascendfix_chunks_overlapping_in_sweep"](stairs, list(range(n)), 0) is None
-    few = stairs[:8]  # a few active at once: still swept
-    found = (
-        patched["_ascendfix_chunks_overlapping_later"](few)
-        if version in PAIRWISE
-        else patched["_ascendfix_chunks_overlapping_in_sweep"](few, list(range(8)), 0)
-    )
-    assert found is not None
+        return [(len(found), found[:4]) for found in (list(answer[i]) for i in range(positions))]
+    walked = []
+    for idx in answer:
+        found = list(answer[idx])
+        walked.append((len(found), found[:4]))
+        if len(walked) == positions:
+            break
+    return walked
+
+
+EARLY = 4000
+
+
+def _early_overlaps(count: int) -> dict[str, list[tuple[list[int], list[int]]]]:
+    """Layouts whose first overlap stock torch meets at once: not grids, and (but for ``crowded``) their sweep is
+    quadratic (disjoint chunks all active along the sweep's dimension), so the fast path would give way to stock."""
+    stairs = [([i, i], [count, 1]) for i in range(count)]
+    crowded = [([0, 0], [4, 4])] * count + [([2, 2], [4, 4])]  # identical chunks and one misaligned: no grid
+    return {
+        "overlap last": [*stairs, ([0, 0], [1, 1])],
+        "overlap first": [([0, 0], [1, 1]), *stairs],
+        "crowded": crowded,
+    }
+
+
+@pytest.mark.parametrize("layout", ["overlap last", "overlap first", "crowded"])
+def test_an_early_overlap_is_found_by_stocks_own_scan_before_anything_is_built(any_pair, layout):
+    """Where stock torch stops at a first overlap right away, the patched check stops there too, with the same
+    ValueError (naming the same pair), and never builds its boxes over all chunks: its first candidates are stock's
+    own, handed out until they total a few per chunk (benchmarks/dcp_validation.py times it: --adversarial)."""
+    version, loaded = any_pair
+    (stock, stock_log), (patched, patched_log) = loaded[upstream.SHARD_INTERNALS]
+    shards = [ShardMetadata(o, s) for o, s in _early_overlaps(EARLY)[layout]]
+    name = "validate_non_overlapping_shards_metadata"
+    expected = outcome(stock[name], stock_log, shards)
+    assert expected[0] == "raised" and expected[1].startswith("ValueError: Shards ")
+    built = []
+    boxes = patched["_ascendfix_boxes"]
+    patched["_ascendfix_boxes"] = lambda *args: built.append(len(args[0])) or boxes(*args)
+    try:
+        assert outcome(patched[name], patched_log, shards) == expected
+    finally:
+        patched["_ascendfix_boxes"] = boxes
+    assert built == []
+
+
+def test_an_overlap_past_the_budget_is_the_same_and_the_fast_path_is_taken(any_pair):
+    """Where stock's candidates run past the budget before the first overlap, the fast answer takes over from
+    that position on: the same ValueError, from the boxes built once."""
+    version, loaded = any_pair
+    (stock, stock_log), (patched, patched_log) = loaded[upstream.SHARD_INTERNALS]
+    n = 300
+    grid = [([r, c], [1, 1]) for r in (0, 1) for c in range(n)]  # a grid, all of a row active in torch's sweep
+    shards = [ShardMetadata(o, s) for o, s in [*grid, ([1, n - 1], [1, 1])]]  # the last box saved twice
+    name = "validate_non_overlapping_shards_metadata"
+    expected = outcome(stock[name], stock_log, shards)
+    assert expected[1] == f"ValueError: Shards {shards[-2]} and {shards[-1]} overlap"
+    built = []
+    boxes = patched["_ascendfix_boxes"]
+    patched["_ascendfix_boxes"] = lambda *args: built.append(len(args[0])) or boxes(*args)
+    try:
+        assert outcome(patched[name], patched_log, shards) == expected
+    finally:
+        patched["_ascendfix_boxes"] = boxes
+    assert built == [len(shards)]
 
 
 # --- the transform on the real files ---------------------------------------------------------
@@ -326,7 +449,7 @@ def test_template_is_self_contained_python39():
     tree = ast.parse(text, feature_version=(3, 9))
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     assert functions and all(name.startswith("_ascendfix_") for name in functions)
-    stdlib = {"heapq", "itertools", "operator"}
+    stdlib = {"bisect", "heapq", "itertools", "operator", "sys"}
     allowed = set(dir(builtins)) | functions
     for func in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
         imports = [n for n in ast.walk(func) if isinstance(n, ast.Import | ast.ImportFrom)]
@@ -334,6 +457,7 @@ def test_template_is_self_contained_python39():
         bound = {a.asname or a.name for n in imports for a in n.names}
         bound |= {a.arg for a in ast.walk(func) if isinstance(a, ast.arg)}
         bound |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        bound |= {n.name for n in ast.walk(func) if isinstance(n, ast.FunctionDef | ast.ClassDef)}  # nested defs
         free = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - bound
         assert free <= allowed, (func.name, free - allowed)
 
@@ -509,7 +633,8 @@ def test_identical_shards_stop_at_the_first_overlap_in_stock_memory(version):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_identical_chunks_hold_one_chunks_overlaps_at_a_time(version):
     """A plan of 8,000 chunks over one box: torch reports every pair, so the helper's answer must be made as the
-    stock loop walks it; building it costs O(N) memory, and walking it gives every pair in torch's order."""
+    stock loop walks it; building it costs O(N) memory, and walking it gives every pair in torch's order (stock's
+    own candidates first, then the fast path's from the position where they pass the budget)."""
     (patched, _) = load(PLAN.apply(_source(version, upstream.DEFAULT_PLANNER), "t").code, PLAN_FUNCTIONS)
     chunks = [ChunkStorageMetadata(Size([0, 0]), Size([4, 4])) for _ in range(IDENTICAL)]
     if version in PAIRWISE:
@@ -518,11 +643,15 @@ def test_identical_chunks_hold_one_chunks_overlaps_at_a_time(version):
         helper, args = patched["_ascendfix_chunks_overlapping_in_sweep"], (chunks, list(range(IDENTICAL)), 0)
     answer, peak = _peak(helper, *args)
     assert peak < 1000 * IDENTICAL, peak
-    if version in PAIRWISE:
-        assert [len(list(c)) for c in (answer[0], answer[1], answer[-1])] == [IDENTICAL - 1, IDENTICAL - 2, 0]
-    else:
-        assert list(answer)[:2] == [1, 2] and len(answer) == IDENTICAL - 1
-        assert list(answer[3]) == [(4, 0), (4, 1), (4, 2)]
+    positions = 2000  # the budget (8 per chunk) is spent within the first few hundred
+    walked, walk_peak = _peak(_walk, answer, version, positions)
+    assert walk_peak < 1000 * IDENTICAL, walk_peak  # one position's candidates at a time
+    if version in PAIRWISE:  # position i: every later chunk
+        assert [n for n, _ in walked] == [IDENTICAL - 1 - i for i in range(positions)]
+        assert walked[0][1] == chunks[1:5] and walked[-1][1] == chunks[positions : positions + 4]
+    else:  # the sweep's position k: the k chunks before it, by (end, index)
+        assert [n for n, _ in walked] == list(range(positions))
+        assert walked[3][1] == [(4, 0), (4, 1), (4, 2)] and walked[-1][1] == [(4, 0), (4, 1), (4, 2), (4, 3)]
 
 
 def test_ckpt_check_names_the_first_overlaps_of_24064_identical_chunks_in_linear_memory():

@@ -10,19 +10,24 @@ returns::
     for j in (range(i + 1, len(shards)) if _ascendfix_overlaps is None else _ascendfix_overlaps[i]):
 
 Each helper returns, for every position of the stock loop, the candidates the stock inner loop
-visits that really overlap, in the stock visiting order. The stock loop body still runs its own
-overlap test, warnings, messages, ``return`` and error list on them, so whatever torch reports, in
-whatever order, is reported the same. The candidates are made as the stock loop reaches them, never
-every pair at once: a scan that stops at the first overlap stops there too, and one that reports every
-overlap holds one box's at a time (N identical boxes cost what they cost stock torch); a sweep that
-would compare more than a few boxes per box (counted first, in O(n log n), none compared) gives way
-to the stock scan, so no layout costs more than stock torch plus that count. A helper returns None (the stock
-scan runs unchanged) when the boxes are not plain ints of one length, so odd inputs raise exactly where
-torch raises them.
+visits, in the stock visiting order, answered as the loop asks for each position in turn. The stock
+loop body still runs its own overlap test, warnings, messages, ``return`` and error list on them, so
+whatever torch reports, in whatever order, is reported the same. The first positions get stock's own
+candidates (a pairwise scan's later items; a sweep's active list, replayed from the same offsets)
+until they total 8 per box (building the fast answer costs somewhat more): a scan that stops at an
+early overlap, or is cheap throughout, costs about what it costs stock torch and builds nothing.
+From the position where they pass that budget on, the candidates are the ones that really overlap (a
+grid's identical boxes, else a sweep), built once and made as the stock loop reaches them, never
+every pair at once: one that reports every overlap holds one box's at a time (N identical boxes cost
+what they cost stock torch). The sweep goes over the dimension where it compares the fewest boxes;
+when even that one would compare more than a few per box (counted first, in O(n log n) per
+dimension, none compared), stock's candidates stay in place, as they do for boxes that are not plain
+ints of one length (odd inputs raise exactly where torch raises them): where the fast answer cannot
+help, a layout costs stock torch's time plus one O(n log n) attempt to build it.
 
 Only this file's functions are inserted; ``REPLACES`` is read by the transform, never inserted.
-The inserted code uses nothing but builtins and the stdlib's heapq, itertools and operator, imported
-inside the functions that use them.
+The inserted code uses nothing but builtins and the stdlib's bisect, heapq, itertools, operator and sys,
+imported inside the functions that use them.
 Keep every docstring on one line: the transform marks each inserted line with a trailing comment.
 """
 
@@ -146,11 +151,12 @@ def _ascendfix_is_grid(offsets, sizes, ndims):
     return True
 
 
-def _ascendfix_sweep(boxes, ndims):
-    """Yield the overlapping pairs, as a sweep over the dimension with the most distinct offsets meets them."""
+def _ascendfix_sweep(boxes, ndims, d=None):
+    """Yield the overlapping pairs, as a sweep over d (else the dimension with the most distinct offsets) meets them."""
     import heapq
 
-    d = max(range(ndims), key=lambda k: len({offsets[k] for offsets, _ in boxes}))
+    if d is None:
+        d = max(range(ndims), key=lambda k: len({offsets[k] for offsets, _ in boxes}))
     ends = []  # (end in d, index) of the active boxes: those reaching past the current start
     active = set()
     for j in sorted(range(len(boxes)), key=lambda i: boxes[i][0][d]):
@@ -188,11 +194,10 @@ def _ascendfix_groups(boxes):
     return [g for g in same.values() if len(g) > 1]
 
 
-def _ascendfix_sweep_cost(boxes, ndims):
-    """The box comparisons the sweep would make (the active boxes at each start), counted in O(n log n), none made."""
+def _ascendfix_sweep_cost(boxes, d):
+    """The comparisons a sweep over d would make (the active boxes at each start), counted in O(n log n), none made."""
     import heapq
 
-    d = max(range(ndims), key=lambda k: len({offsets[k] for offsets, _ in boxes}))
     ends = []
     cost = 0
     for start, end in sorted((offsets[d], offsets[d] + sizes[d]) for offsets, sizes in boxes):
@@ -205,10 +210,12 @@ def _ascendfix_sweep_cost(boxes, ndims):
 
 
 def _ascendfix_swept(boxes):
-    """The sweep's pairs, or None when it would compare more than a few boxes per box (then the stock scan runs)."""
-    if _ascendfix_sweep_cost(boxes, len(boxes[0][0])) > 4 * len(boxes) + 64:
+    """The pairs of a sweep over the cheapest dimension; None when even it would compare more than a few per box."""
+    ndims = len(boxes[0][0])
+    cost, d = min((_ascendfix_sweep_cost(boxes, k), k) for k in range(ndims))
+    if cost > 4 * len(boxes) + 64:
         return None
-    return list(_ascendfix_sweep(boxes, len(boxes[0][0])))
+    return list(_ascendfix_sweep(boxes, ndims, d))
 
 
 def _ascendfix_overlapping_pairs(boxes):
@@ -268,33 +275,119 @@ def _ascendfix_in_sweep_order(boxes, sorted_indices, sweep_dim):
     return {b: earlier[b] for b in sorted(earlier, key=position.__getitem__)}
 
 
+def _ascendfix_pairwise(items, build, budget=None, _kind=[]):  # noqa: B006 (_kind: the class, made once)
+    """Pairwise candidates per i, asked in turn: stock's items[i + 1:] up to budget in all, then build()'s."""
+    count = len(items)
+    if budget is None:  # under what build() costs: a scan that stops early costs what it costs stock torch
+        budget = 8 * count + 64
+    if count * (count - 1) // 2 <= budget:  # every one of stock's candidates fits: stock's scan, nothing added
+        return None
+    if not _kind:  # a class statement costs more than a small scan: one class, made on the first call
+
+        class _AscendfixLater(dict):
+            """later[i] for i = 0, 1, ... in order, made when asked: stock's candidates, then build()'s."""
+
+            def __missing__(self, i):
+                if not self.built:
+                    self.spent += self.count - 1 - i
+                    if self.spent <= self.budget:
+                        return self.items[i + 1 :]
+                    self.built, self.later = True, self.build()
+                return self.items[i + 1 :] if self.later is None else self.later[i]  # None: stock's to the end
+
+        _kind.append(_AscendfixLater)
+    later = _kind[0]()
+    later.items, later.count, later.build, later.budget = items, count, build, budget
+    later.spent, later.built, later.later = 0, False, None
+    return later
+
+
+def _ascendfix_sweeping(sorted_indices, span, build, budget=None, _kind=[]):  # noqa: B006 (as in _ascendfix_pairwise)
+    """A sweep's positions and candidates, walked in turn: stock's active list up to budget, then build()'s."""
+    count = len(sorted_indices)
+    if budget is None:  # as in _ascendfix_pairwise
+        budget = 8 * count + 64
+    if count * (count - 1) // 2 <= budget:
+        return None
+    if not _kind:
+        import sys
+        from bisect import bisect_right, insort
+
+        class _AscendfixSweep(dict):
+            """Iterated: the positions to visit; self[idx] for each in turn: its candidates, made when asked."""
+
+            def __iter__(self):
+                for k, idx in enumerate(self.order):
+                    if not self.built and self.spent > self.budget:
+                        self.built, self.earlier = True, self.build()
+                        if self.earlier is not None:  # None: stock's to the end
+                            done = set(self.order[:k])
+                            yield from (b for b in self.earlier if b not in done)
+                            return
+                    yield idx
+
+            def __missing__(self, idx):
+                if self.earlier is not None:
+                    return self.earlier[idx]
+                # stock's active list, replayed: span(idx) is the (start, end) torch reads for idx
+                if self.last is not None:
+                    insort(self.active, self.last)
+                start, end = self.span(idx)
+                del self.active[: bisect_right(self.active, (start, sys.maxsize))]
+                self.last = (end, idx)
+                self.spent += len(self.active)
+                return self.active
+
+        _kind.append(_AscendfixSweep)
+    sweep = _kind[0]()
+    sweep.order, sweep.span, sweep.build, sweep.budget = sorted_indices, span, build, budget
+    sweep.active, sweep.last, sweep.spent, sweep.built, sweep.earlier = [], None, 0, False, None
+    return sweep
+
+
 def _ascendfix_shards_overlapping_later(shards, sharded_dims):
     """Pairwise _find_nd_overlapping_shards: per shard, the later shards overlapping it in the sharded dims."""
-    boxes = _ascendfix_boxes([s.shard_offsets for s in shards], [s.shard_sizes for s in shards], sharded_dims)
-    if boxes is None:
-        return None
-    return _ascendfix_later(boxes, range(len(shards)))
+
+    def build():
+        boxes = _ascendfix_boxes([s.shard_offsets for s in shards], [s.shard_sizes for s in shards], sharded_dims)
+        return None if boxes is None else _ascendfix_later(boxes, range(len(shards)))
+
+    return _ascendfix_pairwise(range(len(shards)), build)
 
 
 def _ascendfix_shards_overlapping_in_sweep(shards, sorted_indices, sweep_dim):
     """Sweeping _find_nd_overlapping_shards: per shard in sweep order, the active shards overlapping it."""
-    boxes = _ascendfix_boxes([s.shard_offsets for s in shards], [s.shard_sizes for s in shards], None)
-    if boxes is None:
-        return None
-    return _ascendfix_in_sweep_order(boxes, sorted_indices, sweep_dim)
+
+    def span(idx):
+        start = shards[idx].shard_offsets[sweep_dim]
+        return start, start + shards[idx].shard_sizes[sweep_dim]
+
+    def build():
+        boxes = _ascendfix_boxes([s.shard_offsets for s in shards], [s.shard_sizes for s in shards], None)
+        return None if boxes is None else _ascendfix_in_sweep_order(boxes, sorted_indices, sweep_dim)
+
+    return _ascendfix_sweeping(sorted_indices, span, build)
 
 
 def _ascendfix_chunks_overlapping_later(chunks):
     """Pairwise _validate_global_plan: per chunk, the later chunks overlapping it."""
-    boxes = _ascendfix_boxes([c.offsets for c in chunks], [c.sizes for c in chunks], None)
-    if boxes is None:
-        return None
-    return _ascendfix_later(boxes, chunks)
+
+    def build():
+        boxes = _ascendfix_boxes([c.offsets for c in chunks], [c.sizes for c in chunks], None)
+        return None if boxes is None else _ascendfix_later(boxes, chunks)
+
+    return _ascendfix_pairwise(chunks, build)
 
 
 def _ascendfix_chunks_overlapping_in_sweep(chunks, sorted_indices, sweep_dim):
     """Sweeping _validate_global_plan: per chunk in sweep order, the active chunks overlapping it."""
-    boxes = _ascendfix_boxes([c.offsets for c in chunks], [c.sizes for c in chunks], None)
-    if boxes is None:
-        return None
-    return _ascendfix_in_sweep_order(boxes, sorted_indices, sweep_dim)
+
+    def span(idx):
+        start = chunks[idx].offsets[sweep_dim]
+        return start, start + chunks[idx].sizes[sweep_dim]
+
+    def build():
+        boxes = _ascendfix_boxes([c.offsets for c in chunks], [c.sizes for c in chunks], None)
+        return None if boxes is None else _ascendfix_in_sweep_order(boxes, sorted_indices, sweep_dim)
+
+    return _ascendfix_sweeping(sorted_indices, span, build)
