@@ -35,6 +35,34 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture its module builds once for several tests (a Ray cluster, a venv)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info else ()
+    return any(d.scope != "function" and d.baseid.endswith(".py") for fixturedefs in defs for d in fixturedefs)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (pyproject's addopts): the tests sharing a module's fixture run on one worker
+    (``xdist_group``, so the fixture is built once), and the costliest groups are handed out first."""
+    if not hasattr(config, "workerinput"):  # not an xdist worker: the order is the files'
+        return
+    scope: dict[str, str] = {}
+    for item in items:
+        scope[item.nodeid] = item.nodeid
+        if _shares_a_module_fixture(item):
+            name = item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(name))
+            scope[item.nodeid] = name
+    cost: dict[str, list[int]] = {}
+    for item in items:  # a group's cost: its slow tests, then its tests
+        slow = item.get_closest_marker("slow") is not None
+        counts = cost.setdefault(scope[item.nodeid], [0, 0])
+        counts[0] += slow
+        counts[1] += 1
+    items.sort(key=lambda item: [-n for n in cost[scope[item.nodeid]]])  # stable: a group stays together
+
+
 @pytest.fixture
 def copy_tree(tmp_path):
     """Copy a cached upstream tree into this test's own folder (tests may write to it)."""
