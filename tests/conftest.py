@@ -42,6 +42,7 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
     return any(d.scope != "function" and d.baseid.endswith(".py") for fixturedefs in defs for d in fixturedefs)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (pyproject's addopts): the tests sharing a module's fixture run on one worker
     (``xdist_group``, so the fixture is built once), and the costliest groups are handed out first."""
