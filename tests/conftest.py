@@ -35,6 +35,10 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
+# The groups measured longest (a full run on 4 workers, 2026-12-03): each goes to a worker of its own, first.
+LONGEST = ("tests/test_docker_build.py", "tests/test_ckpt_check.py", "tests/test_ray_faults.py", "tests/test_watch.py")
+
+
 def _shares_a_module_fixture(item: pytest.Item) -> bool:
     """Whether the test uses a fixture its module builds once for several tests (a Ray cluster, a venv)."""
     info = getattr(item, "_fixtureinfo", None)
@@ -56,11 +60,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(name))
             scope[item.nodeid] = name
     cost: dict[str, list[int]] = {}
-    for item in items:  # a group's cost: its slow tests, then its tests
-        slow = item.get_closest_marker("slow") is not None
-        counts = cost.setdefault(scope[item.nodeid], [0, 0])
-        counts[0] += slow
-        counts[1] += 1
+    for item in items:  # a group's cost: measured longest, then its slow tests, then its tests
+        group = scope[item.nodeid]
+        counts = cost.setdefault(group, [len(LONGEST) - LONGEST.index(group) if group in LONGEST else 0, 0, 0])
+        counts[1] += item.get_closest_marker("slow") is not None
+        counts[2] += 1
     items.sort(key=lambda item: [-n for n in cost[scope[item.nodeid]]])  # stable: a group stays together
 
 
