@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests import cli, upstream
 
@@ -34,6 +35,13 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 # mode sets RAY_AUTH_MODE and HOME itself.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+
+# Hypothesis profiles ($HYPOTHESIS_PROFILE): "suite", the default, with no deadline per example (the suite's
+# workers share the machine's cores, so one example's time says nothing about the code); "thorough", ten
+# times the examples, for a change to a transform. The fast-validate equivalence tests set their own count.
+settings.register_profile("suite", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("thorough", settings.get_profile("suite"), max_examples=600)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 # The groups measured longest (a full run on 4 workers, 2026-12-03): each goes to a worker of its own, first.
 LONGEST = ("tests/test_docker_build.py", "tests/test_ckpt_check.py", "tests/test_ray_faults.py", "tests/test_watch.py")
