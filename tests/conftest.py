@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,6 +88,15 @@ def copy_tree(tmp_path):
         return dest
 
     return copy
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A folder of this test's own directly in /tmp, removed afterwards: Ray's socket paths must stay under
+    107 bytes, and a pytest-xdist worker's ``tmp_path`` is longer (``.../pytest-N/popen-gw0/...``)."""
+    folder = Path(tempfile.mkdtemp(prefix="afr-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
