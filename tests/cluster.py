@@ -9,6 +9,8 @@ every Ray on the machine).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
 import json
 import os
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import cli
+from tests import cli, upstream
 from tests.machine import npu_smi_table, write_executable
 
 REPO = cli.REPO
@@ -121,6 +123,19 @@ def ours(marker: str) -> list[int]:
     return pids
 
 
+@contextmanager
+def one_ray_start() -> Iterator[None]:
+    """Hold the lock under which one Ray node starts at a time, across the test processes of this machine.
+
+    Ray gives a starting node 30 s to register with its GCS (a constant in ``ray._private.node``); nodes of
+    several clusters starting together on a busy 2-core machine overran it (pytest-xdist runs the clusters'
+    modules side by side). The lock is the test cache's, which every test process of this user shares.
+    """
+    with open(upstream.cache_dir() / ".ray-start.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 class Netns:
     """A private network namespace: held by a ``sleep`` started with ``unshare -n -m`` (its own sysfs);
     ``prefix`` runs a command inside it (``nsenter --net=... --mount=...``)."""
@@ -208,6 +223,7 @@ class LocalCluster:
         self.procs: dict[str, subprocess.Popen] = {}
         self.worker_ports: set[int] = set()
         self.logs = base
+        self._starting: contextlib.ExitStack | None = None  # one_ray_start, held from start() to started
 
     def start(
         self,
@@ -218,7 +234,10 @@ class LocalCluster:
         node_ip: str | None = None,
         resources: dict[str, float] | None = None,
     ) -> None:
-        """Start one node (the head first, then workers joining it); ``prefix`` runs it in another namespace."""
+        """Start one node (the head first, then workers joining it); ``prefix`` runs it in another namespace.
+        No other node starts on the machine until :meth:`wait_started` (or :meth:`wait_for_head`) returns."""
+        self._starting = contextlib.ExitStack()
+        self._starting.enter_context(one_ray_start())
         ports = free_ports(6)
         low, high = worker_ports(self.worker_ports)
         role = ["--head", "--port", str(self.gcs), "--dashboard-host", "127.0.0.1", "--include-dashboard=false"]
@@ -262,21 +281,36 @@ class LocalCluster:
     def wait_for_head(self, seconds: float = 120) -> None:
         """Until the head's `ray start` is done: it wrote the cluster's address and says it blocks."""
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.procs["head"].poll() is not None:
-                raise AssertionError((self.logs / "head.log").read_text())
-            if (self.tmp / "ray" / "ray_current_cluster").is_file():
-                return self.wait_started("head", deadline - time.monotonic())
-            time.sleep(0.5)
-        raise AssertionError("the head never wrote the cluster's address")
+        with self._started():
+            while time.monotonic() < deadline:
+                if self.procs["head"].poll() is not None:
+                    raise AssertionError((self.logs / "head.log").read_text())
+                if (self.tmp / "ray" / "ray_current_cluster").is_file():
+                    return self.wait_started("head", deadline - time.monotonic())
+                time.sleep(0.5)
+            raise AssertionError("the head never wrote the cluster's address")
 
     def wait_started(self, name: str, seconds: float = 120) -> None:
         """Until the node's `ray start --block` says it started; its log when it died instead."""
         log, deadline = self.logs / f"{name}.log", time.monotonic() + seconds
-        while "will now block forever" not in log.read_text():
-            if self.procs[name].poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"node {name} did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
+        with self._started():
+            while "will now block forever" not in log.read_text():
+                if self.procs[name].poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"node {name} did not start:\n{log.read_text()[-3000:]}")
+                time.sleep(0.5)
+
+    @contextmanager
+    def _started(self) -> Iterator[None]:
+        """Release the start lock :meth:`start` took, however the wait ends."""
+        try:
+            yield
+        finally:
+            self._release_start()
+
+    def _release_start(self) -> None:
+        if self._starting is not None:
+            self._starting.close()
+            self._starting = None
 
     def ascendfix(self, *args: str, env: dict[str, str] | None = None, timeout: float = 300):
         """``ascendfix ARGS`` inside the cluster's namespace, with its environment."""
@@ -284,6 +318,7 @@ class LocalCluster:
 
     def stop(self) -> list[int]:
         """SIGTERM each `ray start --block` (workers, then the head); kill by pid whatever is left; return it."""
+        self._release_start()  # a node started and never waited for leaves the start lock to others
         for name in reversed(list(self.procs)):
             proc = self.procs[name]
             if proc.poll() is None:

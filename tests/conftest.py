@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests import cli, upstream
 
@@ -35,6 +38,46 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
+# Hypothesis profiles ($HYPOTHESIS_PROFILE): "suite", the default, with no deadline per example (the suite's
+# workers share the machine's cores, so one example's time says nothing about the code); "thorough", ten
+# times the examples, for a change to a transform. The fast-validate equivalence tests set their own count.
+settings.register_profile("suite", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("thorough", settings.get_profile("suite"), max_examples=600)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
+
+# The groups measured longest (a full run on 4 workers, 2026-12-03): each goes to a worker of its own, first.
+LONGEST = ("tests/test_docker_build.py", "tests/test_ckpt_check.py", "tests/test_ray_faults.py", "tests/test_watch.py")
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture its module builds once for several tests (a Ray cluster, a venv)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info else ()
+    return any(d.scope != "function" and d.baseid.endswith(".py") for fixturedefs in defs for d in fixturedefs)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (pyproject's addopts): the tests sharing a module's fixture run on one worker
+    (``xdist_group``, so the fixture is built once), and the costliest groups are handed out first."""
+    if not hasattr(config, "workerinput"):  # not an xdist worker: the order is the files'
+        return
+    scope: dict[str, str] = {}
+    for item in items:
+        scope[item.nodeid] = item.nodeid
+        if _shares_a_module_fixture(item):
+            name = item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(name))
+            scope[item.nodeid] = name
+    cost: dict[str, list[int]] = {}
+    for item in items:  # a group's cost: measured longest, then its slow tests, then its tests
+        group = scope[item.nodeid]
+        counts = cost.setdefault(group, [len(LONGEST) - LONGEST.index(group) if group in LONGEST else 0, 0, 0])
+        counts[1] += item.get_closest_marker("slow") is not None
+        counts[2] += 1
+    items.sort(key=lambda item: [-n for n in cost[scope[item.nodeid]]])  # stable: a group stays together
+
+
 @pytest.fixture
 def copy_tree(tmp_path):
     """Copy a cached upstream tree into this test's own folder (tests may write to it)."""
@@ -45,6 +88,15 @@ def copy_tree(tmp_path):
         return dest
 
     return copy
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A folder of this test's own directly in /tmp, removed afterwards: Ray's socket paths must stay under
+    107 bytes, and a pytest-xdist worker's ``tmp_path`` is longer (``.../pytest-N/popen-gw0/...``)."""
+    folder = Path(tempfile.mkdtemp(prefix="afr-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -29,6 +29,7 @@ from ascendfix.resources import data_dir
 from click.testing import CliRunner
 
 from tests import cli, upstream
+from tests.cluster import one_ray_start
 
 REPO = Path(__file__).resolve().parent.parent
 NO_TORCH = "torch is not installed (pip install torch==2.13.0: the CPU build is enough)"
@@ -628,9 +629,11 @@ def two_ray_nodes():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_TMPDIR", temp)  # Cluster writes ray_current_cluster there, not into the host's /tmp/ray
         os.mkdir(os.path.join(temp, "ray"))
-        c = cluster_utils.Cluster(True, head_node_args={**small, "temp_dir": temp, "include_dashboard": False})
+        with one_ray_start():
+            c = cluster_utils.Cluster(True, head_node_args={**small, "temp_dir": temp, "include_dashboard": False})
         try:
-            worker = c.add_node(**small)
+            with one_ray_start():
+                worker = c.add_node(**small)
             c.wait_for_nodes()
             assert {c.head_node.node_ip_address, worker.node_ip_address} == {"127.0.0.1"}  # loopback only
             yield c

@@ -19,7 +19,7 @@ from ascendfix.cluster import fanout
 from ascendfix.cluster.fanout import NodeAnswer
 
 from tests import cli
-from tests.cluster import alive, free_ports, ray_temp_dir
+from tests.cluster import alive, free_ports, one_ray_start, ray_temp_dir
 
 REPO = Path(__file__).resolve().parent.parent
 SHARD = "torch/distributed/_shard/sharding_spec/_internals.py"
@@ -54,11 +54,13 @@ def ray_cluster(tmp_path_factory, upstream_files):
     head = {**small, "include_dashboard": False, "env_vars": env("head"), "gcs_server_port": free_ports(1)[0]}
     before = os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = str(temp)  # where the cluster writes its address for ray.init("auto")
-    c = cluster_utils.Cluster(initialize_head=True, head_node_args={**head, "temp_dir": small["temp_dir"]})
+    with one_ray_start():
+        c = cluster_utils.Cluster(initialize_head=True, head_node_args={**head, "temp_dir": small["temp_dir"]})
     nodes = {"head": c.head_node}
     try:
         for name in ("w0", DRIFTED_NODE):
-            nodes[name] = c.add_node(**small, env_vars=env(name))
+            with one_ray_start():
+                nodes[name] = c.add_node(**small, env_vars=env(name))
         c.wait_for_nodes()
         assert {node.node_ip_address for node in nodes.values()} == {"127.0.0.1"}  # loopback only
         yield c, {name: node.node_id for name, node in nodes.items()}

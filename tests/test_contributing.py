@@ -86,13 +86,16 @@ def _add_a_patch(tree: Path) -> None:
     (tree / "tests" / "test_throwaway_patch.py").write_text(TEST)
 
     # the suite names the stand-in to add, then the command that regenerates the reference pages
-    missing = _run(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider", STANDIN_TEST)
+    # one worker (-n 0): the suite around this test already keeps the machine's cores busy
+    missing = _run(tree, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", STANDIN_TEST)
     assert missing.returncode == 1 and f"add its demo stand-in, {STANDIN}" in missing.stdout, missing.stdout[-3000:]
     (tree / STANDIN).write_text("ENABLED = True\n")
     stale = _run(tree, "scripts/reference.py", "--check")
     assert stale.returncode == 1 and "profile.md" in stale.stderr and "python3 scripts/reference.py" in stale.stderr
     assert _run(tree, "scripts/reference.py").returncode == 0
 
-    done = _run(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not upstream", *AFFECTED)
+    done = _run(
+        tree, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-m", "not slow and not upstream", *AFFECTED
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and " failed" not in done.stdout

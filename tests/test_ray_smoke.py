@@ -906,7 +906,7 @@ def test_a_node_whose_gloo_nic_is_down_is_named_and_smoke_ends_within_its_timeou
 
 
 @pytest.mark.slow
-def test_smoke_for_a_script_names_the_node_whose_cpus_cannot_hold_the_jobs_placement(tmp_path_factory, netns):
+def test_smoke_for_a_script_names_the_node_whose_cpus_cannot_hold_the_jobs_placement(tmp_path_factory):
     pytest.importorskip("ray", reason="ray is not installed: pip install 'ascendfix[ray]'")
     pytest.importorskip("torch", reason="ray smoke runs real torch.distributed collectives: pip install torch")
     base = tmp_path_factory.mktemp("ray-place")
@@ -934,7 +934,7 @@ def test_smoke_for_a_script_names_the_node_whose_cpus_cannot_hold_the_jobs_place
 
 
 @pytest.mark.slow
-def test_a_cluster_that_wants_a_token_refuses_in_one_line_with_the_fix(tmp_path, netns):
+def test_a_cluster_that_wants_a_token_refuses_in_one_line_with_the_fix(tmp_path):
     """The head started where ~/.ray/auth_token exists (Ray turns token authentication on by itself); ray smoke,
     ray wait and a --ray command from a home without the token each say so in one line, with the fix."""
     ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'ascendfix[ray]'")
@@ -944,25 +944,26 @@ def test_a_cluster_that_wants_a_token_refuses_in_one_line_with_the_fix(tmp_path,
     (token_home / ".ray").mkdir(parents=True)
     plain_home.mkdir()
     (token_home / ".ray" / "auth_token").write_text(secrets.token_hex(32))
-    c = LocalCluster(tmp_path, team_profile(tmp_path), fake_npu_smi(tmp_path), netns)
-    del c.env["RAY_AUTH_MODE"]
-    try:
-        c.start("head", extra_env={"HOME": str(token_home)})
-        c.wait_for_head()
-        env, profile = {**c.env, "HOME": str(plain_home)}, ("--profile", str(c.profile), "--device", "npu")
-        for args in (
-            ("ray", "smoke", *profile, "--address", c.address, "--nodes", "1", "--backend", "gloo"),
-            ("ray", "wait", *profile, "--address", c.address, "--nodes", "1", "--timeout", "5"),
-            ("doctor", *profile, "--ray", c.address),
-        ):
-            result = c.ascendfix(*args, env=env)
-            lines = result.stderr.strip().splitlines()
-            assert result.returncode == 2 and len(lines) == 1, result.stdout + result.stderr
-            assert f"{c.address}: the Ray cluster refused this connection's authentication" in lines[0]
-            assert "export RAY_AUTH_MODE=token" in lines[0] and "RAY_AUTH_MODE=disabled" in lines[0]
-    finally:
-        left = c.stop()
-        assert not left, f"Ray processes still running after SIGTERM to ray start --block: {left}"
+    with private_netns() as netns:  # its own: the module's cluster may run beside it
+        c = LocalCluster(tmp_path, team_profile(tmp_path), fake_npu_smi(tmp_path), netns)
+        del c.env["RAY_AUTH_MODE"]
+        try:
+            c.start("head", extra_env={"HOME": str(token_home)})
+            c.wait_for_head()
+            env, profile = {**c.env, "HOME": str(plain_home)}, ("--profile", str(c.profile), "--device", "npu")
+            for args in (
+                ("ray", "smoke", *profile, "--address", c.address, "--nodes", "1", "--backend", "gloo"),
+                ("ray", "wait", *profile, "--address", c.address, "--nodes", "1", "--timeout", "5"),
+                ("doctor", *profile, "--ray", c.address),
+            ):
+                result = c.ascendfix(*args, env=env)
+                lines = result.stderr.strip().splitlines()
+                assert result.returncode == 2 and len(lines) == 1, result.stdout + result.stderr
+                assert f"{c.address}: the Ray cluster refused this connection's authentication" in lines[0]
+                assert "export RAY_AUTH_MODE=token" in lines[0] and "RAY_AUTH_MODE=disabled" in lines[0]
+        finally:
+            left = c.stop()
+            assert not left, f"Ray processes still running after SIGTERM to ray start --block: {left}"
 
 
 def test_a_node_whose_checks_got_no_time_is_untried_not_failed():

@@ -9,7 +9,7 @@ from ascendfix.profile import manifest
 from ascendfix.transforms import cst_util, regions, registry
 from ascendfix.transforms.base import TransformError
 from ascendfix.transforms.fast_overlap import FastOverlapScan, fingerprint, source_fingerprint
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests import upstream
@@ -172,7 +172,6 @@ site = st.sampled_from(
 )
 
 
-@settings(max_examples=60, deadline=None)
 @given(
     parts=st.lists(st.one_of(filler, site), min_size=1, max_size=12),
     newline=st.sampled_from(["\n", "\r\n"]),

@@ -1041,12 +1041,11 @@ CLEAN_JOB = textwrap.dedent(
 )
 
 
-def run_in_netns(tmp_path_factory, script: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
+def run_in_netns(work: Path, script: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
     """Run a Ray job script under `unshare -n` (only `lo`, brought up), its Ray folder in pytest's temp dir."""
     pytest.importorskip("ray")
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         pytest.skip("needs unshare and ip for a network namespace")
-    work = tmp_path_factory.mktemp("r")  # short: Ray's socket paths must stay under 107 bytes
     (work / "job.py").write_text(script)
     ray_dir = work / "ray"
     environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work), "RAY_AUTH_MODE": "disabled"}
@@ -1064,9 +1063,9 @@ def run_in_netns(tmp_path_factory, script: str, env: dict[str, str]) -> tuple[su
 
 
 @pytest.mark.slow
-def test_a_real_ray_actor_killed_by_the_memory_monitor_is_named_out_of_memory(tmp_path_factory):
+def test_a_real_ray_actor_killed_by_the_memory_monitor_is_named_out_of_memory(short_tmp):
     threshold = {"RAY_memory_usage_threshold": "0.05", "RAY_memory_monitor_refresh_ms": "50"}
-    proc, logs = run_in_netns(tmp_path_factory, OOM_JOB, threshold)
+    proc, logs = run_in_netns(short_tmp, OOM_JOB, threshold)
     assert proc.returncode == 3 and "OutOfMemoryError" in proc.stderr, proc.stderr[-2000:]
     code, data = run_json(logs)
     assert code == 1 and data["first"]["code"] == "RAY_OOM", data
@@ -1077,21 +1076,21 @@ def test_a_real_ray_actor_killed_by_the_memory_monitor_is_named_out_of_memory(tm
 
 @pytest.mark.slow
 @pytest.mark.parametrize("attempt", range(3))  # Ray's teardown races: a worker-exit notice now and then
-def test_a_real_clean_four_actor_ray_job_is_no_failure(tmp_path_factory, attempt):
-    proc, logs = run_in_netns(tmp_path_factory, CLEAN_JOB, {})
+def test_a_real_clean_four_actor_ray_job_is_no_failure(short_tmp, attempt):
+    proc, logs = run_in_netns(short_tmp, CLEAN_JOB, {})
     assert proc.returncode == 0 and proc.stdout.split()[-1] == "14", proc.stderr[-2000:]
     code, data = run_json(logs)
     assert code == 0 and data["first"] is None and data["skipped"] == [], data
 
 
 @pytest.mark.slow
-def test_a_real_ray_job_started_with_an_npu_resource_and_no_acl_is_no_failure(tmp_path_factory):
+def test_a_real_ray_job_started_with_an_npu_resource_and_no_acl_is_no_failure(short_tmp):
     """Ray's NPU-type probe logs the exception of its `import acl` and goes on: the driver's output says
     ERROR with a traceback, and triage of that output and the session's logs finds no failure."""
     own_dir = "ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])"  # the job's own Ray folder
     script = CLEAN_JOB.replace(own_dir, own_dir.replace("num_cpus=1,", 'num_cpus=1, resources={"NPU": 1},'))
     assert 'resources={"NPU": 1}' in script
-    proc, logs = run_in_netns(tmp_path_factory, script, {})
+    proc, logs = run_in_netns(short_tmp, script, {})
     assert proc.returncode == 0 and proc.stdout.split()[-1] == "14", proc.stderr[-2000:]
     if "Failed to detect NPU type." not in proc.stderr:
         pytest.skip("Ray found its NPU type here (acl is importable): the probe logged nothing")

@@ -141,13 +141,12 @@ def test_the_root_cause_blocks_error_file_traceback_names_the_exception(tmp_path
 # --- Ray jobs, each in a network namespace of its own ---------------------------------------------
 
 
-def ray_job(tmp_path_factory, script: str) -> tuple[subprocess.CompletedProcess, Path]:
+def ray_job(work: Path, script: str) -> tuple[subprocess.CompletedProcess, Path]:
     """Run a Ray job script under `unshare -n` (only `lo`, brought up), its Ray folder in pytest's temp dir;
     the driver's output is kept in the session's logs as `train.log`, as `ascendfix run` keeps it."""
     pytest.importorskip("ray")
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         pytest.skip("needs unshare and ip for a network namespace")
-    work = tmp_path_factory.mktemp("r")  # short: Ray's socket paths must stay under 107 bytes
     (work / "job.py").write_text(textwrap.dedent(script))
     ray_dir = work / "ray"
     environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work), "RAY_AUTH_MODE": "disabled"}
@@ -273,9 +272,9 @@ HANG_JOB = """
 
 
 @pytest.mark.slow
-def test_a_ray_actors_segfault_is_named_with_its_pid_node_and_python_frame(tmp_path_factory):
+def test_a_ray_actors_segfault_is_named_with_its_pid_node_and_python_frame(short_tmp):
     # the worker logs ~800 KiB before it crashes: its crash is looked for in its log's last bytes only
-    proc, logs = ray_job(tmp_path_factory, SEGFAULT_JOB.replace("NOISE = 0", "NOISE = 30000"))
+    proc, logs = ray_job(short_tmp, SEGFAULT_JOB.replace("NOISE = 0", "NOISE = 30000"))
     assert proc.returncode == 1 and "ActorDiedError" in proc.stderr, proc.stderr[-3000:]
     pid = int((logs.parents[2] / "crashed").read_text())
     data, first = first_of(logs)
@@ -290,8 +289,8 @@ def test_a_ray_actors_segfault_is_named_with_its_pid_node_and_python_frame(tmp_p
 
 
 @pytest.mark.slow
-def test_the_innermost_exception_of_a_ray_task_chain_is_named_with_its_task_and_pid(tmp_path_factory):
-    proc, logs = ray_job(tmp_path_factory, CHAIN_JOB)
+def test_the_innermost_exception_of_a_ray_task_chain_is_named_with_its_task_and_pid(short_tmp):
+    proc, logs = ray_job(short_tmp, CHAIN_JOB)
     assert proc.returncode == 1 and "KeyError: 'missing sample 7'" in proc.stderr, proc.stderr[-3000:]
     pid = int((logs.parents[2] / "inner").read_text())
     data, first = first_of(logs)
@@ -302,8 +301,8 @@ def test_the_innermost_exception_of_a_ray_task_chain_is_named_with_its_task_and_
 
 
 @pytest.mark.slow
-def test_a_clean_ray_job_that_logged_and_retried_an_exception_is_no_failure(tmp_path_factory):
-    proc, logs = ray_job(tmp_path_factory, RETRIED_JOB)
+def test_a_clean_ray_job_that_logged_and_retried_an_exception_is_no_failure(short_tmp):
+    proc, logs = ray_job(short_tmp, RETRIED_JOB)
     assert proc.returncode == 0 and "tries 2" in proc.stdout, proc.stderr[-3000:]
     assert "TimeoutError: read timed out (hub)" in proc.stderr  # relayed from the actor's worker-*.err
     result = CliRunner().invoke(cli.main, ["triage", str(logs), "--json"])
@@ -346,11 +345,11 @@ def test_a_torchrun_failure_is_the_same_from_its_run_folder_its_ranks_files_and_
 
 
 @pytest.mark.slow
-def test_a_ray_segfault_is_the_same_from_its_run_folder_its_session_and_its_driver_log(tmp_path_factory, ascendfix_cli):
+def test_a_ray_segfault_is_the_same_from_its_run_folder_its_session_and_its_driver_log(short_tmp, ascendfix_cli):
     pytest.importorskip("ray")
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         pytest.skip("needs unshare and ip for a network namespace")
-    work = tmp_path_factory.mktemp("r")  # short: Ray's socket paths must stay under 107 bytes
+    work = short_tmp
     (work / "job.py").write_text(textwrap.dedent(SEGFAULT_JOB))
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work), "RAY_AUTH_MODE": "disabled"}
     args = ["run", "--device", "cuda", "--no-preflight", "--log-dir", "runs/1", sys.executable, "job.py", work / "ray"]
@@ -400,9 +399,9 @@ def test_what_a_run_that_exited_0_logged_is_no_failure(tmp_path, ascendfix_cli, 
 
 
 @pytest.mark.slow
-def test_a_rank_that_never_joins_a_collective_leaves_the_waiting_ranks_timeout_named(tmp_path_factory):
+def test_a_rank_that_never_joins_a_collective_leaves_the_waiting_ranks_timeout_named(short_tmp):
     pytest.importorskip("torch")
-    proc, logs = ray_job(tmp_path_factory, HANG_JOB)
+    proc, logs = ray_job(short_tmp, HANG_JOB)
     assert proc.returncode == 1 and "Timed out waiting 3000ms" in proc.stderr, proc.stderr[-3000:]
     pid = int((logs.parents[2] / "rank0").read_text())
     data, first = first_of(logs)
