@@ -24,7 +24,7 @@ from tests import cli
 from tests.cluster import REPO, LocalCluster, Netns, ray_of_this_interpreter, team_profile
 from tests.machine import write_executable
 
-STALL_KEYS = {"event", "method", "since", "culprits", "waiting"}
+STALL_KEYS = {"schema", "ok", "event", "method", "since", "culprits", "waiting"}
 
 
 @pytest.fixture(scope="module")
