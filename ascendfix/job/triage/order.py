@@ -94,9 +94,8 @@ class Burst:
         says = (f.rank is not None, bool(f.pids))
         apart = says in ((True, False), (False, True)) and (self.rank is not None, bool(self.pids)) == says[::-1]
         same_origin = f.origin == self.best.origin
-        kind_ok = f.role != "consequence" or self.best.role == "consequence"
         reports_apart = (f.role == "report") != (self.best.role == "report")  # the launcher's entry, the rank's lines
-        kind_ok = kind_ok and not reports_apart
+        kind_ok = (f.role != "consequence" or self.best.role == "consequence") and not reports_apart
         return same_origin and kind_ok and rank_ok and pid_ok and not apart and f.line - self.last_line <= BURST_LINES
 
     def take(self, f: Finding) -> None:
@@ -227,8 +226,7 @@ class Tally:
             self.by_rank[rank] = burst
         if burst.rank is not None and burst.pids and burst.rank not in self.entries and len(self.entries) < _PIDS:
             self.entries[burst.rank] = burst
-        lost_peer = tier == CONSEQUENCE and burst.best.role == "consequence"
-        if burst.rank is not None and lost_peer and len(self.lost) < _PIDS:
+        if burst.rank is not None and tier == CONSEQUENCE and len(self.lost) < _PIDS:  # a lost peer, a wrapper
             self.lost.setdefault(burst.rank, burst)
         if burst.message_pid is not None and node is not None and len(self.pid_nodes) < _PIDS:
             self.pid_nodes.setdefault(burst.message_pid, set()).add(node)
