@@ -993,7 +993,7 @@ def test_random_mutations_of_a_real_metadata_never_crash_the_check(dcp, tmp_path
 # The bounded child run both ways, in a process of its own: one thread (it forks) and with a second
 # thread alive (it never forks: a fresh interpreter). Each way must answer, and report a death, the same.
 BOUNDED_BOTH_WAYS = """
-import json, os, sys, threading, time
+import json, os, signal, sys, threading, time
 from pathlib import Path
 from ascendfix.checkpoint import bounded, check, megatron
 
@@ -1015,6 +1015,7 @@ def run(work, *args):
 found = {
     "answer": run(json.loads, '{"a": [1, 2]}'),
     "signal": run(os.abort),
+    "cut": run(signal.raise_signal, signal.SIGBUS),
     "error": run(megatron.read_config, "/nonexistent/config.json"),
     "memory": run(bytearray, 1 << 40),
     "stuck": run(time.sleep, 60),
@@ -1034,11 +1035,12 @@ def test_the_check_forks_only_a_single_threaded_process_and_answers_the_same_eit
         done = subprocess.run([sys.executable, str(script), str(dcp), way], capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr[-2000:]
         ways[way] = json.loads(done.stdout)
-    assert ways["one"]["forks"] == 6 and ways["threads"]["forks"] == 0
+    assert ways["one"]["forks"] == 7 and ways["threads"]["forks"] == 0
     found = ways["threads"]["found"]
     assert found == ways["one"]["found"]
     assert found["answer"] == ["answer", {"a": [1, 2]}]
     assert found["signal"][:2] == ["died", "first.pkl"] and "killed its reader (SIGABRT)" in found["signal"][2]
+    assert found["cut"][:2] == ["died", "first.pkl"] and "cut shorter while it was read (SIGBUS)" in found["cut"][2]
     assert found["error"][0] == "failed" and found["error"][2] == 2 and "/nonexistent/config.json" in found["error"][1]
     assert found["memory"][:2] == ["died", "first.pkl"] and "more memory" in found["memory"][2]
     assert found["stuck"] == ["died", "first.pkl", "its pickle took more than 2 s to read: stopped (a hostile file?)"]

@@ -75,3 +75,43 @@ def test_blocks_compare_equal_only_when_every_byte_is(at):
     for x, y in ((a, b), (memoryview(bytes(left)), memoryview(bytes(right)))):  # writable, then read-only
         assert not compare.same(x, y) and compare.same(x[:at], y[:at]) and compare.same(x[at + 1 :], y[at + 1 :])
         assert compare.first_difference(x, y) == at == compare.last_difference(x, y)
+
+
+def test_a_window_maps_any_run_of_a_file_and_ends_with_it(tmp_path):
+    """Runs read through a window equal the file's bytes wherever they lie: inside one mapping, across its
+    end (mapped anew from the run's page), and up to the file's end, where the view is shorter."""
+    import os
+
+    from ascendfix.checkpoint.verify import compare
+
+    data = os.urandom(3 * compare.WINDOW + 12345)
+    (tmp_path / "f").write_bytes(data)
+    files = compare.Files(tmp_path)
+    window = compare.Window(files)
+    try:
+        for start in (0, 5, compare.WINDOW - 100, 2 * compare.WINDOW + 1, len(data) - compare.BLOCK, len(data) - 7):
+            got = window.get("f", start, compare.BLOCK)
+            assert bytes(got) == data[start : start + compare.BLOCK]
+        assert len(window.get("f", len(data) + 1, 10)) == 0
+    finally:
+        window.close()
+        files.close()
+
+
+def test_a_file_cut_under_its_window_stops_the_reader_with_sigbus(tmp_path):
+    """The premise of the bounded child's SIGBUS line: a mapped file cut shorter kills its reader (the
+    bounded child), never hands it stale or zero bytes as the file's."""
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "f").write_bytes(b"x" * (1 << 20))
+    script = (
+        "import os, sys; from pathlib import Path; from ascendfix.checkpoint.verify import compare\n"
+        "w = compare.Window(compare.Files(Path(sys.argv[1])))\n"
+        "view = w.get('f', 0, 4096)\n"
+        "os.truncate(Path(sys.argv[1]) / 'f', 0)\n"
+        "print(bytes(w.get('f', 8192, 4096))[:1])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, timeout=60)
+    assert done.returncode == -signal.SIGBUS, done.stderr[-500:]

@@ -227,6 +227,8 @@ def _final(child: _Child, fd: int, buffer: bytes, subject: str) -> dict:
     if line.startswith(b"!"):
         message, exit_code = json.loads(line[1:])
         raise Failed(message, exit_code)
+    if code == -signal.SIGBUS:  # a mapped file cut shorter under its reader
+        raise Died(subject, "a file was cut shorter while it was read (SIGBUS): did the files change?")
     if code < 0:
         name = signal.Signals(-code).name
         raise Died(subject, f"reading it killed its reader ({name}): a corrupt or hostile pickle")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 from collections.abc import Set
 from pathlib import Path
 
@@ -95,7 +94,7 @@ def stray_mtimes(folder: Path, names: list[str], skip: Set[str] = frozenset()) -
         return []
     ordered = sorted(times.values())
     quarter = len(ordered) // 4
-    median = statistics.median(ordered)
+    median = (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
     far = max(FAR_SECONDS, _SPREAD_FACTOR * (ordered[-1 - quarter] - ordered[quarter]))
     warnings = []
     for name in sorted(times):
