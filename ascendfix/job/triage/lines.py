@@ -72,6 +72,7 @@ _HEADER = re.compile(
     )""",
     re.X,
 )
+_ELASTIC_TAG = re.compile(r"\[(?:[Rr]ank|default)\d+\]:")  # the header torch elastic puts on each line of a rank
 # a header that says INFO or DEBUG: Ray's "[... I 12 34]", logging's "INFO", glog's "[I1120", CANN's "[INFO]"
 _INFO = re.compile(
     r"^(?:\[20[^\]]* [ID] \d|20\S+ [\d:,]+\s+(?:INFO|DEBUG)\b|\[?[ID]\d{3,4} |(?:INFO|DEBUG) \d\d-"
@@ -113,6 +114,7 @@ class Finding:
     origin: str | None = None  # the Ray prefix's process (``WorkerDict pid=3007``, ``raylet``): who relayed it
     role: str = ""  # "root": the launcher's first observed failure; "consequence": it follows another failure
     task: str | None = None  # the Ray task a wrapper names (``ray::inner()``)
+    tag: str | None = None  # torch elastic's tag of a rank's line (``[rank3]:``): the launcher's own lines have none
 
     def placed(self, line: int, time: datetime | None) -> Finding:
         """This finding at a line and time (a parsed line is shared by its repeats: each gets its own copy)."""
@@ -191,12 +193,14 @@ def parse(raw: bytes, table: Table, file: str, file_pid: int | None, node: str |
     ray = _RAY_PREFIX.match(text)
     if ray and ("=" in ray["inner"] or ray["inner"].split(",")[0].strip().isidentifier()):
         inner, text = ray["inner"], text[ray.end() :]
-    content, info = text, False
+    content, info, tag = text, False, None
     for _ in range(4):
         head = _HEADER.match(content)
         if not head or not head.end():
             break
         info = info or bool(_INFO.match(head.group()))
+        if tag is None and _ELASTIC_TAG.match(head.group()):
+            tag = head.group().strip()
         content = content[head.end() :].lstrip()
     found = table.match(content, info)
     if found is None:
@@ -240,6 +244,7 @@ def parse(raw: bytes, table: Table, file: str, file_pid: int | None, node: str |
         inner.split(",")[0].strip() if inner is not None else None,
         "root" if groups.get("root") else fp.role,
         groups.get("task"),
+        tag,
     )
 
 

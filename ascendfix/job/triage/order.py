@@ -85,16 +85,20 @@ class Burst:
         return self.codes.total()
 
     def joins(self, f: Finding) -> bool:
-        """Relayed by the same process (the same Ray prefix, or none), a consequence only to consequences (an
-        exception joins the wrapper above it), a launcher's report only to reports (it is another process's
-        line), no other rank, no other pid (a line may not say them), close enough below; but a line that says
-        only a pid does not join a burst that says only a rank, nor the other way round (nothing ties them)."""
+        """Relayed by the same process (the same Ray prefix, or none) and tagged alike (torch elastic's
+        ``[rankN]:``, or none: torchrun's own traceback never joins a rank's lines), a consequence only to
+        consequences (an exception joins the wrapper above it), a launcher's report only to reports and its root
+        entry only to a launcher's lines (each is another process's line: a root entry below the rank's own
+        lines, joined to them, would make them a root), no other rank, no other pid (a line may not say them),
+        close enough below; but a line that says only a pid does not join a burst that says only a rank, nor the
+        other way round (nothing ties them)."""
         rank_ok = f.rank is None or self.rank is None or f.rank == self.rank
         pid_ok = not f.pids or not self.pids or bool(f.pids & self.pids)
         says = (f.rank is not None, bool(f.pids))
         apart = says in ((True, False), (False, True)) and (self.rank is not None, bool(self.pids)) == says[::-1]
-        same_origin = f.origin == self.best.origin
+        same_origin = f.origin == self.best.origin and f.tag == self.best.tag
         reports_apart = (f.role == "report") != (self.best.role == "report")  # the launcher's entry, the rank's lines
+        reports_apart |= f.role == "root" and self.best.role not in ("report", "root")
         kind_ok = (f.role != "consequence" or self.best.role == "consequence") and not reports_apart
         return same_origin and kind_ok and rank_ok and pid_ok and not apart and f.line - self.last_line <= BURST_LINES
 
