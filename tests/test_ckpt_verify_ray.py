@@ -179,6 +179,7 @@ def test_on_node_local_storage_each_node_verifies_its_own_copy(built, ascendfix_
         assert whole["returncode"] == 0 and whole["proven_bytes"] == alone["proven_bytes"]
         missing = [p for p in report["problems"] if p["kind"] == "missing-file"]
         assert [(p["file"], p["node"]) for p in missing] == [("__1_1.distcp", lacking)]
+        assert missing[0]["detail"].endswith(f"(on this node; {whole['node']} hold(s) it)")  # where a copy lies
         assert all(p["node"] == lacking for p in report["problems"])
 
 

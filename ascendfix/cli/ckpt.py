@@ -105,7 +105,8 @@ def _verify_on_cluster(source: Path, converted: Path, address: str | None, timeo
     plan = nodes.parts({i: a.data["held"] for i, a in listed.items() if not a.failed and isinstance(a.data, dict)})
     answers = fanout.run([*argv, json.dumps(plan)], address, timeout, local=nodes.node_verify)
     verified = [(a, a.data) for a in answers if isinstance(a.data, dict) and a.data.get("part") is not None]
-    result = nodes.merge([(a.label, data) for a, data in verified])
+    seen = {a.label: a.data["held"] for a in listed.values() if not a.failed and isinstance(a.data, dict)}
+    result = nodes.merge([(a.label, data) for a, data in verified], seen)
     rows = []
     for a in answers:
         first = listed.get(a.node_id)

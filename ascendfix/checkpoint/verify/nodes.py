@@ -82,11 +82,12 @@ def _answer(work: Callable[[], tuple[int, dict]]) -> dict:
     return {**answer, "returncode": code, "stdout": json.dumps(data)}
 
 
-def merge(answers: list[tuple[str, dict]]) -> dict:
+def merge(answers: list[tuple[str, dict]], seen: dict[str, dict] | None = None) -> dict:
     """One report from the nodes' ``(node label, node_verify's JSON)``: :class:`run.VerifyReport`'s fields, each
     problem once with ``node`` (the labels of the nodes that found it, comma-separated), ``proven_bytes``
     summed, ``tensors`` the source tensors proven whole in every group (a group's count less the tensors any
-    of its nodes found failed)."""
+    of its nodes found failed). ``seen``: node label -> :func:`held`; a ``missing-file`` then names the other
+    nodes that hold the file."""
     if not answers:
         return {"tensors": 0, "proven_bytes": 0, "ignored": [], "problems": []}
     found: dict[Found, list[str]] = {}
@@ -105,5 +106,20 @@ def merge(answers: list[tuple[str, dict]]) -> dict:
         "tensors": max(0, min(tensors)),
         "proven_bytes": sum(data["proven_bytes"] for _, data in answers),
         "ignored": sorted(set().union(*(data["ignored"] for _, data in answers))),
-        "problems": [{**p.to_json(), "node": ", ".join(nodes)} for p, nodes in sorted(found.items(), key=_order)],
+        "problems": [
+            {**_elsewhere(p, nodes, seen or {}).to_json(), "node": ", ".join(nodes)}
+            for p, nodes in sorted(found.items(), key=_order)
+        ],
     }
+
+
+def _elsewhere(problem: Found, nodes: list[str], seen: dict[str, dict]) -> Found:
+    """A ``missing-file`` that other nodes hold says which: a copy to fetch it from, or a save split across the
+    nodes' own disks (each node verifies the copy it holds, so gather the save on one first)."""
+    if problem.kind != "missing-file":
+        return problem
+    holds = {n for n, sides in seen.items() if any(problem.file in files for files in sides.values())}
+    others = sorted(holds - set(nodes))
+    if not others:
+        return problem
+    return problem._replace(detail=f"{problem.detail} (on this node; {', '.join(others)} hold(s) it)")
