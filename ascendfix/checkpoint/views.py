@@ -48,7 +48,7 @@ def node_view(argv: list[str], _timeout: float) -> dict:
     folder, config, shared = (argv + ["", ""])[:3]
     try:
         model = megatron.read_config(Path(config)) if config else None
-        share = frozenset(json.loads(shared).get(_node_id(), [])) if shared else None
+        share = frozenset(json.loads(shared).get(node_id(), [])) if shared else None
         report = verl.check_save(Path(folder), model, config_given=bool(config), prove=share is not None, share=share)
         checked = Path(report.checkpoint)
         data = {**report.to_json(), "view": file_view(checked), "identities": identities(checked)}
@@ -57,18 +57,20 @@ def node_view(argv: list[str], _timeout: float) -> dict:
     return {**answer, "returncode": 0 if report.ok else 1, "stdout": json.dumps(data)}
 
 
-def _node_id() -> str:
+def node_id() -> str:
+    """Inside a Ray task: the id of the node it runs on."""
     import ray  # inside a Ray task: ray is there
 
     return ray.get_runtime_context().get_node_id()
 
 
-def identities(folder: Path) -> dict[str, str]:
-    """Each plain ``.distcp`` file of ``folder`` -> its size, inode, mtime and ctime: one file on shared storage
-    shows the same identity on every node that mounts it, while two copies differ (the inode, the ctime)."""
+def identities(folder: Path, suffix: str = ".distcp") -> dict[str, str]:
+    """Each plain file of ``folder`` whose name ends in ``suffix`` ("": every one) -> its size, inode, mtime and
+    ctime: one file on shared storage shows the same identity on every node that mounts it, while two copies
+    differ (the inode, the ctime)."""
     found = {}
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        if name.endswith(".distcp"):
+        if name.endswith(suffix):
             info = os.lstat(folder / name)
             if stat.S_ISREG(info.st_mode):
                 found[name] = f"{info.st_size}:{info.st_ino}:{info.st_mtime_ns}:{info.st_ctime_ns}"

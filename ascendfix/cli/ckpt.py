@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,41 +64,109 @@ def check_command(
 @ckpt_group.command("verify")
 @click.argument("source", type=path_type())
 @click.argument("converted", type=path_type())
+@ray_options("Verify")
 @json_option
-def verify_command(source: Path, converted: Path, as_json: bool) -> int:
+def verify_command(source: Path, converted: Path, ray_address: str | None, ray_timeout: float, as_json: bool) -> int:
     """Prove CONVERTED holds exactly the weights of SOURCE, byte for byte, without torch.
 
     \b
     Both directions, told from the formats:
       ascendfix ckpt verify Qwen3-235B-A22B/ qwen3_235b_mcore/     HF -> Megatron (verl's converter)
       ascendfix ckpt verify global_step_100/actor merged_hf/       Megatron -> HF (verl's model merger)
+      ascendfix ckpt verify Qwen3-235B-A22B/ qwen3_235b_mcore/ --ray   on every node of the Ray cluster
 
     The architecture comes from the Hugging Face config.json (Qwen3-MoE and Qwen3 dense; any other is
     refused); the reviewed mapping says where each HF tensor lies in the Megatron checkpoint. ckpt check
     runs on the Megatron side first; then every source tensor's bytes are compared with the mapped region
     of the converted side, and every converted region must be covered once. *._extra_state items are
     ignored by name. Exit 0 proven, 1 with the problems named, 2 on bad input.
+
+    With --ray each alive node verifies at the same paths: the nodes that see the same files (shared
+    storage) each compare a share of the bytes; a node with its own copy (node-local storage) verifies
+    all of it. One report; each problem names its node.
     """
     from ascendfix.checkpoint.verify import run
 
+    if ray_address is not None:
+        run.folders(source, converted)  # bad input here is one line, before any node is asked
+        return _verify_on_cluster(source, converted, None if ray_address == "auto" else ray_address, ray_timeout,
+                                  as_json)  # fmt: skip
     report = run.verify(source, converted)
     return render(report, as_json, _render_verify)
+
+
+def _verify_on_cluster(source: Path, converted: Path, address: str | None, timeout: float, as_json: bool) -> int:
+    """Round one: what each node holds; round two: each node verifies its part; one report, problems by node."""
+    from ascendfix.checkpoint.verify import nodes
+    from ascendfix.cluster import fanout
+
+    argv = [os.path.abspath(source), os.path.abspath(converted)]  # a node's task runs in a folder of its own
+    listed = {a.node_id: a for a in fanout.run(argv, address, timeout, local=nodes.node_files)}
+    plan = nodes.parts({i: a.data["held"] for i, a in listed.items() if not a.failed and isinstance(a.data, dict)})
+    answers = fanout.run([*argv, json.dumps(plan)], address, timeout, local=nodes.node_verify)
+    verified = [(a, a.data) for a in answers if isinstance(a.data, dict) and a.data.get("part") is not None]
+    seen = {a.label: a.data["held"] for a in listed.values() if not a.failed and isinstance(a.data, dict)}
+    result = nodes.merge([(a.label, data) for a, data in verified], seen)
+    rows = []
+    for a in answers:
+        first = listed.get(a.node_id)
+        shown = first if first is not None and first.error else a  # a node that could not list its files
+        data = a.data if isinstance(a.data, dict) else {}
+        rows.append(
+            {
+                "node": a.label,
+                "node_id": a.node_id,
+                "address": a.address,
+                "hostname": a.hostname,
+                "returncode": shown.returncode,
+                "error": shown.error,
+                "part": data.get("part"),
+                "proven_bytes": data.get("proven_bytes"),
+            }
+        )
+    ok = not result["problems"] and bool(verified) and not any(r["error"] for r in rows)
+    result = {**result, "source": str(source), "converted": str(converted), "ok": ok, "nodes": rows}
+    return render(result, as_json, _render_verify_cluster)
+
+
+def _render_verify_cluster(result: dict[str, Any]) -> None:
+    from ascendfix.checkpoint.verify.run import VerifyReport
+    from ascendfix.checkpoint.verify.sides import Found
+
+    table = [("node", "host", "part", "proven", "exit")]
+    for n in result["nodes"]:
+        part = n["part"]
+        share = "-" if part is None else f"{part[0] + 1}/{part[1]} of copy {part[2] + 1}"
+        proven = "-" if n["proven_bytes"] is None else _size(n["proven_bytes"])
+        table.append((n["node"], n["hostname"], share, proven, clean(n["error"]) or str(n["returncode"])))
+    widths = [max(len(clean(row[i])) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        click.echo("  ".join(clean(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    if "direction" not in result:
+        click.echo(click.style("✗ no node verified", fg="red", bold=True))
+        return
+    problems = [Found(**{k: v for k, v in p.items() if k != "node"}) for p in result["problems"]]
+    fields = {k: result[k] for k in VerifyReport._fields if k != "problems"}
+    _render_verify(VerifyReport(**fields, problems=problems), [p["node"] for p in result["problems"]])
+    if not result["ok"] and not problems:
+        click.echo(click.style("✗ not every node answered: the table above says which", fg="red", bold=True))
 
 
 _SHOWN_PER_KIND = 5
 
 
-def _render_verify(report: VerifyReport) -> None:
+def _render_verify(report: VerifyReport, nodes: list[str] | None = None) -> None:
     by_kind: dict[str, list] = {}
-    for p in report.problems:
-        by_kind.setdefault(p.kind, []).append(p)
+    for i, p in enumerate(report.problems):
+        by_kind.setdefault(p.kind, []).append((p, nodes[i] if nodes else ""))
     for kind, found in by_kind.items():
         click.echo(click.style(f"{kind} ({len(found)})", fg="red", bold=True))
-        for p in found[:_SHOWN_PER_KIND]:
+        for p, node in found[:_SHOWN_PER_KIND]:
             where = clean(p.region or p.tensor or p.file)
             source = f" <- {clean(p.source_tensor)}" if p.source_tensor and p.source_tensor != p.tensor else ""
             file = f" [{clean(p.file)}]" if p.file and p.file != where else ""
-            click.echo(f"  {where}{source}{file}")
+            by = f" (node {clean(node)})" if node else ""
+            click.echo(f"  {where}{source}{file}{by}")
             click.echo(f"    {clean(p.detail)}")
         if len(found) > _SHOWN_PER_KIND:
             click.echo(f"  (and {len(found) - _SHOWN_PER_KIND} more; --json lists every one)")

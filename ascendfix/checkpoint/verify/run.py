@@ -80,17 +80,15 @@ def verify(source: Path, converted: Path) -> VerifyReport:
     (:mod:`ascendfix.checkpoint.bounded`, with ``ckpt check``'s limits: address space, where its threads'
     stacks and malloc arenas count too, and time per step): a file that takes more is its ``unreadable``
     problem, in one line."""
-    for given, what in ((source, "SOURCE"), (converted, "CONVERTED")):
-        if not given.is_dir():
-            raise UsageError(f"{given}: not a folder ({what}: a Hugging Face folder or a Megatron checkpoint)")
-    if sides.is_hf(source):
-        if sides.is_hf(converted):
-            raise UsageError(f"{converted}: Hugging Face safetensors too: CONVERTED should be the Megatron checkpoint")
-        direction, hf_folder, mc_given = CONVERTER, source, converted
-    elif sides.is_hf(converted):
-        direction, hf_folder, mc_given = MERGER, converted, source
-    else:
-        raise UsageError(f"{source}: no *.safetensors here or in {converted}: one side should be a Hugging Face folder")
+    return VerifyReport.from_json(verify_part(source, converted, None))
+
+
+def verify_part(source: Path, converted: Path, part: tuple[int, int] | None) -> dict:
+    """:func:`verify`'s report as JSON, with ``failed`` (the source tensors whose bytes differ or were cut);
+    with ``part`` ``(i, n)`` only share ``i`` of ``n`` of the byte comparisons is made (the runs, in the
+    converted side's file order, cut into ``n`` shares of about equal bytes): ``ckpt verify --ray``'s nodes
+    that see the same files each make one share."""
+    direction, hf_folder, mc_given = folders(source, converted)
     located = verl.locate(mc_given)
     config = hf_folder / "config.json"
     if not os.path.isfile(config) and located.config is not None:
@@ -106,32 +104,55 @@ def verify(source: Path, converted: Path) -> VerifyReport:
         detail = f"{what}: a conversion that did not finish; re-run the conversion into an empty folder"
         if direction == CONVERTER:
             detail += " (verl's converter skips a folder that is not empty)"
-        return base._replace(problems=[Found("incomplete", str(mc_folder), "", "", "", detail)])
-    args = [str(source), str(converted), direction, str(hf_folder), str(mc_given), list(model)]
+        return _with_failed(base._replace(problems=[Found("incomplete", str(mc_folder), "", "", "", detail)]))
+    args = [str(source), str(converted), direction, str(hf_folder), str(mc_given), list(model), part]
     try:
-        return VerifyReport.from_json(bounded.run(_verify_json, args, bounded.MEMORY, layout.METADATA))
+        return bounded.run(_verify_json, args, bounded.MEMORY, layout.METADATA)
     except bounded.Died as e:
-        return base._replace(problems=[Found("unreadable", e.subject, "", "", "", e.detail)])
+        return _with_failed(base._replace(problems=[Found("unreadable", e.subject, "", "", "", e.detail)]))
     except bounded.Failed as e:
         raise (UsageError if e.exit_code == 2 else AscendfixError)(str(e)) from None
 
 
-def _verify_json(source: str, converted: str, direction: str, hf: str, mc_given: str, fields: list) -> dict:
+def folders(source: Path, converted: Path) -> tuple[str, Path, Path]:
+    """The direction, the Hugging Face folder and the Megatron side as given, told from the formats; UsageError
+    when either is not a folder or neither (or both) is a Hugging Face folder."""
+    for given, what in ((source, "SOURCE"), (converted, "CONVERTED")):
+        if not given.is_dir():
+            raise UsageError(f"{given}: not a folder ({what}: a Hugging Face folder or a Megatron checkpoint)")
+    if sides.is_hf(source):
+        if sides.is_hf(converted):
+            raise UsageError(f"{converted}: Hugging Face safetensors too: CONVERTED should be the Megatron checkpoint")
+        return CONVERTER, source, converted
+    if sides.is_hf(converted):
+        return MERGER, converted, source
+    raise UsageError(f"{source}: no *.safetensors here or in {converted}: one side should be a Hugging Face folder")
+
+
+def _verify_json(
+    source: str, converted: str, direction: str, hf: str, mc_given: str, fields: list, part: list | None
+) -> dict:
     """Inside the bounded child: ``ckpt check`` of the Megatron side (its ``.metadata`` read once, here), then
-    the bijection; the report's JSON (``fields``: the :class:`mapping.Model`'s)."""
+    the bijection; the report's JSON (``fields``: the :class:`mapping.Model`'s) with ``failed``."""
     model = mapping.Model(*fields)
     base = VerifyReport(source, converted, direction, model.architecture, 0, 0, [], [])
     located = verl.locate(Path(mc_given))
     report, metadata = check.checked(located.folder, verl.config_model(located))
     problems = verl.in_save(located, report).problems
     if problems or metadata is None:
-        return base._replace(problems=[_checked(p) for p in problems]).to_json()
+        return _with_failed(base._replace(problems=[_checked(p) for p in problems]))
     try:
         hf_side = sides.read_hf(Path(hf))
         mc_side = sides.read_mcore(located.folder, metadata)
-        return _Verify(direction, model, mapping.load(model.architecture), hf_side, mc_side).report(base).to_json()
+        rules = mapping.load(model.architecture)
+        proof = _Verify(direction, model, rules, hf_side, mc_side, None if part is None else (part[0], part[1]))
+        return _with_failed(proof.report(base), proof.failed)
     except OSError as e:  # a file changed under the check (removed, made a link or a FIFO)
         raise AscendfixError(f"{e.filename or located.folder}: {e.strerror or e} (did the files change?)") from None
+
+
+def _with_failed(report: VerifyReport, failed: set[str] | None = None) -> dict:
+    return {**report.to_json(), "failed": sorted(failed or ())}
 
 
 def _checked(problem: Problem) -> Found:
@@ -144,9 +165,17 @@ def _checked(problem: Problem) -> Found:
 
 class _Verify:
     def __init__(
-        self, direction: str, model: mapping.Model, rules: mapping.Mapping, hf: sides.HFSide, mc: sides.McSide
+        self,
+        direction: str,
+        model: mapping.Model,
+        rules: mapping.Mapping,
+        hf: sides.HFSide,
+        mc: sides.McSide,
+        part: tuple[int, int] | None = None,
     ):
         self.direction, self.model, self.rules, self.hf, self.mc = direction, model, rules, hf, mc
+        self.part = part  # (i, n): only share i of n of the runs is compared
+        self.failed: set[str] = set()  # source tensors, every byte with a place, whose bytes differ or were cut
         self.problems: list[Found] = list(hf.problems) + list(mc.problems)
         self.regions: list[mapping.Region] = []
         self.runs: list[_Run] = []
@@ -197,9 +226,10 @@ class _Verify:
         mismatched, proven = self._compare()
         self._diagnose(mismatched)
         failed = {self.regions[i].hf for i in mismatched} | {self.regions[r.region].hf for r in self._unread}
-        done = {r.hf for r in self.regions} - failed - self._uncovered
+        self.failed = failed - self._uncovered
+        done = {r.hf for r in self.regions} - self.failed - self._uncovered
         return base._replace(
-            tensors=len(done), proven_bytes=proven, ignored=ignored, problems=sorted(self.problems, key=_order)
+            tensors=len(done), proven_bytes=proven, ignored=ignored, problems=sorted(self.problems, key=order)
         )
 
     # the mapping against both sides' names and shapes
@@ -319,11 +349,16 @@ class _Verify:
     # the bytes
 
     def _compare(self) -> tuple[set[int], int]:
-        """Every run compared, in the converted side's file order cut into :data:`compare.READERS` shares of
-        about equal bytes, each share by a thread of its own (reads and ``memcmp`` release the GIL); the regions
-        that differ (their first and last differing bytes noted) and the bytes proven."""
+        """Every run compared (with a part, that part's share of them), in the converted side's file order cut
+        into :data:`compare.READERS` shares of about equal bytes, each share by a thread of its own (reads and
+        ``memcmp`` release the GIL); the regions that differ (their first and last differing bytes noted) and
+        the bytes proven."""
         key = (lambda r: (r.mc.file, r.mc.start)) if self.converter else (lambda r: (r.hf.file, r.hf.start))
-        shares = compare.shares(sorted(self.runs, key=key), lambda r: r.hf.length, compare.READERS)
+        runs = sorted(self.runs, key=key)
+        if self.part is not None:
+            parts = compare.shares(runs, lambda r: r.hf.length, self.part[1])
+            runs = parts[self.part[0]] if self.part[0] < len(parts) else []
+        shares = compare.shares(runs, lambda r: r.hf.length, compare.READERS)
         with ThreadPoolExecutor(len(shares) or 1) as pool:
             proven = sum(pool.map(self._compare_share, shares))
         return set(self.differ), proven
@@ -440,7 +475,8 @@ _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8
              "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}  # fmt: skip
 
 
-def _order(problem: Found) -> tuple:
+def order(problem: Found) -> tuple:
+    """Where a problem sorts in a report: by kind (the order of :data:`_KINDS`), then file and tensor."""
     return (_KINDS.index(problem.kind) if problem.kind in _KINDS else len(_KINDS), problem.file, problem.tensor)
 
 

@@ -1,0 +1,210 @@
+"""``ckpt verify --ray`` on a real local Ray cluster of two nodes, on real conversions (tests/conversion.py).
+
+Shared storage: both nodes see the same files (one machine), each compares its share of the bytes,
+and the report is the one ``ckpt verify`` gives alone; a damaged value is named with the node that
+compared it. Node-local storage: the worker node runs in a mount namespace of its own where the
+converted folder's path holds another copy (a bind mount), so the two nodes hold different files at
+the same path, as two machines' local disks do; each verifies its own copy, and the file one copy
+lacks is named with that copy's node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from ascendfix.checkpoint.verify import nodes
+
+from tests import conversion
+from tests.cluster import REPO, one_ray_start, ours
+
+FC1 = "decoder.layers.mlp.experts.experts.linear_fc1.weight"
+SMALL = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "env_vars": {"PYTHONPATH": str(REPO)}}
+
+
+@pytest.fixture(scope="module")
+def built():
+    """The tiny Qwen3-MoE model and its conversions (built once into the test cache)."""
+    return conversion.built()
+
+
+@contextmanager
+def _head() -> Iterator[tuple[object, str]]:
+    """A Ray head on loopback in a temp folder of its own: (the cluster, its temp folder)."""
+    cluster_utils = pytest.importorskip("ray.cluster_utils")
+    temp = tempfile.mkdtemp(prefix="cvray")  # short: it holds sockets
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_TMPDIR", temp)  # Cluster writes ray_current_cluster there, not into the host's /tmp/ray
+        os.mkdir(os.path.join(temp, "ray"))
+        with one_ray_start():
+            c = cluster_utils.Cluster(True, head_node_args={**SMALL, "temp_dir": temp, "include_dashboard": False})
+        try:
+            yield c, temp
+        finally:
+            c.shutdown()
+            for pid in ours(f"RAY_TMPDIR={temp}"):  # what this cluster started and left
+                os.kill(pid, signal.SIGKILL)
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def shared_nodes():
+    """A head and a worker on this machine: both see the same files, as nodes on shared storage do."""
+    with _head() as (c, temp):
+        with one_ray_start():
+            c.add_node(**SMALL, temp_dir=temp)
+        c.wait_for_nodes()
+        yield c
+
+
+def verify(cli, *args: object) -> tuple[int, dict]:
+    result = cli("ckpt", "verify", *args, "--json", timeout=600)
+    assert result.returncode in (0, 1), result.stderr[-3000:]
+    return result.returncode, json.loads(result.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.upstream
+def test_on_shared_storage_each_node_compares_a_share_and_the_report_is_the_local_one(
+    built, shared_nodes, ascendfix_cli
+):
+    alone = verify(ascendfix_cli, built["moe"], built["moe-mcore-pp2"])[1]
+    code, report = verify(ascendfix_cli, built["moe"], built["moe-mcore-pp2"], "--ray", shared_nodes.address)
+    assert code == 0, report["problems"]
+    assert report["ok"] and report["problems"] == []
+    for field in ("direction", "architecture", "tensors", "proven_bytes", "ignored"):
+        assert report[field] == alone[field], field
+    nodes = report["nodes"]
+    assert sorted(n["part"] for n in nodes) == [[0, 2, 0], [1, 2, 0]]  # one group: shared storage
+    assert all(n["proven_bytes"] > 0 and n["error"] == "" and n["returncode"] == 0 for n in nodes)
+    assert sum(n["proven_bytes"] for n in nodes) == alone["proven_bytes"]  # every byte once, by one node
+    human = ascendfix_cli("ckpt", "verify", built["moe"], built["moe-mcore-pp2"], "--ray", shared_nodes.address)
+    assert human.returncode == 0 and "proven byte for byte" in human.stdout and "1/2 of copy 1" in human.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.upstream
+def test_a_damaged_value_is_named_with_the_node_that_compared_it(built, shared_nodes, ascendfix_cli, tmp_path):
+    converted = conversion.copy(built["moe-mcore-pp2"], tmp_path / "mcore")
+    record = conversion.Record(converted, FC1, (1, 3, 0, 0))  # layer 1, expert 3's gate half
+    data = bytearray(record.read())
+    data[100] ^= 1  # one bit, its CRC-32 rewritten: ckpt check --bytes passes it
+    record.write(bytes(data))
+    code, report = verify(ascendfix_cli, built["moe"], converted, "--ray", shared_nodes.address)
+    assert code == 1 and not report["ok"]
+    (problem,) = report["problems"]
+    assert problem["kind"] == "value-mismatch" and problem["file"] == record.path.name
+    assert problem["region"] == f"{FC1}[1, 3, 0:64] (gate)"
+    labels = {n["node"]: n for n in report["nodes"]}
+    assert problem["node"] in labels  # one node compared it, and is named
+    assert labels[problem["node"]]["returncode"] == 1
+    assert [n["returncode"] for n in report["nodes"] if n["node"] != problem["node"]] == [0]
+    human = ascendfix_cli("ckpt", "verify", built["moe"], converted, "--ray", shared_nodes.address)
+    assert human.returncode == 1 and f"(node {problem['node']})" in human.stdout
+
+
+# a worker node started as ray.cluster_utils.Cluster.add_node starts one, from its own process (which a
+# mount namespace can hold), kept until SIGTERM
+_WORKER = """
+import signal, sys
+import ray._private.node, ray._private.parameter, ray._private.services
+params = ray._private.parameter.RayParams(
+    gcs_address=sys.argv[1], temp_dir=sys.argv[2], num_cpus=1, num_gpus=0, object_store_memory=80 * 1024 * 1024,
+    min_worker_port=0, max_worker_port=0, node_manager_port=0, include_log_monitor=False,
+    env_vars={"PYTHONPATH": sys.argv[3]})
+node = ray._private.node.Node(params, head=False, shutdown_at_exit=False, spawn_reaper=False)
+ray._private.services.wait_for_node(node.gcs_address, node.plasma_store_socket_name, 60)  # registered
+print("worker started", flush=True)
+signal.sigwait({signal.SIGTERM})
+node.kill_all_processes(check_alive=False, allow_graceful=True)
+"""
+
+
+@contextmanager
+def _worker_with_its_own_copy(head, temp: str, copy: Path, at: Path) -> Iterator[None]:
+    """A worker node whose processes see ``copy`` at ``at`` (a bind mount in a mount namespace of its own)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux) for a mount namespace of the worker's own")
+    mount = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", mount, "sh", str(copy), str(at),
+            sys.executable, "-c", _WORKER, head.address, temp, str(REPO)]  # fmt: skip
+    log = Path(temp) / "worker.log"
+    with one_ray_start(), open(log, "w") as out:
+        worker = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while "worker started" not in log.read_text():
+            if worker.poll() is not None or time.monotonic() > deadline:
+                worker.kill()
+                pytest.fail(f"the worker did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+    try:
+        yield
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.upstream
+def test_on_node_local_storage_each_node_verifies_its_own_copy(built, ascendfix_cli, tmp_path):
+    converted = conversion.copy(built["moe-mcore-pp2"], tmp_path / "mcore")  # the head's copy
+    other = conversion.copy(built["moe-mcore-pp2"], tmp_path / "worker-disk")  # the worker's, at the same path
+    with _head() as (head, temp), _worker_with_its_own_copy(head, temp, other, converted):
+        alone = verify(ascendfix_cli, built["moe"], converted)[1]
+        code, report = verify(ascendfix_cli, built["moe"], converted, "--ray", head.address)
+        assert code == 0, report
+        assert sorted(n["part"] for n in report["nodes"]) == [[0, 1, 0], [0, 1, 1]]  # two copies, one node each
+        assert report["proven_bytes"] == 2 * alone["proven_bytes"]  # each copy proven whole, where it lies
+        assert report["tensors"] == alone["tensors"]
+
+        (other / "__1_1.distcp").unlink()  # the worker's disk lacks one file
+        code, report = verify(ascendfix_cli, built["moe"], converted, "--ray", head.address)
+        assert code == 1 and not report["ok"]
+        lacking = next(n["node"] for n in report["nodes"] if n["proven_bytes"] == 0)
+        whole = next(n for n in report["nodes"] if n["node"] != lacking)
+        assert whole["returncode"] == 0 and whole["proven_bytes"] == alone["proven_bytes"]
+        missing = [p for p in report["problems"] if p["kind"] == "missing-file"]
+        assert [(p["file"], p["node"]) for p in missing] == [("__1_1.distcp", lacking)]
+        assert missing[0]["detail"].endswith(f"(on this node; {whole['node']} hold(s) it)")  # where a copy lies
+        assert all(p["node"] == lacking for p in report["problems"])
+
+
+def test_nodes_that_see_the_same_files_share_the_work_and_a_copy_of_its_own_is_its_nodes():
+    shared = {"hf": {"a.safetensors": "10:1:5:5"}, "mc": {"__0_0.distcp": "20:2:5:5"}}
+    own = {"hf": shared["hf"], "mc": {"__0_0.distcp": "20:9:5:7"}}  # the same name, another copy
+    assert nodes.parts({"n3": shared, "n1": shared, "n2": own}) == {"n1": [0, 2, 0], "n3": [1, 2, 0], "n2": [0, 1, 1]}
+
+    def report(part: list[int], tensors: int, failed: list[str], problems: list[dict], proven: int) -> dict:
+        head = {"source": "s", "converted": "c", "direction": "hf-to-mcore", "architecture": "Qwen3MoeForCausalLM"}
+        return {**head, "tensors": tensors, "failed": failed, "proven_bytes": proven, "ignored": ["x._extra_state"],
+                "problems": problems, "part": part}  # fmt: skip
+
+    lost = {"kind": "missing-tensor", "file": "", "tensor": "t", "source_tensor": "s", "region": "", "detail": "d"}
+    differs = {**lost, "kind": "value-mismatch", "tensor": "u", "source_tensor": "model.u"}
+    merged = nodes.merge(
+        [
+            ("n1", report([0, 2, 0], 9, ["model.u"], [lost, differs], 100)),
+            ("n3", report([1, 2, 0], 10, [], [lost], 200)),
+            ("n2", report([0, 1, 1], 10, [], [], 300)),
+        ]
+    )
+    assert merged["proven_bytes"] == 600 and merged["ignored"] == ["x._extra_state"]
+    assert merged["tensors"] == 9  # model.u failed in copy 1: not proven in every copy
+    assert [(p["kind"], p["node"]) for p in merged["problems"]] == [
+        ("missing-tensor", "n1, n3"),
+        ("value-mismatch", "n1"),
+    ]
