@@ -579,6 +579,9 @@ print(_ascendfix_boxes([[0, 1, 2]], [[1, 1, 1]], [0, 2]), _ascendfix_boxes([[0, 
 later = _ascendfix_later(boxes, range(3))
 print([list(c) for c in later], {k: list(v) for k, v in _ascendfix_in_sweep_order(boxes, [1, 0, 2], 1).items()})
 print([list(c) for c in _ascendfix_later(ragged, range(4))], _ascendfix_in_sweep_order(ragged, [3, 2, 1, 0], 1))
+stairs = [((i, i), (6, 1)) for i in range(6)] + [((20 + j, 20 + j), (1, 6)) for j in range(6)] + [((2, 2), (1, 1))]
+forced = {"few": -99, "planar": -99}
+print(sorted(_ascendfix_swept(stairs, cap=99, **forced)), _ascendfix_swept(stairs, cap=0, **forced))
 """
 
 
@@ -599,6 +602,7 @@ def test_template_runs_on_python39():
     assert old.returncode == 0, old.stderr
     assert old.stdout == new.stdout
     assert new.stdout.startswith("[(0, 2)] [(0, 1), (0, 2)]\n")  # a zero-size box strictly inside counts
+    assert new.stdout.endswith("[(2, 12)] None\n")  # two staircases and a box in one step, by the planar search
 
 
 # --- through the engine, as `ascendfix apply --variant ...=fast-validate` does it ---------------
