@@ -28,11 +28,12 @@ time and memory (seconds and peak traced MiB, side by side).
 stops at a first overlap at once (a staircase of disjoint chunks, all active at once along torch's sweep
 dimension, with an overlapping chunk last or first; N identical chunks and one misaligned); the staircase
 alone and (for the save check, which reports every overlap) with that overlap, quadratic for torch's own
-scans; and two staircases, one along each dimension, quadratic for any sweep. fast-validate must never be
-slower than stock there: its first candidates are stock's own, so an early overlap is met as stock meets it
-and nothing is built; a sweep that cannot help leaves torch's scan in place. The run ends with stock / fast
-side by side, per torch version, for those layouts and for the big grid ones (the expert tensors, the whole
-checkpoint).
+scans; two staircases, one along each dimension, quadratic for any sweep (fast-validate searches the chunks
+overlapping in two dimensions instead); and three crowds in 3-D, quadratic for any sweep and any two
+dimensions. fast-validate must never be slower than stock there: its first candidates are stock's own, so an
+early overlap is met as stock meets it and nothing is built; where neither a sweep nor the two-dimension
+search helps, torch's scan stays in place. The run ends with stock / fast side by side, per torch version, for
+those layouts and for the big grid ones (the expert tensors, the whole checkpoint).
 
 Times are this process's CPU time (``time.process_time``): the figures hold on a machine others share.
 
@@ -207,12 +208,18 @@ def identical(columns: dict, count: int) -> None:
         print("  " + "   ".join(row))
 
 
-def adversarial_layouts(count: int) -> dict[str, tuple[tuple[str, ...], tuple[int, int], list]]:
+def adversarial_layouts(count: int) -> dict[str, tuple[tuple[str, ...], tuple[int, ...], list]]:
     """label -> (the functions timed on it, the tensor's shape, its boxes): non-grid layouts of ``count`` chunks."""
     stairs = [((i, i), (count, 1)) for i in range(count)]  # disjoint, all active along dimension 0, none along 1
     half = count // 2  # two staircases, one active along each dimension: every sweep is quadratic
     double = [((i, i), (half, 1)) for i in range(half)] + [((3 * half + j,) * 2, (1, half)) for j in range(half)]
     crowded = [((0, 0), (4, 4))] * count + [((2, 2), (4, 4))]  # identical chunks and one misaligned: no grid
+    third = count // 3  # three crowds in 3-D: crowd g one wide along dimension g, all active along the other two
+    crowds = [
+        ((10 * third * g + i,) * 3, tuple(1 if d == g else third for d in range(3)))
+        for g in range(3)
+        for i in range(third)
+    ]
     shape = (2 * count, count)
     return {
         "early: staircase, overlap last": ((SHARDS,), shape, [*stairs, ((0, 0), (1, 1))]),
@@ -220,7 +227,8 @@ def adversarial_layouts(count: int) -> dict[str, tuple[tuple[str, ...], tuple[in
         "early: identical + misaligned": ((SHARDS,), shape, crowded),
         "staircase": ((SHARDS, PLAN), shape, stairs),
         "staircase + overlap": ((PLAN,), shape, [*stairs, ((0, 0), (1, 1))]),  # the save check reports all
-        "quadratic: two staircases": ((SHARDS, PLAN), (4 * half, 5 * half), double),
+        "two staircases": ((SHARDS, PLAN), (4 * half, 5 * half), double),
+        "quadratic: three crowds, 3-D": ((SHARDS, PLAN), (30 * third,) * 3, crowds),
     }
 
 
@@ -257,8 +265,15 @@ def adversarial(columns: dict, count: int, ratios: dict) -> None:
 
 
 def given_up(columns: dict, count: int) -> None:
-    """Two staircases: what fast-validate adds to stock's scan there (its boxes, grid test and count), timed alone."""
-    _, _, boxes = adversarial_layouts(count)["quadratic: two staircases"]
+    """Three crowds: what fast-validate adds to stock's scan there (its boxes, grid test, counts and the two-dimension
+    search it stops), timed alone; and its whole answer for two staircases."""
+    layouts = adversarial_layouts(count)
+    for label, given in (("three crowds", "quadratic: three crowds, 3-D"), ("two staircases", "two staircases")):
+        _made(columns, label, layouts[given][2])
+
+
+def _made(columns: dict, label: str, boxes: list) -> None:
+    """The plan helper's fast answer for ``boxes``, built alone: CPU seconds per torch version."""
     chunks = [ChunkStorageMetadata(Size(o), Size(s)) for o, s in boxes]
     row = []
     for version in VERSIONS:
@@ -272,10 +287,11 @@ def given_up(columns: dict, count: int) -> None:
             else:
                 answer = helpers["_ascendfix_in_sweep_order"](made, list(range(len(chunks))), 0)
             best = min(best, CLOCK() - start)
-        if answer is not None:
-            raise SystemExit(f"two staircases: fast {version} swept them")
+        if (answer is None) != (label == "three crowds"):
+            raise SystemExit(f"{label}: fast {version} {'answered' if answer is not None else 'gave way'}")
         row.append(f"{version} {best:.4f} s")
-    print(f"  two staircases, what fast-validate adds before leaving them to stock's scan: {'   '.join(row)}")
+    what = "adds before leaving them to stock's scan" if label == "three crowds" else "takes to answer them"
+    print(f"  {label}, what fast-validate {what}: {'   '.join(row)}")
 
 
 def side_by_side(ratios: dict) -> None:

@@ -65,12 +65,19 @@ def _source(version: str, path: str) -> bytes:
     return (upstream.torch_tree(version) / path).read_bytes()
 
 
-BUDGETS = (None, -1, 3)  # the template's own; none (its fast path from the first position); a switch mid-scan
+# the template's own; none (its fast path from the first position); a switch mid-scan; none, and every layout that
+# is not a grid answered by the planar search (whatever its sweeps would cost, however many pairs it finds)
+BUDGETS = (None, -1, 3, "planar")
 INTERLEAVED = ("_ascendfix_pairwise", "_ascendfix_sweeping")  # the helpers that hand out stock's candidates first
+PLANAR = {"few": -(2**40), "planar": -(2**40), "cap": 2**40}  # _ascendfix_swept's thresholds, so it always searches
 
 
-def with_budget(namespace: dict, budget: int | None) -> dict:
-    """``namespace`` with the stock-candidate budget of its interleaving helper set to ``budget`` (None: its own)."""
+def with_budget(namespace: dict, budget: int | str | None) -> dict:
+    """``namespace`` with the stock-candidate budget of its interleaving helper set to ``budget`` (None: its own;
+    "planar": none, and the planar search wherever the boxes are not a grid)."""
+    if budget == "planar":
+        namespace["_ascendfix_swept"] = functools.partial(namespace["_ascendfix_swept"], **PLANAR)
+        budget = -1
     if budget is not None:
         for name in set(INTERLEAVED) & set(namespace):
             namespace[name] = functools.partial(namespace[name], budget=budget)
@@ -80,7 +87,7 @@ def with_budget(namespace: dict, budget: int | None) -> dict:
 def _load_pair(version: str) -> tuple[str, dict]:
     """(version, {path: ((stock, logger), (patched, logger))}) for both modules of one torch release; the patched
     namespace's stock-candidate budget is the template's own. ``loaded[(path, budget)]``: the patched one at each
-    of :data:`BUDGETS`, so the properties check the stock prefix, the fast path and a switch between them."""
+    of :data:`BUDGETS`, so the properties check the stock prefix, the fast path, a switch and the planar search."""
     loaded = {}
     for transform, path, names in (
         (SHARD, upstream.SHARD_INTERNALS, SHARD_FUNCTIONS),
@@ -124,6 +131,20 @@ def _grid(draw, shape):
 
 
 @st.composite
+def staircases(draw, ndim: int):
+    """One to three staircases ([(offsets, sizes)]): steps of one along every dimension, each step long along one
+    dimension and one wide along the others (all active at once along it), placed apart, touching or crossing."""
+    boxes = []
+    for _ in range(draw(st.integers(1, 3))):
+        along, steps, base = draw(st.integers(0, ndim - 1)), draw(st.integers(1, 6)), draw(st.integers(0, 12))
+        length = draw(st.integers(1, 6))
+        for i in range(steps):
+            sizes = [length if d == along else 1 for d in range(ndim)]
+            boxes.append(([base + i] * ndim, sizes))
+    return draw(st.permutations(boxes))
+
+
+@st.composite
 def layouts(draw, lowest: int):
     """(tensor shape, [(offsets, sizes)]) in 1-4 dims: tilings with gaps, duplicates, shifts,
     zero and (when ``lowest`` < 0) negative values, stray boxes, and now and then a box of another rank."""
@@ -131,10 +152,13 @@ def layouts(draw, lowest: int):
     shape = [draw(st.integers(0, 6)) for _ in range(ndim)]
     value = st.integers(lowest, 7)
     box = st.tuples(st.lists(value, min_size=ndim, max_size=ndim), st.lists(value, min_size=ndim, max_size=ndim))
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["grid", "boxes", "staircases"]))
+    if kind == "grid":
         boxes = _grid(draw, shape)
-    else:
+    elif kind == "boxes":
         boxes = [(list(o), list(s)) for o, s in draw(st.lists(box, min_size=1, max_size=12))]
+    else:
+        boxes = draw(staircases(ndim))
     for _ in range(draw(st.integers(0, 4))):
         op = draw(st.sampled_from(["drop", "duplicate", "shift", "resize", "add", "rank"]))
         k = draw(st.integers(0, len(boxes) - 1)) if boxes else 0
@@ -303,17 +327,101 @@ def test_the_sweep_takes_the_dimension_where_it_compares_the_fewest(any_pair):
         assert found == {n: [(n, 0)]}
 
 
-def test_a_sweep_that_would_compare_every_box_gives_way_to_the_stock_scan(any_pair):
-    """The adversarial layout: disjoint chunks, not a grid, many active at once along every dimension. The sweep
-    compared them all (2-3x stock torch's time, then stock ran on top); now it is counted first and the stock
-    scan runs unchanged (the same answer: the equivalence tests), so no layout costs more than stock plus a count."""
+def _crowds(m: int) -> list:
+    """Three crowds of m chunks in 3-D, placed apart: crowd g is a staircase one wide along dimension g and m long
+    along the other two, so its chunks are disjoint but every two overlap in both other dimensions: every sweep and
+    every pair of dimensions meets m^2 / 2 pairs of one crowd."""
+    chunks = []
+    for g in range(3):
+        for i in range(m):
+            start = 10 * m * g + i
+            chunks.append(ChunkStorageMetadata(Size([start] * 3), Size([1 if d == g else m for d in range(3)])))
+    return chunks
+
+
+def test_two_staircases_are_answered_by_the_planar_search(any_pair):
+    """Two staircases, one active along each dimension: every sweep compares n^2 / 8 (the sweep used to give way to
+    torch's scan there); the chunks overlapping in both dimensions are searched instead, in O(n log^2 n): none of
+    them, and with an overlap planted, exactly that pair."""
     version, loaded = any_pair
     (_, _), (patched, _) = loaded[upstream.DEFAULT_PLANNER]
-    n = 200
+    n = 1100  # past the few hundred per chunk where the planar search starts
     boxes = [(tuple(c.offsets), tuple(c.sizes)) for c in _double_stairs(n)]
     assert [patched["_ascendfix_sweep_cost"](boxes, d) for d in (0, 1)] == [n * (n - 1) // 2] * 2
-    assert _built(patched, version, _double_stairs(n), sweep_dim=0) is None
+    assert patched["_ascendfix_planar"](boxes, 0, 1, 0) == set()
+    found = _built(patched, version, _double_stairs(n), sweep_dim=0)
+    assert found is not None and not any(found)
+    planted = [*_double_stairs(n), ChunkStorageMetadata(Size([5, 5]), Size([1, 1]))]  # inside the 5th step
+    found = _built(patched, version, planted, sweep_dim=0)
+    if version in PAIRWISE:
+        assert found[5] == [planted[-1]] and sum(map(len, found)) == 1
+    else:
+        assert found == {2 * n: [(5 + n, 5)]}
     assert _built(patched, version, _double_stairs(8), sweep_dim=0) is not None  # a few active at once: swept
+
+
+def test_a_layout_no_sweep_nor_planar_search_helps_gives_way_to_the_stock_scan(any_pair):
+    """Three crowds in 3-D: every dimension's sweep and every two dimensions' search meet a quadratic number of
+    pairs. The search stops once it has found a 32nd of the cheapest sweep's comparisons and torch's own scan
+    runs unchanged (the same answer: the equivalence tests), so the layout costs stock torch's time plus that."""
+    version, loaded = any_pair
+    (_, _), (patched, _) = loaded[upstream.DEFAULT_PLANNER]
+    m = 500
+    boxes = [(tuple(c.offsets), tuple(c.sizes)) for c in _crowds(m)]
+    assert [patched["_ascendfix_sweep_cost"](boxes, d) for d in range(3)] == [m * (m - 1)] * 3
+    assert patched["_ascendfix_planar"](boxes, 0, 1, m * (m - 1) // 32) is None
+    assert _built(patched, version, _crowds(m), sweep_dim=0) is None
+    assert len(patched["_ascendfix_planar"](boxes, 0, 1, m * m)) == m * (m - 1) // 2  # crowd 2's pairs
+
+
+def _brute_pairs(boxes: list) -> set:
+    """Every overlapping pair (i < j), compared one by one."""
+    return {
+        (i, j)
+        for i in range(len(boxes))
+        for j in range(i + 1, len(boxes))
+        if all(a < c + d and c < a + b for a, b, c, d in zip(*boxes[i], *boxes[j], strict=True))
+    }
+
+
+@st.composite
+def _int_boxes(draw):
+    """[(offsets, sizes)] of 2-4 dims as int tuples: staircases (perhaps shifted, resized or doubled) or any boxes,
+    zero and negative sizes included."""
+    ndim = draw(st.integers(2, 4))
+    if draw(st.booleans()):
+        boxes = draw(staircases(ndim))
+    else:
+        value = st.lists(st.integers(-2, 9), min_size=ndim, max_size=ndim)
+        boxes = draw(st.lists(st.tuples(value, value), min_size=0, max_size=14))
+    boxes = [(list(o), list(s)) for o, s in boxes]
+    for _ in range(draw(st.integers(0, 3))):
+        if boxes:
+            k, d = draw(st.integers(0, len(boxes) - 1)), draw(st.integers(0, ndim - 1))
+            boxes[k][draw(st.integers(0, 1))][d] += draw(st.integers(-2, 2))
+            if draw(st.booleans()):
+                boxes.append(boxes[k])
+    return [(tuple(o), tuple(s)) for o, s in boxes]
+
+
+@given(boxes=_int_boxes(), dims=st.permutations(range(4)))
+@EQUIVALENCE
+def test_planar_search_finds_exactly_the_overlapping_pairs(boxes, dims):
+    """Whatever the boxes (staircases or not, degenerate sizes too) and whichever two dimensions: every pair
+    overlapping in both is found (exactly those where no size is below one), and the answer built from it, after
+    the check in every dimension, is every overlapping pair."""
+    from ascendfix.checkpoint import geometry
+
+    template = geometry.template()
+    ndim = len(boxes[0][0]) if boxes else 2
+    d, e = [k for k in dims if k < ndim][:2]
+    found = template._ascendfix_planar(boxes, d, e, 2**40)
+    both = _brute_pairs([((o[d], o[e]), (s[d], s[e])) for o, s in boxes])
+    assert found >= both
+    if all(min(s) > 0 for _, s in boxes):
+        assert found == both
+    if boxes:
+        assert sorted(template._ascendfix_swept(boxes, **PLANAR)) == sorted(_brute_pairs(boxes))
 
 
 def _walk(answer, version: str, positions: int) -> list[tuple[int, list]]:
@@ -471,6 +579,9 @@ print(_ascendfix_boxes([[0, 1, 2]], [[1, 1, 1]], [0, 2]), _ascendfix_boxes([[0, 
 later = _ascendfix_later(boxes, range(3))
 print([list(c) for c in later], {k: list(v) for k, v in _ascendfix_in_sweep_order(boxes, [1, 0, 2], 1).items()})
 print([list(c) for c in _ascendfix_later(ragged, range(4))], _ascendfix_in_sweep_order(ragged, [3, 2, 1, 0], 1))
+stairs = [((i, i), (6, 1)) for i in range(6)] + [((20 + j, 20 + j), (1, 6)) for j in range(6)] + [((2, 2), (1, 1))]
+forced = {"few": -99, "planar": -99}
+print(sorted(_ascendfix_swept(stairs, cap=99, **forced)), _ascendfix_swept(stairs, cap=0, **forced))
 """
 
 
@@ -491,6 +602,7 @@ def test_template_runs_on_python39():
     assert old.returncode == 0, old.stderr
     assert old.stdout == new.stdout
     assert new.stdout.startswith("[(0, 2)] [(0, 1), (0, 2)]\n")  # a zero-size box strictly inside counts
+    assert new.stdout.endswith("[(2, 12)] None\n")  # two staircases and a box in one step, by the planar search
 
 
 # --- through the engine, as `ascendfix apply --variant ...=fast-validate` does it ---------------

@@ -19,11 +19,15 @@ early overlap, or is cheap throughout, costs about what it costs stock torch and
 From the position where they pass that budget on, the candidates are the ones that really overlap (a
 grid's identical boxes, else a sweep), built once and made as the stock loop reaches them, never
 every pair at once: one that reports every overlap holds one box's at a time (N identical boxes cost
-what they cost stock torch). The sweep goes over the dimension where it compares the fewest boxes;
-when even that one would compare more than a few per box (counted first, in O(n log n) per
-dimension, none compared), stock's candidates stay in place, as they do for boxes that are not plain
-ints of one length (odd inputs raise exactly where torch raises them): where the fast answer cannot
-help, a layout costs stock torch's time plus one O(n log n) attempt to build it.
+what they cost stock torch). The sweep goes over the dimension where it compares the fewest boxes
+(counted first, in O(n log n) per dimension, none compared). Where even that one would compare
+hundreds per box (two staircases, one along each dimension: disjoint boxes all active at once in
+every dimension), the pairs overlapping in its two cheapest dimensions are searched instead, in
+O(n log^2 n) (a corner in a rectangle: a range tree; an edge crossing an edge: a sweep) and then
+checked in every dimension. Where they too are many (a crowd in every two dimensions) the search
+stops at a 128th of that sweep's comparisons and stock's candidates stay in place, as they do for
+boxes that are not plain ints of one length (odd inputs raise exactly where torch raises them):
+where the fast answer cannot help, a layout costs stock torch's time plus that bounded attempt.
 
 Only this file's functions are inserted; ``REPLACES`` is read by the transform, never inserted.
 The inserted code uses nothing but builtins and the stdlib's bisect, heapq, itertools, operator and sys,
@@ -209,13 +213,119 @@ def _ascendfix_sweep_cost(boxes, d):
     return cost
 
 
-def _ascendfix_swept(boxes):
-    """The pairs of a sweep over the cheapest dimension; None when even it would compare more than a few per box."""
-    ndims = len(boxes[0][0])
-    cost, d = min((_ascendfix_sweep_cost(boxes, k), k) for k in range(ndims))
-    if cost > 4 * len(boxes) + 64:
+def _ascendfix_crossings(starts, ends, found, cap):
+    """Add to found the pairs where one's lower edge crosses the other's left edge (d, e); the cap left, < 0 past it."""
+    from bisect import bisect_left, insort
+
+    count = len(starts)
+    events = []  # (place in d, 0: a lower edge ends, 1: a lower edge starts, 2: a left edge, box), swept over d
+    for k, ((x, y), (x_end, y_end)) in enumerate(zip(starts, ends)):
+        if x_end > x:
+            events.append((x, 1, k))
+            events.append((x_end, 0, k))
+        if y_end > y:
+            events.append((x, 2, k))
+    events.sort()
+    edges = []  # start in e * count + box, of the lower edges the sweep is on: one int sorts as (start, box)
+    for _, kind, k in events:
+        if kind == 0:
+            del edges[bisect_left(edges, starts[k][1] * count + k)]
+        elif kind == 1:
+            insort(edges, starts[k][1] * count + k)
+        else:
+            low = bisect_left(edges, starts[k][1] * count)
+            high = bisect_left(edges, ends[k][1] * count, low)
+            cap -= high - low
+            if cap < 0:
+                return cap
+            for a in edges[low:high]:
+                a %= count
+                if a != k:
+                    found.add((a, k) if a < k else (k, a))
+    return cap
+
+
+def _ascendfix_corners(starts, ends, found, cap):
+    """Add to found the pairs where one's lower corner lies in the other's rectangle (d, e); the cap left, as above."""
+    from bisect import bisect_left
+    from itertools import chain
+
+    count = len(starts)
+    order = sorted(range(count), key=starts.__getitem__)
+    xs = [starts[k][0] for k in order]
+    size = 1
+    while size < count:
+        size *= 2
+    # A range tree: the corners in d's order at its leaves, each node's sorted by e (start in e * count + box).
+    tree = [[] for _ in range(size)] + [[starts[k][1] * count + k] for k in order] + [[]] * (size - count)
+    for v in range(size - 1, 0, -1):
+        tree[v] = sorted(tree[2 * v] + tree[2 * v + 1])
+    step = int(count**0.5) or 1  # boxes far apart in the list first: a crowd anywhere in it meets the cap at once
+    for a in chain.from_iterable(range(first, count, step) for first in range(step)):
+        (x, y), (x_end, y_end) = starts[a], ends[a]
+        if x_end <= x or y_end <= y:
+            continue
+        low, high = bisect_left(xs, x) + size, bisect_left(xs, x_end) + size
+        nodes = []  # the nodes that together hold the corners from x to x_end in d
+        while low < high:
+            if low & 1:
+                nodes.append(tree[low])
+                low += 1
+            if high & 1:
+                high -= 1
+                nodes.append(tree[high])
+            low, high = low // 2, high // 2
+        for node in nodes:
+            first = bisect_left(node, y * count)
+            last = bisect_left(node, y_end * count, first)
+            cap -= last - first
+            if cap < 0:
+                return cap
+            for b in node[first:last]:
+                b %= count
+                if b != a:
+                    found.add((a, b) if a < b else (b, a))
+    return cap
+
+
+def _ascendfix_planar(boxes, d, e, cap):
+    """The pairs (i < j) whose ranges in d and in e overlap (more where a size is not positive); None past cap found."""
+    # Two ranges overlap only when one starts within the other (a.start <= b.start < a.end), so two boxes overlapping
+    # in d and e have a lower corner in the other's rectangle, or a lower edge crossing the other's left edge.
+    starts = [(offsets[d], offsets[e]) for offsets, _ in boxes]
+    ends = [(offsets[d] + sizes[d], offsets[e] + sizes[e]) for offsets, sizes in boxes]
+    found = set()
+    cap += 2 * len(boxes)  # each box with positive sizes meets itself once in each search
+    cap = _ascendfix_corners(starts, ends, found, cap)  # where a crowd meets its cap, it meets it here, at once
+    if cap < 0 or _ascendfix_crossings(starts, ends, found, cap) < 0:
         return None
-    return list(_ascendfix_sweep(boxes, ndims, d))
+    return found
+
+
+def _ascendfix_swept(boxes, few=4, planar=128, cap=None):
+    """The overlapping pairs, by a sweep or a planar search (see the comments); None where neither is cheap enough."""
+    # A sweep over the cheapest dimension where it compares at most `few` boxes per box. Where every sweep would
+    # compare more than `planar` per box (torch's scan too), the pairs overlapping in the two cheapest dimensions,
+    # searched in O(n log^2 n) (some 30 comparisons' time per box), when they are at most `cap` (1/128 of that
+    # sweep's comparisons). Else torch's own scan finds them: an attempt costs a fraction of what that scan compares.
+    count, ndims = len(boxes), len(boxes[0][0])
+    costs = sorted((_ascendfix_sweep_cost(boxes, k), k) for k in range(ndims))
+    cost, d = costs[0]
+    if cost <= few * count + 64:
+        return list(_ascendfix_sweep(boxes, ndims, d))
+    if ndims < 2 or cost <= planar * count + 64:  # the planar search costs about 30 comparisons per box
+        return None
+    found = _ascendfix_planar(boxes, d, costs[1][1], cost // 128 if cap is None else cap)
+    if found is None:
+        return None
+    return [
+        (i, j)
+        for i, j in found
+        if all(
+            boxes[i][0][k] < boxes[j][0][k] + boxes[j][1][k] and boxes[j][0][k] < boxes[i][0][k] + boxes[i][1][k]
+            for k in range(ndims)
+        )
+    ]
 
 
 def _ascendfix_overlapping_pairs(boxes):
