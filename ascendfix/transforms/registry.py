@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import functools
 import inspect
 import typing
 from typing import Any
@@ -52,11 +51,15 @@ def check_params(cls: type[Transform], params: dict[str, Any]) -> tuple[str, str
     return None
 
 
-@functools.cache
+_PARAMETERS: dict[type[Transform], tuple[dict[str, inspect.Parameter], dict[str, Any]]] = {}
+
+
 def _parameters(cls: type[Transform]) -> tuple[dict[str, inspect.Parameter], dict[str, Any]]:
     """``cls``'s constructor parameters and their type hints, read once per class (a profile has a variant
     per patch and hand edit, most of them of the same few transforms)."""
-    return dict(inspect.signature(cls).parameters), typing.get_type_hints(cls.__init__)
+    if cls not in _PARAMETERS:
+        _PARAMETERS[cls] = dict(inspect.signature(cls).parameters), typing.get_type_hints(cls.__init__)
+    return _PARAMETERS[cls]
 
 
 # Parameters whose value is Python source the transform writes into (or matches in) a file.
