@@ -13,8 +13,9 @@ measured side by side holds where seconds drift); the figure is the median of ea
 
 The commands: ``status`` on a tree not yet patched (a fresh node's first command), a cold ``apply`` of
 the whole profile, a no-op ``apply``, ``status`` on the patched tree, and ``doctor`` (the venv holds no
-stack: a bare machine), and beside doctor the imports alone of the three libraries it cannot start
-without, the floor under its figure. The trees are the verl 0.5.0 wheel and the two torch 2.7.1 checkpoint files
+stack: a bare machine), and beside them the floors under their figures: the imports alone of the
+three libraries doctor cannot start without, of click (every command's command line), and of click
+and libcst (what a cold apply edits with). The trees are the verl 0.5.0 wheel and the two torch 2.7.1 checkpoint files
 (downloaded from PyPI into the test cache, never committed); the wheel's ray_trainer.py has 796871d's
 sites in other bytes, so the profile used here lists it as a known original (as the tests do).
 
@@ -66,6 +67,9 @@ TARGETS = {
 # distributions (its probe), packaging checks their requirements (pip check's job): their imports alone, in
 # the same venv, are the floor under doctor's figure.
 DOCTOR_LIBRARIES = "import click, importlib.metadata, packaging.requirements"
+# The floors under the other commands: every command parses its command line with click, and a cold apply
+# edits with libcst; their imports alone, in the same venv.
+FLOORS = {"click's import only": "import click", "click + libcst imports only": "import click, libcst"}
 
 
 def bench_cache() -> Path:
@@ -146,7 +150,7 @@ def profile(work: Path, verl: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=11)
+    parser.add_argument("--runs", type=int, default=21)
     parser.add_argument("--old", action="store_true", help="also time status and no-op apply the old way")
     args = parser.parse_args()
     venv = installed_venv()
@@ -164,6 +168,7 @@ def main() -> None:
             "status": ([ascendfix, "status", *target], (0,)),
             "doctor (bare machine)": ([ascendfix, *bare], (0, 1)),
             "doctor's libraries only": ([python, "-c", DOCTOR_LIBRARIES], (0,)),
+            **{name: ([python, "-c", imports], (0,)) for name, imports in FLOORS.items()},
         }
         old_env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
         old_env["PYTHONPATH"] = str(REPO)
