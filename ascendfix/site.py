@@ -12,11 +12,8 @@ locates a top-level package) and ``importlib.metadata``. The probe runs in-proce
 when the target is the interpreter ascendfix itself runs in.
 """
 
-from __future__ import annotations
-
 import json
 import os
-import shlex
 import sys
 import threading
 from collections.abc import Iterable, Mapping
@@ -128,7 +125,7 @@ class Probe(NamedTuple):
     installed: tuple[Installed, ...]  # every installed distribution ("everything" only)
 
     @classmethod
-    def from_json(cls, data: dict) -> Probe:
+    def from_json(cls, data: dict) -> "Probe":
         """The probe's JSON answer as a Probe."""
         dists = {n: Distribution(**d) if d else None for n, d in data["distributions"].items()}
         installed = tuple(Installed(d["name"], d["version"], tuple(d["requires"])) for d in data.get("installed", ()))
@@ -384,6 +381,8 @@ class Site:
             words += ["--python", self.python]
         for package, folder in self.roots.items():
             words += ["--root", f"{package}={folder}"]
+        import shlex
+
         return shlex.join(words)
 
 

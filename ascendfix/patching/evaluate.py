@@ -7,8 +7,6 @@ ask for another with ``--variant``: only an explicit ``--variant`` switches it. 
 of backups built once, for every file it looks at.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path

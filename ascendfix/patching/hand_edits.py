@@ -9,7 +9,6 @@ an edit at some sites only, or the edit and something else (with what else diffe
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import NamedTuple
 
@@ -157,6 +156,8 @@ def _forward(patch: Patch, edit: HandEdit, original: bytes) -> bytes | None:
 
 def _from_git(checkout: Path, pfile: PatchFile) -> bytes | None:
     """The file as the checkout's HEAD has it, when that is a known original (else None)."""
+    import subprocess
+
     try:
         result = subprocess.run(
             ["git", "-C", str(checkout), "show", f"HEAD:./{pfile.path}"], capture_output=True, timeout=30

@@ -575,10 +575,8 @@ def _transaction(op: str, plans: dict[Path, list[PlannedWrite]], restore: Restor
     exception before the marker rolls every root back here; an OSError becomes one
     :class:`WriteError` line naming the file and the reason.
     """
-    import secrets
-
     roots = list(plans)
-    txid = secrets.token_hex(8)
+    txid = os.urandom(8).hex()  # secrets.token_hex(8), without importing secrets (random, hmac, base64)
     opened: dict[Path, Transaction] = {}
     try:
         for root in roots:

@@ -2,8 +2,6 @@
 every one of them read from disk must pass (an untrusted folder: each path a plain relative one, each hash 64 hex
 digits, each field of the type ascendfix writes)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import NamedTuple
 
@@ -29,7 +27,7 @@ class Record(NamedTuple):
     profile: str = ""  # unknown in folders written before schema 2
 
     @classmethod
-    def of(cls, patch: str, variant: str, original: bytes, written: bytes, profile: str) -> Record:
+    def of(cls, patch: str, variant: str, original: bytes, written: bytes, profile: str) -> "Record":
         """The record of writing ``written`` over ``original``."""
         return cls(patch, variant, digest(original), digest(written), profile)
 
@@ -73,7 +71,7 @@ class Journal(NamedTuple):
     previous: dict[str, Record | None]
 
     @classmethod
-    def parse(cls, path: Path, data: dict, root: Path) -> Journal:
+    def parse(cls, path: Path, data: dict, root: Path) -> "Journal":
         """Check every field of an untrusted journal; a RefusedError names what is wrong."""
         op = data.get("op", "write")
         txid = data.get("txid", "")

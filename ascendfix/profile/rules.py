@@ -11,8 +11,6 @@ command (doctor, which sees none, leaves it undecided). Nothing here prints, imp
 package or reads a file.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 

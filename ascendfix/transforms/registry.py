@@ -31,8 +31,7 @@ def get(name: str) -> type[Transform] | None:
 
 def check_params(cls: type[Transform], params: dict[str, Any]) -> tuple[str, str] | None:
     """``(parameter, problem)`` for the first parameter that does not fit ``cls``, else None."""
-    fields = dict(inspect.signature(cls).parameters)
-    hints = typing.get_type_hints(cls.__init__)
+    fields, hints = _parameters(cls)
     for key in params:
         if key not in fields:
             return key, f"unknown parameter (expected: {', '.join(fields)})"
@@ -50,6 +49,17 @@ def check_params(cls: type[Transform], params: dict[str, Any]) -> tuple[str, str
         elif key in CODE_PARAMS and not _is_expression(value):
             return key, f"{value!r} is not a Python expression"
     return None
+
+
+_PARAMETERS: dict[type[Transform], tuple[dict[str, inspect.Parameter], dict[str, Any]]] = {}
+
+
+def _parameters(cls: type[Transform]) -> tuple[dict[str, inspect.Parameter], dict[str, Any]]:
+    """``cls``'s constructor parameters and their type hints, read once per class (a profile has a variant
+    per patch and hand edit, most of them of the same few transforms)."""
+    if cls not in _PARAMETERS:
+        _PARAMETERS[cls] = dict(inspect.signature(cls).parameters), typing.get_type_hints(cls.__init__)
+    return _PARAMETERS[cls]
 
 
 # Parameters whose value is Python source the transform writes into (or matches in) a file.
