@@ -12,13 +12,16 @@ def commands(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
-def test_ci_ends_with_the_readmes_install_and_test_commands():
+def test_ci_ends_with_the_readmes_demo_and_test_commands():
     readme = (REPO / "README.md").read_text()
     setup = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
-    install = re.search(r"^    (python3 -m pip install -e '\.\[test\]')", setup, re.M).group(1)
-    test = re.search(r"^    (python3 -m pytest -q)$", setup, re.M).group(1)
+    shown = [line[4:] for line in setup.splitlines() if line.startswith("    ")]
+    assert len(shown) == 2, "README.md's Set up shows two commands: the demo's and the tests'"
+    demo, test = shown
+    assert demo.endswith("&& ascendfix demo") and test.endswith("&& python -m pytest -q")
+    assert "install -q -e ." in demo and "install -q -e '.[test]'" in test
     ci = commands((REPO / ".ci" / "run").read_text())
-    assert ci[-2:] == [install.replace("install -e", "install -q -e"), test]
+    assert ci[-2:] == [demo, test]
 
 
 def test_only_ci_installs_host_packages():
