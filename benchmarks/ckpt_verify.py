@@ -6,7 +6,10 @@ layers, 32 experts, hidden 1024 (about 2 x 1 GB); ``--small`` builds a tenth of 
 are read once before timing (page cache warm, as ``cat`` then ``verify`` would find them), then,
 interleaved: ``cat SOURCE/* CONVERTED/* > /dev/null`` and ``ascendfix ckpt verify SOURCE CONVERTED``
 (start-up included), with the peak RSS of the verify process and its children, and ``python -c pass``
-(the interpreter's start-up, which ``cat`` does not pay).
+(the interpreter's start-up, which ``cat`` does not pay). ``ascendfix`` is the one a user runs: the
+console script of a venv holding the checkout installed, not editable (``benchmarks/startup.py``'s
+:func:`installed_venv`), in this shell's own environment; the checkout run from source with
+``PYTHONDONTWRITEBYTECODE`` set (a developer's machine) compiles every module at every start.
 
 Targets: verify <= 1.3 x cat, peak RSS <= 1 GiB. Then the buffer both ``ckpt verify`` and ``ckpt check
 --bytes`` read into, measured alone: every file of the pair read with ``preadv`` into a reused
@@ -33,6 +36,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests import conversion  # noqa: E402
+
+from startup import installed_venv  # noqa: E402
 
 BIG = dict(layers=8, experts=32, hidden=1024, moe=512, vocab=32000)
 SMALL = dict(layers=4, experts=16, hidden=512, moe=256, vocab=8000)
@@ -71,10 +76,10 @@ print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).
 """
 
 
-def timed(argv: list[str], env: dict | None = None) -> tuple[float, int]:
+def timed(argv: list[str]) -> tuple[float, int]:
     """Seconds, and the peak RSS (bytes) of ``argv``'s process and its children alone, measured by a small
     interpreter that starts it (its own start-up not counted)."""
-    result = subprocess.run([sys.executable, "-c", MEASURE, *argv], check=True, env=env, capture_output=True)
+    result = subprocess.run([sys.executable, "-c", MEASURE, *argv], check=True, capture_output=True)
     seconds, rss = result.stdout.split()
     return float(seconds), int(rss)
 
@@ -109,15 +114,16 @@ def main() -> None:
     names = files(hf, mcore)
     total = sum(os.path.getsize(n) for n in names)
     subprocess.run(["cat", *names], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    verify = [sys.executable, "-m", "ascendfix", "ckpt", "verify", str(hf), str(mcore)]
+    venv = installed_venv()
+    python = str(venv / "bin" / "python")
+    verify = [str(venv / "bin" / "ascendfix"), "ckpt", "verify", str(hf), str(mcore)]
     cats, verifies, starts, peak = [], [], [], 0
     for _ in range(args.repeat):
         cats.append(timed(["cat", *names])[0])
-        seconds, rss = timed(verify, env=env)
+        seconds, rss = timed(verify)
         verifies.append(seconds)
         peak = max(peak, rss)
-        starts.append(timed([sys.executable, "-c", "pass"])[0])
+        starts.append(timed([python, "-c", "pass"])[0])
     cat, ours, start = statistics.median(cats), statistics.median(verifies), statistics.median(starts)
     print(f"pair: {total / 1e9:.2f} GB in {len(names)} files ({root}), load average {os.getloadavg()[0]:.1f}")
     print(f"cat            {cat:7.2f} s  {total / cat / 1e9:5.2f} GB/s   (runs: {_runs(cats)})")
