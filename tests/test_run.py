@@ -442,3 +442,13 @@ def test_a_full_log_disk_harms_neither_the_job_nor_its_exit_status(tmp_path, ful
     assert "the job finished" not in log.read_text()
     assert "exit_status" not in json.loads((full_disk / "run" / "run.json").read_text())  # the record before the job
     assert sorted(p.name for p in (full_disk / "run").iterdir()) == ["run.json", "train.log"]  # no temp file left
+
+
+def test_a_folder_given_as_the_script_is_refused_before_any_log_folder_exists(job, run_cli):
+    """It said "not executable (chmod +x it ...)" and left a run folder with run.json and an empty train.log."""
+    (job / "scripts").mkdir()
+    for given in (str(job / "scripts"), "scripts"):
+        proc = run_cli(job, "run", "--device", "npu", "--no-preflight", given)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == f"error: {given}: is a folder: give the training script"
+        assert not (job / "ascendfix-runs").exists() and not (job / "state.json").exists()

@@ -71,16 +71,18 @@ def command_for(argv: Sequence[str], environ: Mapping[str, str] | None = None) -
     """The argv to execute. ``train.sh`` names the script in this folder when no command on PATH has
     that name (``ascendfix run train.sh`` as the README says it); a non-executable ``*.sh`` runs
     under bash; another file that is not executable, or a command that is neither a file nor on
-    ``PATH``, is a UsageError saying so (before any log folder exists)."""
+    ``PATH``, or a folder, is a UsageError saying so (before any log folder exists)."""
     if not argv:
         raise UsageError("run: give the command or script to run")
     name = argv[0]
     first = Path(name)
+    path = (environ if environ is not None else os.environ).get("PATH", os.defpath)
+    if first.is_dir() and ("/" in name or shutil.which(name, path=path) is None):
+        raise UsageError(f"{argv[0]}: is a folder: give the training script")
     if first.is_file() and not os.access(first, os.X_OK):
         if first.suffix == ".sh":
             return ["bash", *argv]
         raise UsageError(f"{argv[0]}: not executable (chmod +x {argv[0]}, or run: ascendfix run bash {argv[0]})")
-    path = (environ if environ is not None else os.environ).get("PATH", os.defpath)
     if "/" not in name and first.is_file() and shutil.which(name, path=path) is None:
         name = f"./{name}"
     elif "/" in name and not first.exists() or "/" not in name and shutil.which(name, path=path) is None:
