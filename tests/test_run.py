@@ -259,6 +259,10 @@ def test_run_follows_no_symlink_planted_in_its_log_folder(job, tmp_path, run_cli
     proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--log-dir", "logs", "train.sh")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert victim.read_text() == "untouched\n"
+    line = "error: logs/train.log: is a symbolic link: ascendfix does not write through links; remove it"
+    assert proc.stderr.strip().splitlines()[-1] == line  # it said "Too many levels of symbolic links"
+    assert sorted(p.name for p in (job / "logs").iterdir()) == ["run.json.tmp", "train.log"]  # nothing written
+    assert not (job / "state.json").exists()  # the job never ran
 
 
 def test_json_metrics_into_a_missing_folder_is_one_line_before_the_job_starts(job, run_cli):
@@ -275,7 +279,8 @@ def test_json_metrics_refuses_a_link_like_runs_other_files(job, run_cli):
     (job / "m.jsonl").symlink_to(victim)
     proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--json-metrics", "m.jsonl", "train.sh")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    line = "error: --json-metrics m.jsonl: a symbolic link: not followed; give a plain file's path"
+    line = "error: --json-metrics m.jsonl: is a symbolic link: ascendfix does not write through links; "
+    line += "give a plain file's path"
     assert proc.stderr.strip().splitlines()[-1] == line
     assert victim.read_text() == "untouched\n" and not (job / "ascendfix-runs").exists()
 

@@ -37,6 +37,7 @@ from ascendfix.profile.jobenv import EnvSetting, raise_nofile
 from ascendfix.site import Site
 
 GRACE_S = 30.0
+_LINK = "a symbolic link: ascendfix does not write through links"
 _PIPE_SIZE = 1 << 20
 
 
@@ -191,7 +192,7 @@ def metrics_writer(path: Path) -> Callable[[Step], None]:
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as e:
-        why = "a symbolic link: not followed" if e.errno == errno.ELOOP else f"cannot write: {e.strerror}"
+        why = f"is {_LINK}" if e.errno == errno.ELOOP else f"cannot write: {e.strerror}"
         raise UsageError(f"--json-metrics {path}: {why}; give a plain file's path") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
@@ -293,6 +294,8 @@ def open_log(log_dir: Path) -> BinaryIO:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UsageError(f"{path}: is {_LINK}; remove it") from None
         raise UsageError(f"{path}: cannot write the job's log: {e.strerror}") from None
     return os.fdopen(fd, "ab")
 
