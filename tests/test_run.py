@@ -259,6 +259,10 @@ def test_run_follows_no_symlink_planted_in_its_log_folder(job, tmp_path, run_cli
     proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--log-dir", "logs", "train.sh")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert victim.read_text() == "untouched\n"
+    line = "error: logs/train.log: is a symbolic link: ascendfix does not write through links; remove it"
+    assert proc.stderr.strip().splitlines()[-1] == line  # it said "Too many levels of symbolic links"
+    assert sorted(p.name for p in (job / "logs").iterdir()) == ["run.json.tmp", "train.log"]  # nothing written
+    assert not (job / "state.json").exists()  # the job never ran
 
 
 def test_json_metrics_into_a_missing_folder_is_one_line_before_the_job_starts(job, run_cli):
@@ -275,7 +279,8 @@ def test_json_metrics_refuses_a_link_like_runs_other_files(job, run_cli):
     (job / "m.jsonl").symlink_to(victim)
     proc = run_cli(job, "run", "--device", "npu", "--no-preflight", "--json-metrics", "m.jsonl", "train.sh")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    line = "error: --json-metrics m.jsonl: a symbolic link: not followed; give a plain file's path"
+    line = "error: --json-metrics m.jsonl: is a symbolic link: ascendfix does not write through links; "
+    line += "give a plain file's path"
     assert proc.stderr.strip().splitlines()[-1] == line
     assert victim.read_text() == "untouched\n" and not (job / "ascendfix-runs").exists()
 
@@ -392,3 +397,63 @@ def test_a_missing_script_is_refused_before_any_log_folder_exists(tmp_path, run_
     assert not (tmp_path / "ascendfix-runs").exists()
     proc = run_cli(tmp_path, "run", "--device", "npu", "--log-dir", "logs", "./scripts/nosuch.sh")
     assert proc.returncode == 2 and not (tmp_path / "logs").exists()
+
+
+# a job printing a 2 kB line a step, 60 steps (120 kB: more than a 64 kB log disk holds), then a last line
+CHATTY_JOB = """\
+import sys
+for step in range(1, 61):
+    print(f"step:{step} - actor/loss:0.5 " + "x" * 2000, flush=True)
+print("the job finished", flush=True)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 64 kB tmpfs at ``tmp_path/disk`` (root only), unmounted after the test."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.decode(errors='replace').strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_a_full_log_disk_harms_neither_the_job_nor_its_exit_status(tmp_path, full_disk, run_cli, status):
+    """ascendfix died of ENOSPC writing train.log: the job lost its pipe mid-run and run exited 1."""
+    (tmp_path / "job.py").write_text(CHATTY_JOB)
+    args = ["run", "--device", "npu", "--no-preflight", "--log-dir", "disk/run", sys.executable, "job.py", status]
+    proc = run_cli(tmp_path, *args)
+    assert proc.returncode == status, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "error:" not in proc.stderr
+    assert len(re.findall(r"^step:\d+ ", proc.stdout, re.M)) == 60 and "the job finished" in proc.stdout
+    said = [line for line in proc.stderr.splitlines() if "cannot write" in line]
+    log = full_disk / "run" / "train.log"
+    assert said[0] == (
+        "ascendfix: disk/run/train.log: cannot write: No space left on device; the job's output is no "
+        "longer kept there (it still goes to the terminal)"
+    ), said
+    assert said[1:] == [
+        "ascendfix: disk/run/run.json: cannot write: No space left on device; the run is not recorded there"
+    ]
+    assert f"exit status {status}" in proc.stderr
+    assert "the job finished" not in log.read_text()
+    assert "exit_status" not in json.loads((full_disk / "run" / "run.json").read_text())  # the record before the job
+    assert sorted(p.name for p in (full_disk / "run").iterdir()) == ["run.json", "train.log"]  # no temp file left
+
+
+def test_a_folder_given_as_the_script_is_refused_before_any_log_folder_exists(job, run_cli):
+    """It said "not executable (chmod +x it ...)" and left a run folder with run.json and an empty train.log."""
+    (job / "scripts").mkdir()
+    for given in (str(job / "scripts"), "scripts"):
+        proc = run_cli(job, "run", "--device", "npu", "--no-preflight", given)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == f"error: {given}: is a folder: give the training script"
+        assert not (job / "ascendfix-runs").exists() and not (job / "state.json").exists()

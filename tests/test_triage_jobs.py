@@ -412,3 +412,34 @@ def test_a_rank_that_never_joins_a_collective_leaves_the_waiting_ranks_timeout_n
     data, first = first_of(logs)
     assert (first["code"], first["pid"], first["node"]) == ("GLOO_TIMEOUT", pid, "127.0.0.1"), first
     assert first["message"].endswith("(in ray::Rank.step())") and "Find the rank that stopped first" in first["fix"]
+
+
+# a job that fails as verl does on a full device: a step, then torch's OOM
+OOM_JOB = """\
+#!/bin/bash
+echo "step:1 - actor/loss:0.5"
+echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+exit ${1:-1}
+"""
+
+
+@pytest.mark.parametrize("status", [1, 0])
+def test_triage_reads_the_jobs_log_not_the_run_json_that_records_the_profile(tmp_path, ascendfix_cli, status):
+    """run.json records the profile's rationale for HCCL_ASYNC_ERROR_HANDLING, whose text names HCCL's
+    EI0002: triage named that as the first failure (or discounted it when the job exited 0)."""
+    (tmp_path / "fail.sh").write_text(OOM_JOB)
+    (tmp_path / "fail.sh").chmod(0o755)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    args = ["run", "--device", "npu", "--no-preflight", "--log-dir", "failjob/run", "./fail.sh", status]
+    proc = ascendfix_cli(*args, cwd=tmp_path, env=env, clean_env=True, timeout=120)
+    assert proc.returncode == status, proc.stderr[-2000:]
+    assert "EI0002" in (tmp_path / "failjob" / "run" / "run.json").read_text()  # what triage must not scan
+    result = CliRunner().invoke(cli.main, ["triage", str(tmp_path / "failjob" / "run"), "--json"])
+    data = json.loads(result.stdout)
+    assert "run.json" not in [d["file"] for d in data["discounted"]] + [(data["first"] or {}).get("file")], data
+    if status:
+        assert result.exit_code == 1 and data["by_code"] == {"CUDA_OOM": 1}, data
+        assert (data["first"]["code"], data["first"]["file"], data["first"]["line"]) == ("CUDA_OOM", "train.log", 2)
+        return
+    assert result.exit_code == 0 and data["first"] is None, data
+    assert [(d["code"], d["file"]) for d in data["discounted"]] == [("CUDA_OOM", "train.log")]

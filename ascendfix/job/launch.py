@@ -2,7 +2,10 @@
 
 The child's bytes go to this process's stdout/stderr unchanged and to ``train.log``; each
 complete line is also fed to a :class:`~ascendfix.job.metrics.StepParser`. Nothing here prints
-anything else: a live status line is drawn by the ``StatusLine`` the caller passes in.
+anything else: a live status line is drawn by the ``StatusLine`` the caller passes in, and what
+the caller must say (a signal forwarded, a log that could no longer be written) goes to ``notify``.
+Once the job has started, nothing ascendfix fails to write harms it: its output is still drained
+and shown, and its own exit status is returned.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from ascendfix.profile.jobenv import EnvSetting, raise_nofile
 from ascendfix.site import Site
 
 GRACE_S = 30.0
+_LINK = "a symbolic link: ascendfix does not write through links"
 _PIPE_SIZE = 1 << 20
 
 
@@ -68,16 +72,18 @@ def command_for(argv: Sequence[str], environ: Mapping[str, str] | None = None) -
     """The argv to execute. ``train.sh`` names the script in this folder when no command on PATH has
     that name (``ascendfix run train.sh`` as the README says it); a non-executable ``*.sh`` runs
     under bash; another file that is not executable, or a command that is neither a file nor on
-    ``PATH``, is a UsageError saying so (before any log folder exists)."""
+    ``PATH``, or a folder, is a UsageError saying so (before any log folder exists)."""
     if not argv:
         raise UsageError("run: give the command or script to run")
     name = argv[0]
     first = Path(name)
+    path = (environ if environ is not None else os.environ).get("PATH", os.defpath)
+    if first.is_dir() and ("/" in name or shutil.which(name, path=path) is None):
+        raise UsageError(f"{argv[0]}: is a folder: give the training script")
     if first.is_file() and not os.access(first, os.X_OK):
         if first.suffix == ".sh":
             return ["bash", *argv]
         raise UsageError(f"{argv[0]}: not executable (chmod +x {argv[0]}, or run: ascendfix run bash {argv[0]})")
-    path = (environ if environ is not None else os.environ).get("PATH", os.defpath)
     if "/" not in name and first.is_file() and shutil.which(name, path=path) is None:
         name = f"./{name}"
     elif "/" in name and not first.exists() or "/" not in name and shutil.which(name, path=path) is None:
@@ -107,10 +113,24 @@ def write_run_json(log_dir: Path, record: Mapping[str, Any]) -> Path:
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(jsonable(record), indent=2) + "\n")
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(jsonable(record), indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):  # nothing half-written is left (a full disk, say)
+            tmp.unlink()
+        raise
     return path
+
+
+def _record(log_dir: Path, record: Mapping[str, Any], notify: Callable[[str], None] | None) -> None:
+    """Write run.json while the job runs or once it ended; when it cannot be, ``notify`` says so, one line."""
+    try:
+        write_run_json(log_dir, record)
+    except OSError as e:
+        if notify is not None:
+            notify(f"ascendfix: {log_dir / 'run.json'}: cannot write: {e.strerror or e}; the run is not recorded there")
 
 
 _MAX_RUN_JSON = 1 << 20
@@ -172,7 +192,7 @@ def metrics_writer(path: Path) -> Callable[[Step], None]:
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as e:
-        why = "a symbolic link: not followed" if e.errno == errno.ELOOP else f"cannot write: {e.strerror}"
+        why = f"is {_LINK}" if e.errno == errno.ELOOP else f"cannot write: {e.strerror}"
         raise UsageError(f"--json-metrics {path}: {why}; give a plain file's path") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
@@ -222,7 +242,7 @@ def launch(
     status is the job's (128 + N when signal N ended it). ``beside``: the watch, started when the
     job's Ray cluster answers; when it asks for it (``abort``), the job gets SIGTERM as from a signal.
     """
-    log = open_log(log_dir)
+    log = _Log(log_dir / "train.log", open_log(log_dir), notify)
     try:
         proc = subprocess.Popen(
             list(argv), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
@@ -254,8 +274,10 @@ def launch(
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with log:
+        try:
             _pump(proc, log, parser, status, deadline, result, beside, lambda: forward(signal.SIGTERM, None))
+        finally:
+            log.close()
         code = proc.wait()
     finally:
         for s, handler in previous.items():
@@ -272,8 +294,41 @@ def open_log(log_dir: Path) -> BinaryIO:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UsageError(f"{path}: is {_LINK}; remove it") from None
         raise UsageError(f"{path}: cannot write the job's log: {e.strerror}") from None
     return os.fdopen(fd, "ab")
+
+
+class _Log:
+    """The job's ``train.log``, written chunk by chunk: when a write fails (a full disk), ``notify`` is told
+    once which file, and the job's output is kept there no longer (it still goes to the terminal)."""
+
+    def __init__(self, path: Path, file: BinaryIO, notify: Callable[[str], None] | None):
+        self.path, self.file, self.notify = path, file, notify
+        self.lost = False
+
+    def write(self, chunk: bytes) -> None:
+        """Append ``chunk``, unbuffered; a failure stops the log, never the job."""
+        if self.lost:
+            return
+        try:
+            self.file.write(chunk)
+            self.file.flush()
+        except OSError as e:
+            self.lost = True
+            with contextlib.suppress(OSError):
+                self.file.close()
+            if self.notify is not None:
+                self.notify(
+                    f"ascendfix: {self.path}: cannot write: {e.strerror or e}; the job's output is no longer kept "
+                    "there (it still goes to the terminal)"
+                )
+
+    def close(self) -> None:
+        """Close the file; what is lost is already said."""
+        with contextlib.suppress(OSError):
+            self.file.close()
 
 
 def _killpg(pid: int, signum: int) -> None:
@@ -285,7 +340,7 @@ def _killpg(pid: int, signum: int) -> None:
 
 def _pump(
     proc: subprocess.Popen,
-    log: Any,
+    log: _Log,
     parser: StepParser,
     status: StatusLine | None,
     deadline: list[float],
@@ -345,7 +400,6 @@ def _pump(
     for registered in list(sel.get_map()):
         sel.unregister(registered)
     sel.close()
-    log.flush()
     for rest in partial.values():
         parser.feed_lines(rest)
 
@@ -418,7 +472,10 @@ def begin(prepared: Prepared, log_dir: Path | None) -> Job:
     record["preflight"] = "full" if pre.full else "correctness only (--no-preflight)"
     record["preflight_hints"] = jsonable(pre.hints)
     open_log(log_dir).close()  # a log that cannot be written stops the run here, before run.json
-    write_run_json(log_dir, record)
+    try:
+        write_run_json(log_dir, record)
+    except OSError as e:
+        raise UsageError(f"{log_dir / 'run.json'}: cannot write: {e.strerror or e}") from None
     return Job(log_dir, env, record)
 
 
@@ -477,12 +534,12 @@ def finish(
                     beside.abort = beside.abort or on_stall == "abort"
                 if on_stall == "abort":
                     job.record["aborted"] = "a stall was named (--on-stall abort)"
-                write_run_json(job.log_dir, job.record)
+                _record(job.log_dir, job.record, notify)
             if on_watch is not None:
                 on_watch(event)
 
         beside = Beside(job.env, on_event)
     result = launch(argv, job.env, job.log_dir, parser, status, notify=notify, beside=beside)
     job.record.update(ended=now(), **jsonable(result), steps=len(parser.steps))
-    write_run_json(job.log_dir, job.record)
+    _record(job.log_dir, job.record, notify)
     return result

@@ -11,7 +11,8 @@ timeouts point at, is the first failure; every other finding is counted as one o
 consequences.
 
 What an ``ascendfix run`` folder's job logged is no failure when its run.json says it exited 0: it is
-listed, with why, among the findings discounted.
+listed, with why, among the findings discounted. run.json itself is ascendfix's record of the run, read
+for that exit status, never scanned as a log (the profile's rationale it records names failures).
 
 The node of a line is the Ray prefix's ip, else the one its message names (``IP: 10.0.0.9``),
 else the kernel log's host, else the folder's: the first folder on its path named as an IP

@@ -57,6 +57,9 @@ WORKER_NEEDLES = (b"Fatal Python error", b" received at time=")
 DEATH_TAIL = 1 << 18
 KERNEL_NEEDLES = (b"of memory",)  # the OOM killer, "Out of memory: Killed process" / "Memory cgroup out of memory"
 KERNEL_LOG = re.compile(r"^(?:dmesg|kern|syslog|messages|journal)", re.I)
+# what ``ascendfix run`` writes beside the job's train.log to record the run (read for the exit status, not scanned)
+RUN_LOG = "train.log"
+RUN_RECORDS = ("run.json", "run.json.tmp")
 RAY_WORKER_LOG = re.compile(r"^worker-[0-9a-f]+-[0-9a-f]+-\d+\.(?:out|err)$")
 
 
@@ -69,7 +72,8 @@ def needles_for(name: str) -> tuple[bytes, ...]:
 
 def log_files(root: Path, skipped: list[tuple[str, str]]) -> Iterator[Path]:
     """Every regular file under ``root`` in name order; symlinks (to files or folders) are not followed.
-    A folder that cannot be listed is added to ``skipped`` as (its path under root, why)."""
+    An ``ascendfix run`` folder's own record (:data:`RUN_RECORDS` beside a ``train.log``) is no log and
+    is left out. A folder that cannot be listed is added to ``skipped`` as (its path under root, why)."""
     if not root.is_dir():
         yield root
         return
@@ -80,7 +84,10 @@ def log_files(root: Path, skipped: list[tuple[str, str]]) -> Iterator[Path]:
 
     for folder, dirs, names in os.walk(root, onerror=unreadable):
         dirs.sort()
+        own = RUN_RECORDS if RUN_LOG in names else ()
         for name in sorted(names):
+            if name in own:
+                continue
             path = Path(folder, name)
             try:
                 if stat.S_ISREG(os.lstat(path).st_mode):
