@@ -45,8 +45,17 @@ settings.register_profile("suite", max_examples=60, deadline=None, suppress_heal
 settings.register_profile("thorough", settings.get_profile("suite"), max_examples=600)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
-# The groups measured longest (a full run on 4 workers, 2026-12-03): each goes to a worker of its own, first.
-LONGEST = ("tests/test_docker_build.py", "tests/test_ckpt_check.py", "tests/test_ray_faults.py", "tests/test_watch.py")
+# Under pytest-xdist (pyproject's addopts: 2 workers), the slow tests of the modules whose real jobs prove a bound
+# in seconds (ray smoke's --timeout, ray wait's, a stuck rank's gloo timeout, watch's learned bound) run on one
+# worker, one after another, as the "jobs" group: two of them side by side on this project's 2-core machine
+# overran those bounds. The other worker takes the rest, ray smoke's fault fabric (tests/test_ray_faults.py,
+# mostly waiting on its dropped links) first.
+JOBS = "jobs"
+JOB_MODULES = tuple(
+    f"tests/test_{name}.py" for name in ("cluster", "ray", "ray_smoke", "ray_start", "triage", "triage_jobs", "watch")
+)
+# The groups measured longest (a full run in one process, 2026-12-03): handed out first, in this order.
+LONGEST = (JOBS, "tests/test_ray_faults.py", "tests/test_docker_build.py", "tests/test_ckpt_check.py")
 
 
 def _shares_a_module_fixture(item: pytest.Item) -> bool:
@@ -58,17 +67,22 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (pyproject's addopts): the tests sharing a module's fixture run on one worker
-    (``xdist_group``, so the fixture is built once), and the costliest groups are handed out first."""
+    """Under pytest-xdist: the tests sharing a module's fixture run on one worker (``xdist_group``, so the
+    fixture is built once), the slow tests of ``JOB_MODULES`` on one worker one at a time (``JOBS``, with the
+    module groups they share a fixture with), and the costliest groups are handed out first (pyproject's
+    ``--no-loadscope-reorder`` keeps this order)."""
     if not hasattr(config, "workerinput"):  # not an xdist worker: the order is the files'
         return
-    scope: dict[str, str] = {}
+    module = {item.nodeid: item.nodeid.split("::", 1)[0] for item in items}
+    scope = {item.nodeid: module[item.nodeid] if _shares_a_module_fixture(item) else item.nodeid for item in items}
+    jobs = {
+        scope[item.nodeid] for item in items if module[item.nodeid] in JOB_MODULES and item.get_closest_marker("slow")
+    }
     for item in items:
-        scope[item.nodeid] = item.nodeid
-        if _shares_a_module_fixture(item):
-            name = item.nodeid.split("::", 1)[0]
-            item.add_marker(pytest.mark.xdist_group(name))
-            scope[item.nodeid] = name
+        if scope[item.nodeid] in jobs:
+            scope[item.nodeid] = JOBS
+        if scope[item.nodeid] != item.nodeid:
+            item.add_marker(pytest.mark.xdist_group(scope[item.nodeid]))
     cost: dict[str, list[int]] = {}
     for item in items:  # a group's cost: measured longest, then its slow tests, then its tests
         group = scope[item.nodeid]
