@@ -15,6 +15,7 @@ from ascendfix.cli.base import (
     err,
     escape,
     json_option,
+    make_console,
     out,
     path_type,
     profile_option,
@@ -266,11 +267,10 @@ SMOKE_WIDTH = 100
 
 
 def _render_ray_smoke(report: SmokeReport) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     console = out() if out().is_terminal else wide()
-    narrow = Console(width=min(console.width, SMOKE_WIDTH), highlight=False)  # the tables fit 100 columns
+    narrow = make_console(width=min(console.width, SMOKE_WIDTH))  # the tables fit 100 columns
     marks = {Status.OK: "[green]ok[/]", Status.WARN: "[yellow]warn[/]", Status.FAIL: "[red]fail[/]"}
     for node in report.nodes:
         table = Table(box=None, show_header=False, title_justify="left", pad_edge=False)
