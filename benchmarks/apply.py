@@ -85,6 +85,7 @@ def main() -> None:
         cli = [sys.executable, "-m", "ascendfix"]
         roots = ["--root", f"verl={verl}", "--root", f"torch={torch}"]
         target = ["--profile", str(_profile(work, verl)), "--device", "npu", *roots]
+        (work / "no-ascend").mkdir()  # an Ascend root with nothing installed
         bare = ["doctor", "--profile", "verl-796871d", "--ascend-home", str(work / "no-ascend")]
         commands = {
             "status (unpatched)": ([*cli, "status", *target], (1,)),  # not applied: exit 1
