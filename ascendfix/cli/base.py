@@ -333,13 +333,17 @@ def device_option(help: str = "npu or cuda (default: detected).", **kwargs: Any)
     return click.option("--device", type=click.Choice(DEVICES), help=help, **kwargs)
 
 
+# Every timeout option's type: a number of seconds above 0 (0 or less is click's usage error, exit 2).
+SECONDS = click.FloatRange(min=0, min_open=True)
+
+
 def ray_options(what: str) -> Callable[[F], F]:
     """``--ray [ADDRESS]`` (``auto``: the local cluster's address) and ``--ray-timeout``; ``what`` ends --ray's help."""
 
     def add(func: F) -> F:
         func = click.option(
             "--ray-timeout",
-            type=float,
+            type=SECONDS,
             default=60.0,
             show_default=True,
             metavar="SECONDS",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ascendfix.cli.base import (
+    SECONDS,
     Listing,
     device_option,
     err,
@@ -93,7 +94,7 @@ def ray_start(profile: str, device: str | None, no_preflight: bool, ray_args: tu
     "--per-node", type=click.IntRange(min=1), metavar="K", help="Each with K NPUs (GPUs) [default: the profile's]."
 )
 @click.option("--for", "script", type=path_type(), help="N and K from the script's trainer.* overrides.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS")
+@click.option("--timeout", type=SECONDS, default=600.0, show_default=True, metavar="SECONDS")
 @json_option
 def ray_wait(
     profile: str,
