@@ -181,3 +181,15 @@ def test_every_timeout_option_refuses_no_time_the_same_way(where, value, tmp_pat
     proc = cli(tmp_path, *words, option, value)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"Invalid value for '{option}': {float(value)}" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("command", [("status",), ("doctor", "--only", "packages")])
+def test_a_package_given_two_roots_is_one_line_naming_it(command, tmp_path, cli):
+    """``--root torch=A --root torch=B`` used B and said nothing; the same folder twice is harmless."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    twice = ["--root", f"torch={tmp_path / 'a'}", "--root", f"verl={tmp_path}", "--root", f"torch={tmp_path / 'b'}"]
+    line = one_line_error(cli(tmp_path, *command, "--device", "npu", *twice))
+    assert line.startswith(f"error: --root torch= given twice ({tmp_path / 'a'} and {tmp_path / 'b'}): "), line
+    same = cli(tmp_path, *command, "--device", "npu", "--root", f"torch={tmp_path / 'a'}", "--root", "torch=a")
+    assert "given twice" not in same.stderr and same.returncode in (0, 1), same.stderr
