@@ -308,3 +308,30 @@ def test_an_answer_a_full_disk_refuses_is_one_line_exit_2(args, tmp_path, ascend
         assert err.splitlines() == ["error: cannot write the answer to standard output: No space left on device"]
         both = ascendfix_popen(*args, stdout=full, stderr=full, cwd=tmp_path)
         assert both.wait(timeout=120) == 2
+
+
+def test_env_names_the_profile_as_given_so_its_header_runs_again(ascendfix_cli):
+    """``env --profile ./profile.toml`` printed the profile's name in its header, a line that then failed."""
+    manifests = Path(__file__).resolve().parent.parent / "manifests"
+    first = ascendfix_cli("env", "--profile", "./verl-796871d.toml", "--device", "npu", cwd=manifests)
+    header = first.stdout.splitlines()[0]
+    assert (first.returncode, header) == (0, "# ascendfix env --profile ./verl-796871d.toml --device npu")
+    again = ascendfix_cli(*shlex.split(header.removeprefix("# ascendfix ")), cwd=manifests)
+    assert (again.returncode, again.stdout) == (0, first.stdout)
+
+
+HELP_COMMANDS = [
+    *[(name,) for name in ("profiles", "show", "apply", "revert", "status", "diff", "doctor", "run", "env")],
+    *[(name,) for name in ("report", "compare", "demo", "upgrade-check", "triage", "watch")],
+    ("ray", "start"), ("ray", "wait"), ("ray", "smoke"), ("ckpt", "check"), ("ckpt", "verify"),
+    ("export", "dockerfile"), ("export", "constraints"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("words", HELP_COMMANDS, ids=" ".join)
+def test_help_reads_plainly_without_docstring_markup(words, ascendfix_cli):
+    """``env --help`` showed RST's ````false```` as it is written; help is read by a person, not Sphinx."""
+    result = ascendfix_cli(*words, "--help")
+    assert result.returncode == 0, result.stderr
+    for markup in ("``", ":func:", ":class:", ":data:", ":mod:"):
+        assert markup not in result.stdout, (words, markup)
