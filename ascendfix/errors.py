@@ -4,6 +4,7 @@ The hierarchy (every error the core raises on purpose)::
 
     AscendfixError                      one line; exit 1 unless a subclass says otherwise
     ├── UsageError                      bad input: a file, field or flag the user must fix (exit 2)
+    ├── cli.base.Unwritten              stdout refused the answer (a full disk, exit 2)
     ├── RefusedError                    the engine would not act on what it found (exit 1)
     │   ├── fsutil.Escape               a path leaves its root or passes through a link
     │   │   └── patching.tree.TooLarge  a file over the size its reader accepts

@@ -198,7 +198,8 @@ def _clean_env() -> dict[str, str]:
 
 
 def parse_roots(values: tuple[str, ...] | list[str]) -> dict[str, Path]:
-    """``--root PKG=DIR`` values as a dict; bad forms and missing folders are UsageErrors."""
+    """``--root PKG=DIR`` values as a dict; bad forms, missing folders and a package given two folders are
+    UsageErrors."""
     roots: dict[str, Path] = {}
     for value in values:
         package, sep, folder = value.partition("=")
@@ -207,6 +208,10 @@ def parse_roots(values: tuple[str, ...] | list[str]) -> dict[str, Path]:
         path = Path(folder).expanduser()
         if not path.is_dir():
             raise UsageError(f"--root {value!r}: {folder} is not a directory")
+        if package in roots and roots[package] != path.resolve():
+            raise UsageError(
+                f"--root {package}= given twice ({roots[package]} and {folder}): give each package one folder"
+            )
         roots[package] = path.resolve()
     return roots
 

@@ -160,6 +160,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ascendfix-bench-"))
     try:
         roots, target = patched_tree(work)
+        (work / "no-ascend").mkdir()  # an Ascend root with nothing installed
         bare = ["doctor", "--profile", "verl-796871d", "--ascend-home", str(work / "no-ascend")]
         commands: dict[str, tuple[list[str], tuple[int, ...]]] = {
             "status (unpatched)": ([ascendfix, "status", *target], (1,)),  # not applied: exit 1

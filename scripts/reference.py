@@ -315,6 +315,7 @@ def exit_codes_page() -> str:
 
 # the modules that define an error of their own (errors.py's docstring draws the same tree)
 ERROR_MODULES = (
+    "cli.base",
     "fsutil",
     "patching.journal",
     "patching.tree",

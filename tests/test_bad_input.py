@@ -147,3 +147,49 @@ def test_a_log_file_name_reaches_the_terminal_without_control_characters(tmp_pat
 def test_clean_strips_sequences_and_control_characters_but_keeps_lines():
     assert base.clean(f"a{ESCAPES}b\n\tc\x00\x7f") == "aredb\n\tc"
     assert base.escape("[/]\x1b[1m") == "\\[/]"
+
+
+def timeout_options() -> list[tuple[str, ...]]:
+    """Every command's every option whose name says timeout, as (command words..., option)."""
+    import click
+    from ascendfix.cli import main
+
+    found: list[tuple[str, ...]] = []
+
+    def walk(command: click.Command, words: tuple[str, ...]) -> None:
+        if isinstance(command, click.Group):
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                walk(command.get_command(ctx, name), (*words, name))
+        for param in command.params:
+            found.extend((*words, opt) for opt in param.opts if "timeout" in opt)
+
+    walk(main, ())
+    return found
+
+
+def test_every_timeout_option_is_found():
+    words = {" ".join(found) for found in timeout_options()}
+    assert {"ckpt check --ray-timeout", "ray wait --timeout", "ray smoke --timeout", "doctor --ray-timeout"} <= words
+
+
+@pytest.mark.parametrize("value", ["-1", "0"])
+@pytest.mark.parametrize("where", timeout_options(), ids=" ".join)
+def test_every_timeout_option_refuses_no_time_the_same_way(where, value, tmp_path, cli):
+    """``ckpt check --ray-timeout -1`` was accepted while ``ray wait --timeout -1`` was refused."""
+    *words, option = where
+    proc = cli(tmp_path, *words, option, value)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"Invalid value for '{option}': {float(value)}" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("command", [("status",), ("doctor", "--only", "packages")])
+def test_a_package_given_two_roots_is_one_line_naming_it(command, tmp_path, cli):
+    """``--root torch=A --root torch=B`` used B and said nothing; the same folder twice is harmless."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    twice = ["--root", f"torch={tmp_path / 'a'}", "--root", f"verl={tmp_path}", "--root", f"torch={tmp_path / 'b'}"]
+    line = one_line_error(cli(tmp_path, *command, "--device", "npu", *twice))
+    assert line.startswith(f"error: --root torch= given twice ({tmp_path / 'a'} and {tmp_path / 'b'}): "), line
+    same = cli(tmp_path, *command, "--device", "npu", "--root", f"torch={tmp_path / 'a'}", "--root", "torch=a")
+    assert "given twice" not in same.stderr and same.returncode in (0, 1), same.stderr

@@ -275,14 +275,63 @@ def test_the_tests_keep_their_own_cache_not_the_users(ascendfix_cli, own_cache):
     assert list((own_cache / "toml").glob("*.json"))  # the CLI it started parsed into the test's folder
 
 
-@pytest.mark.parametrize("args", [("env", "--device", "npu"), ("show", "verl-796871d", "--json"), ("profiles",)])
-def test_a_reader_that_went_away_ends_the_command_quietly(args, ascendfix_popen):
-    """``ascendfix ... | head -3``: stdout's reader gone, no "error: Broken pipe" on the terminal."""
+@pytest.mark.parametrize(
+    "args",
+    [("env", "--device", "npu"), ("show", "verl-796871d", "--json"), ("profiles",), ("ckpt", "check", ".", "--json")],
+)
+def test_a_reader_that_went_away_ends_the_command_quietly_with_its_results_code(args, tmp_path, ascendfix_popen):
+    """``ascendfix ... | head -3``: stdout's reader gone, no "error: Broken pipe" and no "Exception ignored"
+    on the terminal, and the exit code is the one the result has when it is read (1 for a finding)."""
     read, write = os.pipe()
-    os.close(read)
+    os.close(read)  # a real pipe whose reader is gone before the first write: every write fails with EPIPE
     try:
-        proc = ascendfix_popen(*args, stdout=write, stderr=subprocess.PIPE)
+        proc = ascendfix_popen(*args, stdout=write, stderr=subprocess.PIPE, cwd=tmp_path)
     finally:
         os.close(write)
     _, err = proc.communicate(timeout=120)
-    assert (proc.returncode, err) == (1, b"")
+    read_whole = ascendfix_popen(*args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
+    assert read_whole.wait(timeout=120) == (1 if args[0] == "ckpt" else 0)  # an empty folder: no checkpoint
+    assert (proc.returncode, err) == (read_whole.returncode, b"")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full, a device every write to fails on")
+@pytest.mark.parametrize(
+    "args", [("show", "verl-796871d", "--json"), ("show", "verl-796871d"), ("ckpt", "check", ".", "--json")]
+)
+def test_an_answer_a_full_disk_refuses_is_one_line_exit_2(args, tmp_path, ascendfix_popen):
+    """``ascendfix report RUN --json > out.json`` on a full disk: the line says the answer could not be
+    written, no traceback, exit 2 (the environment); and if stderr is full too, it ends quietly."""
+    with open("/dev/full", "wb") as full:
+        proc = ascendfix_popen(*args, stdout=full, stderr=subprocess.PIPE, cwd=tmp_path, text=True)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2
+        assert err.splitlines() == ["error: cannot write the answer to standard output: No space left on device"]
+        both = ascendfix_popen(*args, stdout=full, stderr=full, cwd=tmp_path)
+        assert both.wait(timeout=120) == 2
+
+
+def test_env_names_the_profile_as_given_so_its_header_runs_again(ascendfix_cli):
+    """``env --profile ./profile.toml`` printed the profile's name in its header, a line that then failed."""
+    manifests = Path(__file__).resolve().parent.parent / "manifests"
+    first = ascendfix_cli("env", "--profile", "./verl-796871d.toml", "--device", "npu", cwd=manifests)
+    header = first.stdout.splitlines()[0]
+    assert (first.returncode, header) == (0, "# ascendfix env --profile ./verl-796871d.toml --device npu")
+    again = ascendfix_cli(*shlex.split(header.removeprefix("# ascendfix ")), cwd=manifests)
+    assert (again.returncode, again.stdout) == (0, first.stdout)
+
+
+HELP_COMMANDS = [
+    *[(name,) for name in ("profiles", "show", "apply", "revert", "status", "diff", "doctor", "run", "env")],
+    *[(name,) for name in ("report", "compare", "demo", "upgrade-check", "triage", "watch")],
+    ("ray", "start"), ("ray", "wait"), ("ray", "smoke"), ("ckpt", "check"), ("ckpt", "verify"),
+    ("export", "dockerfile"), ("export", "constraints"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("words", HELP_COMMANDS, ids=" ".join)
+def test_help_reads_plainly_without_docstring_markup(words, ascendfix_cli):
+    """``env --help`` showed RST's ````false```` as it is written; help is read by a person, not Sphinx."""
+    result = ascendfix_cli(*words, "--help")
+    assert result.returncode == 0, result.stderr
+    for markup in ("``", ":func:", ":class:", ":data:", ":mod:"):
+        assert markup not in result.stdout, (words, markup)

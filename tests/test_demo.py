@@ -108,7 +108,7 @@ def test_demo_dir_refuses_a_folder_it_did_not_write_and_never_writes_through_a_l
     result = CliRunner().invoke(cli.main, ["demo", "--dir", str(folder)])
     assert result.exit_code == 2 and "Traceback" not in result.output
     line = result.stderr.strip()
-    assert "\n" not in line and line.startswith(f"error: demo --dir {folder}: holds files the demo did not write")
+    assert "\n" not in line and line.startswith(f"error: demo --dir {folder}: holds files (profile.toml, train.sh): ")
     assert target.read_text() == "mine\n" and target.stat().st_mode & 0o777 == 0o600
     assert (folder / "profile.toml").read_text() == "# my profile\n" and sorted(os.listdir(folder)) == [
         "profile.toml",
@@ -122,6 +122,27 @@ def test_demo_dir_refuses_a_folder_it_did_not_write_and_never_writes_through_a_l
     with pytest.raises(FileExistsError):  # the writer itself never writes over a file or through a link
         demo.build(folder)
     assert target.read_text() == "mine\n"
+
+
+def test_demo_dir_a_second_time_says_what_is_true(tmp_path, ascendfix_cli):
+    """A second ``demo --dir DIR`` said the folder "holds files the demo did not write": the demo wrote them.
+    A folder in a missing one names the missing parent; nothing is created either way."""
+    folder = tmp_path / "demo"
+    demo.build(folder)  # what the first run leaves
+    before = sorted(os.listdir(folder))
+    again = ascendfix_cli("demo", "--dir", folder)
+    assert (again.returncode, again.stdout) == (2, "")
+    shown = ", ".join(before[:3]) + f" and {len(before) - 3} more"
+    said = f"holds files ({shown}): give a new or empty folder; the demo never writes over files"
+    assert again.stderr.splitlines() == [f"error: demo --dir {folder}: {said}"]
+    assert sorted(os.listdir(folder)) == before
+    deep = tmp_path / "absent" / "deep" / "x"
+    missing = ascendfix_cli("demo", "--dir", deep)
+    assert (missing.returncode, missing.stdout) == (2, "")
+    assert missing.stderr.splitlines() == [
+        f"error: demo --dir {deep}: its parent folder {deep.parent} is missing; create it first"
+    ]
+    assert not (tmp_path / "absent").exists()
 
 
 def test_every_bundled_patch_file_has_a_demo_stand_in():

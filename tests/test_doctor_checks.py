@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -287,13 +288,43 @@ def test_cuda_stack_from_nvidia_smi(profile, tmp_path):
     assert host.check_cuda(Context(Site(profile, "npu"), "test")).status == "skip"
 
 
+def test_the_env_checks_head_counts_every_line_it_shows(profile, ascendfix_cli):
+    """``Runtime environment — 11 problem(s)`` above 12 bullets: a warning (HCCL's ports, on a host that leaves
+    them in its ephemeral range) and the variables set as needed were shown but not counted."""
+    env = {var.name: var.value for var in profile.devices["npu"].env if var.value is not None}
+    del env["HCCL_EXEC_TIMEOUT"]
+    env.update(TASK_QUEUE_ENABLE="0", HCCL_SOCKET_IFNAME="lo", GLOO_SOCKET_IFNAME="lo")
+    result = ascendfix_cli("doctor", "--device", "npu", "--only", "env", env=env)
+    lines = result.stdout.splitlines()
+    [at] = [i for i, line in enumerate(lines) if "Runtime environment — " in line]
+    head = lines[at].split(" — ", 1)[1]
+    bullets = list(itertools.takewhile(lambda line: line.startswith("      • "), lines[at + 1 :]))
+    assert result.returncode == 1 and head.endswith(" in the environment the job inherits")
+    counted = [int(part.split()[0]) for part in head.removesuffix(" in the environment the job inherits").split(", ")]
+    assert counted[0] >= 2 and sum(counted) == len(bullets) and len(bullets) >= len(env)
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_an_ascend_home_that_is_no_folder_is_bad_input(kind, tmp_path, ascendfix_cli):
+    home = tmp_path / "Ascend"
+    if kind == "file":
+        home.write_text("")
+    result = ascendfix_cli("doctor", "--device", "npu", "--ascend-home", home)
+    what = "not a folder" if kind == "file" else "no such folder"
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        f"error: --ascend-home {home}: {what}; give the Ascend install root (/usr/local/Ascend)"
+    ]
+
+
 def test_env_wrong_missing_and_unknown_interface(profile):
     env = {var.name: var.value for var in profile.devices["npu"].env if var.value is not None}
     env.update(TASK_QUEUE_ENABLE="0", HCCL_SOCKET_IFNAME="nosuchnic9", GLOO_SOCKET_IFNAME="lo")
     del env["HCCL_EXEC_TIMEOUT"]
     result = host.check_env(Context(Site(profile, "npu", environ=env), "test"))
     assert result.status == "fail"
-    assert result.messages[0].endswith(" problem(s) with the environment the job inherits")  # 4 if ulimit is low
+    assert result.messages[0].startswith(("3 problem(s), ", "4 problem(s), "))  # 4 if ulimit is low
+    assert result.messages[0].endswith(" as needed in the environment the job inherits")
     why = {v.name: " ".join(v.why.split()) for v in profile.devices["npu"].env}
     assert "HCCL_EXEC_TIMEOUT is unset; the profile sets '3600'" in result.messages
     assert "TASK_QUEUE_ENABLE is '0'; the profile sets '2'" in result.messages
@@ -467,6 +498,7 @@ def test_doctor_does_not_import_rich(tmp_path, args, printed, ascendfix_cli):
         "    pass\n"
         "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'rich'), file=sys.stderr)\n"
     )
+    (tmp_path / "none").mkdir()  # an Ascend root with nothing installed
     argv = ["doctor", *(a.format(tmp=tmp_path / "none") for a in args)]
     result = ascendfix_cli(*argv, code=wrapper, cwd=tmp_path, timeout=120)
     assert result.stderr.splitlines()[-1] == "[]", result.stderr
@@ -475,6 +507,7 @@ def test_doctor_does_not_import_rich(tmp_path, args, printed, ascendfix_cli):
 
 def test_bare_machine_reports_what_cannot_be_checked_and_exits_1(tmp_path):
     bare = machine.make_venv(tmp_path / "bare")
+    (tmp_path / "none").mkdir()  # an Ascend root with nothing installed
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     result = doctor("--python", str(bare), "--ascend-home", str(tmp_path / "none"), "--json", env=env, cwd=tmp_path)
     data = json.loads(result.stdout)

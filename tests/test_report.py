@@ -217,6 +217,25 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "pip install 'ascendfix[plot]'" in result.output
 
 
+@pytest.mark.parametrize("name", ["x.txt", "x"])
+def test_plot_to_a_file_no_chart_format_names_is_one_line_exit_2(name, tmp_path, ascendfix_cli):
+    """``--plot /tmp/x.txt`` was a bug (matplotlib's "Format 'txt' is not supported", exit 3): the name is
+    checked before any log is read or matplotlib imported, and the line names the formats there are."""
+    log = write_log(tmp_path / "a.log", run_steps(3))
+    result = ascendfix_cli("report", log, "--plot", tmp_path / name)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert f"--plot {tmp_path / name}:" in result.stderr and ".png, .svg, .pdf" in result.stderr
+    assert not (tmp_path / name).exists() and result.stdout == ""
+
+
+def test_plot_writes_the_format_its_name_ends_with(tmp_path, ascendfix_cli):
+    pytest.importorskip("matplotlib")
+    log = write_log(tmp_path / "a.log", run_steps(3))
+    assert ascendfix_cli("report", log, "--plot", tmp_path / "run.SVG").returncode == 0
+    assert b"<svg" in (tmp_path / "run.SVG").read_bytes()[:400]
+
+
 def resumed(steps: list[dict], factor: float = 1.1) -> list[dict]:
     """The same steps as a resumed run logs them again: other timings, so other values."""
     return [{**v, "timing_s/step": v["timing_s/step"] * factor, "critic/rewards/mean": 0.5} for v in steps]

@@ -30,27 +30,36 @@ DEFAULT_PROFILE = "verl-796871d"
 F = TypeVar("F", bound=Callable[..., Any])  # a command's function, as an option decorator takes and gives it
 
 
+def make_console(**kwargs: Any) -> Console:
+    """A rich console (``kwargs``: Console's) whose write to a closed pipe raises BrokenPipeError, as
+    click's does, for :func:`render` to end with the result's own code (rich's own would exit 1)."""
+    from rich.console import Console
+
+    made = Console(highlight=False, **kwargs)
+
+    def pipe_closed() -> None:
+        made.quiet = True
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    made.on_broken_pipe = pipe_closed  # type: ignore[method-assign]
+    return made
+
+
 @functools.cache
 def out() -> Console:
     """The rich console on stdout."""
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=True)
+    return make_console(soft_wrap=True)
 
 
 @functools.cache
 def err() -> Console:
     """The rich console on stderr."""
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return make_console(stderr=True, soft_wrap=True)
 
 
 def wide() -> Console:
     """A console on stdout as wide as the output needs, for a pipe or a log that keeps every column whole."""
-    from rich.console import Console
-
-    return Console(width=400, highlight=False, soft_wrap=True)
+    return make_console(width=400, soft_wrap=True)
 
 
 # Terminal control in text read from a file (a state.json name, a log file's name, a node's answer):
@@ -102,15 +111,45 @@ def answer(result: object) -> dict[str, Any]:
     return {"schema": SCHEMA, "ok": verdict(result), **data}
 
 
+class Unwritten(AscendfixError):
+    """The answer could not be written to standard output (a full disk: the environment, exit 2); a closed
+    pipe (``| head``) instead ends the command quietly with the result's own exit code."""
+
+    exit_code = BAD_INPUT
+
+    def __init__(self, error: OSError, code: int) -> None:
+        super().__init__(f"cannot write the answer to standard output: {error.strerror or error}")
+        self.closed = error.errno == errno.EPIPE
+        self.code = code
+
+
+# What a write to stdout fails with when the output is the trouble: not an answer's own file.
+_WRITE_ERRNOS = {errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EBADF}
+
+
+def _written(code: int) -> None:
+    """Flush stdout; a failure there is :class:`Unwritten` with the result's ``code``."""
+    try:
+        sys.stdout.flush()
+    except OSError as e:
+        raise Unwritten(e, code) from None
+
+
 def render(result: Any, as_json: bool, human: Callable[[Any], None]) -> int:
     """The one way a command shows its result and ends: :func:`answer` as JSON with ``--json``, else
     ``human(result)``; the exit code is the result's (:func:`exit_code`), for the command to return
-    (:class:`Group` exits with it)."""
+    (:class:`Group` exits with it). An answer stdout does not take is :class:`Unwritten`."""
     code = exit_code(result)
-    if as_json:
-        emit_json(answer(result))
-    else:
-        human(result)
+    try:
+        if as_json:
+            emit_json(answer(result))
+        else:
+            human(result)
+    except OSError as e:
+        if e.filename is not None or e.errno not in _WRITE_ERRNOS:
+            raise
+        raise Unwritten(e, code) from None
+    _written(code)
     return code
 
 
@@ -153,6 +192,9 @@ class Group(Listing):
     A usage error of click's own (an unknown option, a missing argument) keeps click's usage text and
     exit 2; with ``--json`` anywhere on the command line, the error object is on stdout too.
 
+    An answer stdout does not take (:class:`Unwritten`) is one line, exit 2; a reader that went away
+    (``| head``) ends the command quietly with its result's code, as ``cat`` does.
+
     An OSError that reaches here (a path that is too long or otherwise unusable, wherever a command
     first touches it) is one line too: exit 2 for a name the system refuses, else 1. Any other exception
     is a bug: one line saying so, the traceback in a crash log (:func:`crash_log`), exit 3.
@@ -166,6 +208,9 @@ class Group(Listing):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             code = super().invoke(ctx)
+            _written(code if isinstance(code, int) else OK)
+        except Unwritten as e:
+            _unwritten(ctx, e)
         except click.exceptions.UsageError as e:  # click's own bad input (an unknown option): exit 2, its usage
             if ctx.meta.get(WANTS_JSON) or ctx.meta.get(_JSON_WORD):
                 click.echo(json.dumps(error_object(clean(e.format_message()).replace("\n", " "), e.exit_code)))
@@ -189,22 +234,47 @@ class Group(Listing):
         return code
 
 
-def _pipe_closed(ctx: click.Context) -> None:
-    """stdout's reader went away (``| head -3``): nothing is left to say to it; exit 1 quietly, as rich does."""
+def _pipe_closed(ctx: click.Context, code: int = FINDING) -> None:
+    """stdout's reader went away (``| head -3``): nothing is left to say to it; exit quietly with ``code``
+    (the result's, when a result was being shown; else 1)."""
+    _silence(sys.stdout)
+    ctx.exit(code)
+
+
+def _unwritten(ctx: click.Context, error: Unwritten) -> None:
+    """The answer did not reach stdout: a closed pipe ends quietly with the result's code; any other
+    failure (a full disk) is one line on stderr, exit 2."""
+    if error.closed:
+        _pipe_closed(ctx, error.code)
+    _silence(sys.stdout)
+    _fail(ctx, str(error), error.exit_code, answer=False)
+
+
+def _silence(stream: Any) -> None:
+    """Point ``stream``'s descriptor at the null device, so that what Python still holds for it, and its
+    flush at exit, fail no more (Python's note on SIGPIPE)."""
     try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush finds no pipe
-    except (OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError, AttributeError):
         pass
-    ctx.exit(1)
 
 
-def _fail(ctx: click.Context, message: str, exit_code: int) -> None:
-    """Print the one line (and the JSON object under ``--json``) and exit."""
+def _fail(ctx: click.Context, message: str, exit_code: int, answer: bool = True) -> None:
+    """Print the one line (and, unless ``answer`` is False, the JSON object under ``--json``) and exit;
+    a stdout or stderr that takes nothing more ends the command quietly with the same code."""
     message = clean(message).replace("\n", " ")
-    if ctx.meta.get(WANTS_JSON):  # on one line: a JSON Lines stream (watch) ends with it whole
-        click.echo(json.dumps(error_object(message, exit_code)))
-    # click, not rich: the one line any command may end with costs no rich import
-    click.echo(f"{click.style('error:', fg='red', bold=True)} {message}", err=True)
+    try:
+        if answer and ctx.meta.get(WANTS_JSON):  # on one line: a JSON Lines stream (watch) ends with it whole
+            click.echo(json.dumps(error_object(message, exit_code)))
+            sys.stdout.flush()
+    except OSError:
+        _silence(sys.stdout)
+    try:
+        # click, not rich: the one line any command may end with costs no rich import
+        click.echo(f"{click.style('error:', fg='red', bold=True)} {message}", err=True)
+        sys.stderr.flush()
+    except OSError:
+        _silence(sys.stderr)
     ctx.exit(exit_code)
 
 
@@ -263,13 +333,17 @@ def device_option(help: str = "npu or cuda (default: detected).", **kwargs: Any)
     return click.option("--device", type=click.Choice(DEVICES), help=help, **kwargs)
 
 
+# Every timeout option's type: a number of seconds above 0 (0 or less is click's usage error, exit 2).
+SECONDS = click.FloatRange(min=0, min_open=True)
+
+
 def ray_options(what: str) -> Callable[[F], F]:
     """``--ray [ADDRESS]`` (``auto``: the local cluster's address) and ``--ray-timeout``; ``what`` ends --ray's help."""
 
     def add(func: F) -> F:
         func = click.option(
             "--ray-timeout",
-            type=float,
+            type=SECONDS,
             default=60.0,
             show_default=True,
             metavar="SECONDS",

@@ -62,19 +62,23 @@ def demo(folder: Path | None) -> None:
 
 
 def _refuse_unless_new(folder: Path) -> None:
-    """``--dir`` must be absent or an empty folder (not a link): the demo writes its files and never over any."""
+    """``--dir`` must be absent (in a folder that exists) or an empty folder (not a link): the demo writes its
+    files and never over any."""
     if os.path.islink(folder):
         raise UsageError(f"demo --dir {folder}: a symbolic link; give a new or empty folder")
     try:
         names = sorted(os.listdir(folder))
     except FileNotFoundError:
+        parent = folder.absolute().parent
+        if not parent.is_dir():
+            raise UsageError(f"demo --dir {folder}: its parent folder {parent} is missing; create it first") from None
         return
     except OSError as e:
         raise UsageError(f"demo --dir {folder}: cannot read it ({e.strerror}); give a new or empty folder") from None
     if names:
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         raise UsageError(
-            f"demo --dir {folder}: holds files the demo did not write ({shown}); give a new or empty folder"
+            f"demo --dir {folder}: holds files ({shown}): give a new or empty folder; the demo never writes over files"
         )
 
 

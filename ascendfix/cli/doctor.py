@@ -119,6 +119,9 @@ def doctor(
         prof.device(device)
     if python is not None and not (Path(python).is_file() and os.access(python, os.X_OK)):
         raise UsageError(f"--python {python}: no such executable")
+    if ascend_home is not None and not ascend_home.is_dir():
+        what = "not a folder" if ascend_home.exists() else "no such folder"
+        raise UsageError(f"--ascend-home {ascend_home}: {what}; give the Ascend install root (/usr/local/Ascend)")
     home = ascend_home or devices.ASCEND_HOME
     chosen, why = (device, f"--device {device} given") if device else context.choose_device(prof, home)
     ctx = context.Context(Site(prof, chosen, python, parse_roots(roots)), why, home)

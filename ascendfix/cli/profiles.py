@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ascendfix.cli.base import escape, json_option, out, render
+from ascendfix.cli.base import escape, json_option, make_console, out, render
 from ascendfix.jsonable import jsonable
 from ascendfix.profile import manifest, records
 
@@ -51,12 +51,11 @@ def _render_profile(prof: records.Profile, console: Console | None = None) -> No
     grepped; every other line is wrapped to the width between words, never inside one (a path or
     a value stays whole), its continuation indented under it.
     """
-    from rich.console import Console
     from rich.text import Text
 
     from ascendfix.transforms import registry
 
-    console = console or Console(highlight=False)
+    console = console or make_console()
 
     def whole(markup: str = "") -> None:
         console.print(markup, soft_wrap=True)

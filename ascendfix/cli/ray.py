@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING
 import click
 
 from ascendfix.cli.base import (
+    SECONDS,
     Listing,
     device_option,
     err,
     escape,
     json_option,
+    make_console,
     out,
     path_type,
     profile_option,
@@ -92,7 +94,7 @@ def ray_start(profile: str, device: str | None, no_preflight: bool, ray_args: tu
     "--per-node", type=click.IntRange(min=1), metavar="K", help="Each with K NPUs (GPUs) [default: the profile's]."
 )
 @click.option("--for", "script", type=path_type(), help="N and K from the script's trainer.* overrides.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS")
+@click.option("--timeout", type=SECONDS, default=600.0, show_default=True, metavar="SECONDS")
 @json_option
 def ray_wait(
     profile: str,
@@ -266,11 +268,10 @@ SMOKE_WIDTH = 100
 
 
 def _render_ray_smoke(report: SmokeReport) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     console = out() if out().is_terminal else wide()
-    narrow = Console(width=min(console.width, SMOKE_WIDTH), highlight=False)  # the tables fit 100 columns
+    narrow = make_console(width=min(console.width, SMOKE_WIDTH))  # the tables fit 100 columns
     marks = {Status.OK: "[green]ok[/]", Status.WARN: "[yellow]warn[/]", Status.FAIL: "[red]fail[/]"}
     for node in report.nodes:
         table = Table(box=None, show_header=False, title_justify="left", pad_edge=False)

@@ -17,7 +17,9 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 @click.command("report")
 @click.argument("paths", nargs=-1, required=True, type=path_type())
 @json_option
-@click.option("--plot", type=path_type(dir_okay=False), help="Write a PNG (needs matplotlib).")
+@click.option(
+    "--plot", type=path_type(dir_okay=False), help="Write a chart: a .png, .svg or .pdf file (needs matplotlib)."
+)
 @click.option("--metrics", "extra", default="", help="More metric keys to report, comma-separated.")
 @click.option(
     "--segment",
@@ -29,6 +31,8 @@ def report_command(paths: tuple[Path, ...], as_json: bool, plot: Path | None, ex
     from ascendfix.job import report
 
     keys = tuple(k.strip() for k in extra.split(",") if k.strip())
+    if plot is not None:
+        report.plot_format(plot)  # before any log is read
     runs = [report.load_run(p, segment) for p in paths]
     if plot is not None:
         report.plot(runs, plot)

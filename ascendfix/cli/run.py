@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ascendfix.cli.base import (
+    clean,
     device_option,
     err,
     escape,
@@ -162,8 +163,9 @@ def _notify(status: RichStatus | None, message: str, style: str | None = "yellow
 def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> int:
     """Print the profile's environment: eval "$(ascendfix env)" before `ray start` or in a Dockerfile.
 
-    When no device is given or detected, stdout carries ``false`` (so ``eval`` fails and a
-    ``set -e`` script stops there) and the reason goes to stderr, exit 2.
+    When no device is given or detected, stdout carries `false` (so `eval` fails and a `set -e`
+    script stops there) and the reason goes to stderr, exit 2. In a Dockerfile, where no device is
+    visible, give `--device npu`.
     """
     import shlex
 
@@ -190,7 +192,8 @@ def env_command(profile: str, device: str | None, shell: str, as_json: bool) -> 
     }
 
     def bash(_: dict[str, object]) -> None:
-        lines = [f"# ascendfix env --profile {prof.name} --device {device}"]
+        given = shlex.quote(clean(profile).replace("\n", " "))  # as given: the line runs again as it reads
+        lines = [f"# ascendfix env --profile {given} --device {device}"]
         for s in settings:
             if s.value is None:
                 lines.append(f"# {s.name} must be set per site: {s.why}")

@@ -148,7 +148,10 @@ def check_env(ctx: Context) -> Finding:
         good.append(f"ulimit -n {'unlimited' if soft == resource.RLIM_INFINITY else soft}")
     fix = "\n".join(exports + limits + advice)
     if bad:
-        head = f"{len(bad)} problem(s) with the environment the job inherits"
+        # one count for each kind of line under it, in their order: the head counts every bullet shown
+        counts = [f"{len(bad)} problem(s)", *([f"{len(warned)} warning(s)"] if warned else [])]
+        counts += [f"{len(good)} as needed"] if good else []
+        head = f"{', '.join(counts)} in the environment the job inherits"
         return fail(head, *bad, *warned, *good, fix=fix, details=whys)
     if warned:
         return warn(*warned, *good, fix=fix)

@@ -245,8 +245,23 @@ def compare_data(baseline: Run, candidate: Run) -> dict[str, Any]:
     }
 
 
+PLOT_FORMATS = ("png", "svg", "pdf")  # what matplotlib writes with no extra package, named by the extension
+
+
+def plot_format(file: Path) -> str:
+    """The chart format ``file``'s extension names (:data:`PLOT_FORMATS`); any other is bad input."""
+    ext = file.suffix[1:].lower()
+    if ext not in PLOT_FORMATS:
+        given = f"'.{ext}'" if ext else "no extension"
+        names = ", ".join(f".{f}" for f in PLOT_FORMATS)
+        raise UsageError(f"--plot {file}: {given} is not a chart format; end the name with {names}")
+    return ext
+
+
 def plot(runs: Sequence[Run], file: Path) -> Path:
-    """Write a PNG: reward mean, response length, step time and e2e tokens/s against the step number."""
+    """Write a chart (:func:`plot_format`: PNG, SVG or PDF): reward mean, response length, step time and
+    e2e tokens/s against the step number."""
+    fmt = plot_format(file)
     try:
         import matplotlib
 
@@ -274,7 +289,7 @@ def plot(runs: Sequence[Run], file: Path) -> Path:
     axes[0][0].legend(loc="best", fontsize="small")
     fig.tight_layout()
     try:
-        fig.savefig(file, dpi=110)
+        fig.savefig(file, format=fmt, dpi=110)
     except OSError as e:
         raise UsageError(f"{file}: cannot write the plot: {e.strerror}") from None
     finally:
