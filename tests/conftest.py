@@ -65,24 +65,30 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
     return any(d.scope != "function" and d.baseid.endswith(".py") for fixturedefs in defs for d in fixturedefs)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+def _group(item: pytest.Item) -> str:
+    """The test's xdist group (its own node id: none): ``JOBS`` for the slow tests of ``JOB_MODULES`` and the
+    tests there sharing a module fixture, its module for another test sharing a module fixture."""
+    module = item.nodeid.split("::", 1)[0]
+    shares = _shares_a_module_fixture(item)
+    if module in JOB_MODULES and (shares or item.get_closest_marker("slow")):
+        return JOBS
+    return module if shares else item.nodeid
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Under pytest-xdist: each test's group marked as it is collected, before any collection hook runs (xdist
+    names a test by its group in its own ``pytest_collection_modifyitems``, which pytest may call before a
+    conftest's): the tests sharing a module's fixture on one worker (built once), the real jobs one at a time."""
+    if hasattr(item.config, "workerinput") and _group(item) != item.nodeid:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist: the tests sharing a module's fixture run on one worker (``xdist_group``, so the
-    fixture is built once), the slow tests of ``JOB_MODULES`` on one worker one at a time (``JOBS``, with the
-    module groups they share a fixture with), and the costliest groups are handed out first (pyproject's
-    ``--no-loadscope-reorder`` keeps this order)."""
+    """Under pytest-xdist: the costliest groups handed out first (pyproject's ``--no-loadscope-reorder`` keeps
+    this order)."""
     if not hasattr(config, "workerinput"):  # not an xdist worker: the order is the files'
         return
-    module = {item.nodeid: item.nodeid.split("::", 1)[0] for item in items}
-    scope = {item.nodeid: module[item.nodeid] if _shares_a_module_fixture(item) else item.nodeid for item in items}
-    jobs = {
-        scope[item.nodeid] for item in items if module[item.nodeid] in JOB_MODULES and item.get_closest_marker("slow")
-    }
-    for item in items:
-        if scope[item.nodeid] in jobs:
-            scope[item.nodeid] = JOBS
-        if scope[item.nodeid] != item.nodeid:
-            item.add_marker(pytest.mark.xdist_group(scope[item.nodeid]))
+    scope = {item.nodeid: _group(item) for item in items}
     cost: dict[str, list[int]] = {}
     for item in items:  # a group's cost: measured longest, then its slow tests, then its tests
         group = scope[item.nodeid]

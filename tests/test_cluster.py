@@ -116,7 +116,8 @@ def test_apply_and_status_on_every_node_name_the_drifted_one(ray_cluster):
 @pytest.mark.slow
 @pytest.mark.upstream
 def test_doctor_on_every_node_names_the_drifted_one(ray_cluster):
-    c, ids = ray_cluster  # after the test above: head and w0 applied, w1's torch file drifted
+    c, ids = ray_cluster  # head and w0 applied (a no-op when the test above ran first), w1's torch file drifted
+    cli.run("apply", "--ray", c.address, "--device", "npu", "--json", timeout=300)  # w1 refuses: all or nothing
     result = cli.run("doctor", "--ray", c.address, "--device", "npu", "--only", "patches", "--json", timeout=300)
     assert result.returncode == 1
     report = json.loads(result.stdout)
