@@ -238,10 +238,7 @@ def _ascendfix_crossings(starts, ends, found, cap):
             cap -= high - low
             if cap < 0:
                 return cap
-            for a in edges[low:high]:
-                a %= count
-                if a != k:
-                    found.add((a, k) if a < k else (k, a))
+            _ascendfix_meets(edges[low:high], k, count, found)
     return cap
 
 
@@ -281,11 +278,16 @@ def _ascendfix_corners(starts, ends, found, cap):
             cap -= last - first
             if cap < 0:
                 return cap
-            for b in node[first:last]:
-                b %= count
-                if b != a:
-                    found.add((a, b) if a < b else (b, a))
+            _ascendfix_meets(node[first:last], a, count, found)
     return cap
+
+
+def _ascendfix_meets(keys, k, count, found):
+    """Add to found the pair of box k and each box of keys (start * count + box), but k itself, as (lower, higher)."""
+    for b in keys:
+        b %= count
+        if b != k:
+            found.add((b, k) if b < k else (k, b))
 
 
 def _ascendfix_planar(boxes, d, e, cap):
