@@ -79,8 +79,9 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     """Under pytest-xdist: each test's group marked as it is collected, before any collection hook runs (xdist
     names a test by its group in its own ``pytest_collection_modifyitems``, which pytest may call before a
     conftest's): the tests sharing a module's fixture on one worker (built once), the real jobs one at a time."""
-    if hasattr(item.config, "workerinput") and _group(item) != item.nodeid:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
+    group = _group(item) if hasattr(item.config, "workerinput") else item.nodeid
+    if group != item.nodeid:
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -58,9 +58,12 @@ _LINE_IP = re.compile(
 _POINTER = re.compile(r"remote rank: ?\[(\d+)\]|dst_?[Rr]ank ?[\[:=] ?(\d+)|remoteUserrank\[(\d+)\]")
 _SOURCE = re.compile(r"src_?[Rr]ank ?[\[:=] ?(\d+)")
 _SYSLOG_HOST = re.compile(r"^(?:[A-Z][a-z]{2} [ \d]\d [\d:]{8}|20\d\d-\d\d-\d\dT\S+) (\S+) kernel: ")
+_ELASTIC = r"\[(?:[Rr]ank|default)\d+\]:"  # the tag torch elastic puts on each line of a rank: [rank3]: / [default3]:
 _HEADER = re.compile(
     r"""^(?:
-      \[[Rr]ank\d+\]:\ ?|\[default\d+\]:\ ?                                # torch elastic: [rank3]: / [default3]:
+      """
+    + _ELASTIC
+    + r"""\ ?                                                                # torch elastic's tag
     | \[[EWIF]\d{3,4}\ [\d:.]+\ [^\]]*\]\ ?                                # glog / c10
     | [EWIF]\d{4}\ [\d:.]+\ \d+\ \S+:\d+\]\ ?                              # torch elastic's logging
     | (?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\ \d\d-\d\d\ [\d:]+\ \[[^\]]*\]\ ?  # vllm
@@ -72,7 +75,7 @@ _HEADER = re.compile(
     )""",
     re.X,
 )
-_ELASTIC_TAG = re.compile(r"\[(?:[Rr]ank|default)\d+\]:")  # the header torch elastic puts on each line of a rank
+_ELASTIC_TAG = re.compile(_ELASTIC)
 # a header that says INFO or DEBUG: Ray's "[... I 12 34]", logging's "INFO", glog's "[I1120", CANN's "[INFO]"
 _INFO = re.compile(
     r"^(?:\[20[^\]]* [ID] \d|20\S+ [\d:,]+\s+(?:INFO|DEBUG)\b|\[?[ID]\d{3,4} |(?:INFO|DEBUG) \d\d-"
