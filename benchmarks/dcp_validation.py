@@ -28,11 +28,12 @@ time and memory (seconds and peak traced MiB, side by side).
 stops at a first overlap at once (a staircase of disjoint chunks, all active at once along torch's sweep
 dimension, with an overlapping chunk last or first; N identical chunks and one misaligned); the staircase
 alone and (for the save check, which reports every overlap) with that overlap, quadratic for torch's own
-scans; two staircases, one along each dimension, quadratic for any sweep (fast-validate searches the chunks
-overlapping in two dimensions instead); and three crowds in 3-D, quadratic for any sweep and any two
-dimensions. fast-validate must never be slower than stock there: its first candidates are stock's own, so an
-early overlap is met as stock meets it and nothing is built; where neither a sweep nor the two-dimension
-search helps, torch's scan stays in place. The run ends with stock / fast side by side, per torch version, for
+scans; two staircases, one along each dimension, and three crowds in 3-D, quadratic for any sweep (and the
+crowds for any two dimensions: fast-validate has each chunk search the dimension where it overlaps fewest);
+and three interlocked crowds, where every chunk overlaps a third of them in every dimension, quadratic for
+all of these. fast-validate must never be slower than stock there: its first candidates are stock's own, so an
+early overlap is met as stock meets it and nothing is built; where no sweep or search helps, torch's scan
+stays in place. The run ends with stock / fast side by side, per torch version, for
 those layouts and for the big grid ones (the expert tensors, the whole checkpoint).
 
 Times are this process's CPU time (``time.process_time``): the figures hold on a machine others share.
@@ -220,6 +221,14 @@ def adversarial_layouts(count: int) -> dict[str, tuple[tuple[str, ...], tuple[in
         for g in range(3)
         for i in range(third)
     ]
+    # interlocked: as crowds, but crowd g's steps lie within crowd g+1's length along g (the crowds apart along
+    # another dimension): no overlap, yet every chunk overlaps a third of them or more in every dimension
+    starts = {0: {1: 5 * third, 2: 0}, 1: {0: 0, 2: 5 * third}, 2: {0: 5 * third, 1: 0}}
+    interlocked = [
+        (tuple(i if d == g else starts[g][d] for d in range(3)), tuple(1 if d == g else third for d in range(3)))
+        for g in range(3)
+        for i in range(third)
+    ]
     shape = (2 * count, count)
     return {
         "early: staircase, overlap last": ((SHARDS,), shape, [*stairs, ((0, 0), (1, 1))]),
@@ -228,7 +237,8 @@ def adversarial_layouts(count: int) -> dict[str, tuple[tuple[str, ...], tuple[in
         "staircase": ((SHARDS, PLAN), shape, stairs),
         "staircase + overlap": ((PLAN,), shape, [*stairs, ((0, 0), (1, 1))]),  # the save check reports all
         "two staircases": ((SHARDS, PLAN), (4 * half, 5 * half), double),
-        "quadratic: three crowds, 3-D": ((SHARDS, PLAN), (30 * third,) * 3, crowds),
+        "three crowds, 3-D": ((SHARDS, PLAN), (30 * third,) * 3, crowds),
+        "quadratic: interlocked crowds, 3-D": ((SHARDS, PLAN), (6 * third,) * 3, interlocked),
     }
 
 
@@ -265,10 +275,14 @@ def adversarial(columns: dict, count: int, ratios: dict) -> None:
 
 
 def given_up(columns: dict, count: int) -> None:
-    """Three crowds: what fast-validate adds to stock's scan there (its boxes, grid test, counts and the two-dimension
-    search it stops), timed alone; and its whole answer for two staircases."""
+    """Interlocked crowds: what fast-validate adds to stock's scan there (its boxes, grid test, counts and the
+    two-dimension search it stops), timed alone; and its whole answer for two staircases and for three crowds."""
     layouts = adversarial_layouts(count)
-    for label, given in (("three crowds", "quadratic: three crowds, 3-D"), ("two staircases", "two staircases")):
+    for label, given in (
+        ("interlocked crowds", "quadratic: interlocked crowds, 3-D"),
+        ("two staircases", "two staircases"),
+        ("three crowds", "three crowds, 3-D"),
+    ):
         _made(columns, label, layouts[given][2])
 
 
@@ -287,10 +301,10 @@ def _made(columns: dict, label: str, boxes: list) -> None:
             else:
                 answer = helpers["_ascendfix_in_sweep_order"](made, list(range(len(chunks))), 0)
             best = min(best, CLOCK() - start)
-        if (answer is None) != (label == "three crowds"):
+        if (answer is None) != (label == "interlocked crowds"):
             raise SystemExit(f"{label}: fast {version} {'answered' if answer is not None else 'gave way'}")
         row.append(f"{version} {best:.4f} s")
-    what = "adds before leaving them to stock's scan" if label == "three crowds" else "takes to answer them"
+    what = "adds before leaving them to stock's scan" if label == "interlocked crowds" else "takes to answer them"
     print(f"  {label}, what fast-validate {what}: {'   '.join(row)}")
 
 

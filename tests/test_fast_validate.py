@@ -66,17 +66,21 @@ def _source(version: str, path: str) -> bytes:
 
 
 # the template's own; none (its fast path from the first position); a switch mid-scan; none, and every layout that
-# is not a grid answered by the planar search (whatever its sweeps would cost, however many pairs it finds)
-BUDGETS = (None, -1, 3, "planar")
+# is not a grid answered by the planar search, or by each box's fewest dimension where every size is positive
+# (whatever its sweeps would cost, however many pairs it finds)
+BUDGETS = (None, -1, 3, "planar", "fewest")
 INTERLEAVED = ("_ascendfix_pairwise", "_ascendfix_sweeping")  # the helpers that hand out stock's candidates first
-PLANAR = {"few": -(2**40), "planar": -(2**40), "cap": 2**40}  # _ascendfix_swept's thresholds, so it always searches
+# _ascendfix_swept's thresholds, so it always takes the planar search; each box's fewest dimension (else, planar)
+PLANAR = {"few": -(2**40), "fewest": 2**40, "planar": -(2**40), "cap": 2**40}
+FEWEST = {**PLANAR, "fewest": 0}
 
 
 def with_budget(namespace: dict, budget: int | str | None) -> dict:
     """``namespace`` with the stock-candidate budget of its interleaving helper set to ``budget`` (None: its own;
-    "planar": none, and the planar search wherever the boxes are not a grid)."""
-    if budget == "planar":
-        namespace["_ascendfix_swept"] = functools.partial(namespace["_ascendfix_swept"], **PLANAR)
+    "planar" and "fewest": none, and that search wherever the boxes are not a grid)."""
+    if budget in ("planar", "fewest"):
+        forced = PLANAR if budget == "planar" else FEWEST
+        namespace["_ascendfix_swept"] = functools.partial(namespace["_ascendfix_swept"], **forced)
         budget = -1
     if budget is not None:
         for name in set(INTERLEAVED) & set(namespace):
@@ -339,39 +343,97 @@ def _crowds(m: int) -> list:
     return chunks
 
 
-def test_two_staircases_are_answered_by_the_planar_search(any_pair):
+def _interlocked(m: int) -> list:
+    """Three crowds as in :func:`_crowds`, but each crowd's steps lie within the next crowd's length along that
+    dimension (the crowds apart in another one): no two chunks overlap, yet every chunk overlaps m or more in every
+    dimension, every sweep meets 2 m^2 pairs and every pair of dimensions a crowd's m^2 / 2."""
+    lengths = {0: {1: 5 * m, 2: 0}, 1: {0: 0, 2: 5 * m}, 2: {0: 5 * m, 1: 0}}  # crowd g's start along d != g
+    return [
+        ChunkStorageMetadata(
+            Size([i if d == g else lengths[g][d] for d in range(3)]), Size([1 if d == g else m for d in range(3)])
+        )
+        for g in range(3)
+        for i in range(m)
+    ]
+
+
+def _as_boxes(chunks: list) -> list:
+    return [(tuple(c.offsets), tuple(c.sizes)) for c in chunks]
+
+
+def test_two_staircases_are_answered_by_a_search(any_pair):
     """Two staircases, one active along each dimension: every sweep compares n^2 / 8 (the sweep used to give way to
-    torch's scan there); the chunks overlapping in both dimensions are searched instead, in O(n log^2 n): none of
-    them, and with an overlap planted, exactly that pair."""
+    torch's scan there). Each chunk is one wide in one dimension, and searches it (the planar search, over the two
+    dimensions, finds the same: none, and with an overlap planted, exactly that pair)."""
     version, loaded = any_pair
     (_, _), (patched, _) = loaded[upstream.DEFAULT_PLANNER]
     n = 1100  # past the few hundred per chunk where the planar search starts
-    boxes = [(tuple(c.offsets), tuple(c.sizes)) for c in _double_stairs(n)]
+    boxes = _as_boxes(_double_stairs(n))
     assert [patched["_ascendfix_sweep_cost"](boxes, d) for d in (0, 1)] == [n * (n - 1) // 2] * 2
     assert patched["_ascendfix_planar"](boxes, 0, 1, 0) == set()
+    assert sum(_fewest(patched["_ascendfix_tallies"](boxes, 2))) == 2 * n  # each chunk meets only itself
     found = _built(patched, version, _double_stairs(n), sweep_dim=0)
     assert found is not None and not any(found)
     planted = [*_double_stairs(n), ChunkStorageMetadata(Size([5, 5]), Size([1, 1]))]  # inside the 5th step
-    found = _built(patched, version, planted, sweep_dim=0)
-    if version in PAIRWISE:
-        assert found[5] == [planted[-1]] and sum(map(len, found)) == 1
-    else:
-        assert found == {2 * n: [(5 + n, 5)]}
+    for forced in ({}, PLANAR):
+        patched["_ascendfix_swept"] = functools.partial(_swept_of(patched), **forced)
+        found = _built(patched, version, planted, sweep_dim=0)
+        if version in PAIRWISE:
+            assert found[5] == [planted[-1]] and sum(map(len, found)) == 1
+        else:
+            assert found == {2 * n: [(5 + n, 5)]}
+    patched["_ascendfix_swept"] = _swept_of(patched)
     assert _built(patched, version, _double_stairs(8), sweep_dim=0) is not None  # a few active at once: swept
 
 
-def test_a_layout_no_sweep_nor_planar_search_helps_gives_way_to_the_stock_scan(any_pair):
-    """Three crowds in 3-D: every dimension's sweep and every two dimensions' search meet a quadratic number of
-    pairs. The search stops once it has found a 32nd of the cheapest sweep's comparisons and torch's own scan
-    runs unchanged (the same answer: the equivalence tests), so the layout costs stock torch's time plus that."""
+def _fewest(tallies: list) -> list[int]:
+    """Each box's fewest overlapping boxes in any one dimension (itself included), from the template's tallies."""
+    return list(map(min, zip(*tallies, strict=True)))
+
+
+def _swept_of(patched: dict):
+    """The namespace's own ``_ascendfix_swept`` (under any partial a test put over it)."""
+    swept = patched["_ascendfix_swept"]
+    return swept.func if isinstance(swept, functools.partial) else swept
+
+
+def test_three_crowds_are_answered_by_each_chunks_fewest_dimension(any_pair):
+    """Three crowds in 3-D: every sweep and every two dimensions' search meet a quadratic number of pairs, but each
+    chunk is one wide in its crowd's dimension and overlaps only itself there: searching that dimension answers the
+    layout in O(n log n): nothing, and with an overlap planted, exactly that pair."""
     version, loaded = any_pair
     (_, _), (patched, _) = loaded[upstream.DEFAULT_PLANNER]
     m = 500
-    boxes = [(tuple(c.offsets), tuple(c.sizes)) for c in _crowds(m)]
+    boxes = _as_boxes(_crowds(m))
+    tallies = patched["_ascendfix_tallies"](boxes, 3)
+    assert [(sum(t) - 3 * m) // 2 for t in tallies] == [m * (m - 1)] * 3  # every sweep's comparisons
     assert [patched["_ascendfix_sweep_cost"](boxes, d) for d in range(3)] == [m * (m - 1)] * 3
-    assert patched["_ascendfix_planar"](boxes, 0, 1, m * (m - 1) // 32) is None
-    assert _built(patched, version, _crowds(m), sweep_dim=0) is None
-    assert len(patched["_ascendfix_planar"](boxes, 0, 1, m * m)) == m * (m - 1) // 2  # crowd 2's pairs
+    assert _fewest(tallies) == [1] * 3 * m
+    assert _built(patched, version, _crowds(m), sweep_dim=0) in ({}, [[]] * 3 * m)
+    planted = [*_crowds(m), ChunkStorageMetadata(Size([10 * m + 7] * 3), Size([1, 1, 1]))]  # on crowd 1's 8th step
+    found = _built(patched, version, planted, sweep_dim=0)
+    if version in PAIRWISE:
+        assert found[m + 7] == [planted[-1]] and sum(map(len, found)) == 1
+    else:
+        assert found == {3 * m: [(11 * m + 7, m + 7)]}  # its end along the sweep: m long there
+
+
+def test_a_layout_no_sweep_nor_search_helps_gives_way_to_the_stock_scan(any_pair):
+    """Three interlocked crowds: no two chunks overlap, but every sweep, every two dimensions' search and every
+    chunk's fewest dimension meet a quadratic number of pairs. The planar search stops once it has counted a 128th
+    of the cheapest sweep's comparisons (counted before any pair is kept) and torch's own scan runs unchanged (the
+    same answer: the equivalence tests), so the layout costs stock torch's time plus that."""
+    version, loaded = any_pair
+    (_, _), (patched, _) = loaded[upstream.DEFAULT_PLANNER]
+    assert _brute_pairs(_as_boxes(_interlocked(40))) == set()
+    m = 500
+    boxes = _as_boxes(_interlocked(m))
+    tallies = patched["_ascendfix_tallies"](boxes, 3)
+    cost = min((sum(t) - 3 * m) // 2 for t in tallies)
+    assert cost >= 2 * m * m - m and min(_fewest(tallies)) >= m
+    assert patched["_ascendfix_planar"](boxes, 0, 1, cost // 128) is None
+    assert _built(patched, version, _interlocked(m), sweep_dim=0) is None
+    assert len(patched["_ascendfix_planar"](boxes, 0, 1, 4 * m * m)) == m * (m - 1) // 2  # crowd 2's pairs, kept
 
 
 def _brute_pairs(boxes: list) -> set:
@@ -422,6 +484,30 @@ def test_planar_search_finds_exactly_the_overlapping_pairs(boxes, dims):
         assert found == both
     if boxes:
         assert sorted(template._ascendfix_swept(boxes, **PLANAR)) == sorted(_brute_pairs(boxes))
+
+
+@given(boxes=_int_boxes())
+@EQUIVALENCE
+def test_each_box_searching_its_fewest_dimension_finds_exactly_the_overlapping_pairs(boxes):
+    """Whatever the boxes: each box's tally in each dimension is the number overlapping it there (itself too), a
+    sweep's comparisons are half their sum but the boxes themselves, and each box searching the dimension where it
+    tallies fewest finds every overlapping pair; where a size is not positive that search is not taken."""
+    from ascendfix.checkpoint import geometry
+
+    template = geometry.template()
+    if not boxes:
+        return
+    ndim = len(boxes[0][0])
+    expected = sorted(_brute_pairs(boxes))
+    if all(min(s) > 0 for _, s in boxes):
+        tallies = template._ascendfix_tallies(boxes, ndim)
+        for d in range(ndim):
+            flat = [((o[d],), (s[d],)) for o, s in boxes]
+            assert tallies[d] == [sum(1 for other in flat if _brute_pairs([box, other])) for box in flat]
+            assert (sum(tallies[d]) - len(boxes)) // 2 == template._ascendfix_sweep_cost(boxes, d)
+        assert sorted(template._ascendfix_least(boxes, tallies, _fewest(tallies))) == expected
+    forced = template._ascendfix_swept(boxes, **FEWEST)
+    assert forced is None or sorted(forced) == expected
 
 
 def _walk(answer, version: str, positions: int) -> list[tuple[int, list]]:
@@ -580,8 +666,9 @@ later = _ascendfix_later(boxes, range(3))
 print([list(c) for c in later], {k: list(v) for k, v in _ascendfix_in_sweep_order(boxes, [1, 0, 2], 1).items()})
 print([list(c) for c in _ascendfix_later(ragged, range(4))], _ascendfix_in_sweep_order(ragged, [3, 2, 1, 0], 1))
 stairs = [((i, i), (6, 1)) for i in range(6)] + [((20 + j, 20 + j), (1, 6)) for j in range(6)] + [((2, 2), (1, 1))]
-forced = {"few": -99, "planar": -99}
+forced = {"few": -99, "fewest": 2**40, "planar": -99}
 print(sorted(_ascendfix_swept(stairs, cap=99, **forced)), _ascendfix_swept(stairs, cap=0, **forced))
+print(sorted(_ascendfix_swept(stairs, few=-99, fewest=0)))
 """
 
 
@@ -602,7 +689,8 @@ def test_template_runs_on_python39():
     assert old.returncode == 0, old.stderr
     assert old.stdout == new.stdout
     assert new.stdout.startswith("[(0, 2)] [(0, 1), (0, 2)]\n")  # a zero-size box strictly inside counts
-    assert new.stdout.endswith("[(2, 12)] None\n")  # two staircases and a box in one step, by the planar search
+    # two staircases and a box in one step, by the planar search, and by each box's fewest dimension
+    assert new.stdout.endswith("[(2, 12)] None\n[(2, 12)]\n")
 
 
 # --- through the engine, as `ascendfix apply --variant ...=fast-validate` does it ---------------

@@ -21,13 +21,18 @@ grid's identical boxes, else a sweep), built once and made as the stock loop rea
 every pair at once: one that reports every overlap holds one box's at a time (N identical boxes cost
 what they cost stock torch). The sweep goes over the dimension where it compares the fewest boxes
 (counted first, in O(n log n) per dimension, none compared). Where even that one would compare
-hundreds per box (two staircases, one along each dimension: disjoint boxes all active at once in
-every dimension), the pairs overlapping in its two cheapest dimensions are searched instead, in
-O(n log^2 n) (a corner in a rectangle: a range tree; an edge crossing an edge: a sweep) and then
-checked in every dimension. Where they too are many (a crowd in every two dimensions) the search
-stops at a 128th of that sweep's comparisons and stock's candidates stay in place, as they do for
-boxes that are not plain ints of one length (odd inputs raise exactly where torch raises them):
-where the fast answer cannot help, a layout costs stock torch's time plus that bounded attempt.
+many per box (two staircases, one along each dimension; three crowds in 3-D, each one wide along
+its own dimension: disjoint boxes all active at once in every dimension), each box searches the
+dimension where the fewest boxes overlap it (counted with the sweep's count; those starting within
+it by bisection, those reaching past its start in a tree), when that totals a small fraction of the
+sweep's comparisons. Else, where every sweep would compare hundreds per box, the pairs overlapping
+in its two cheapest dimensions are searched, in O(n log^2 n) (a corner in a rectangle: a range
+tree; an edge crossing an edge: a sweep), and every pair found is checked in every dimension.
+Where they too are many (a crowd in every two dimensions) the search stops once it has counted a
+128th of that sweep's comparisons, before keeping any, and stock's candidates stay in place, as
+they do for boxes that are not plain ints of one length (odd inputs raise exactly where torch
+raises them): where the fast answer cannot help, a layout costs stock torch's time plus that
+bounded attempt.
 
 Only this file's functions are inserted; ``REPLACES`` is read by the transform, never inserted.
 The inserted code uses nothing but builtins and the stdlib's bisect, heapq, itertools, operator and sys,
@@ -226,6 +231,7 @@ def _ascendfix_crossings(starts, ends, found, cap):
         if y_end > y:
             events.append((x, 2, k))
     events.sort()
+    met = []
     edges = []  # start in e * count + box, of the lower edges the sweep is on: one int sorts as (start, box)
     for _, kind, k in events:
         if kind == 0:
@@ -238,7 +244,9 @@ def _ascendfix_crossings(starts, ends, found, cap):
             cap -= high - low
             if cap < 0:
                 return cap
-            _ascendfix_meets(edges[low:high], k, count, found)
+            met.append((edges[low:high], k))
+    for keys, k in met:  # added once the cap is known to hold: a crowd costs counting, not adding
+        _ascendfix_meets(keys, k, count, found)
     return cap
 
 
@@ -257,6 +265,7 @@ def _ascendfix_corners(starts, ends, found, cap):
     tree = [[] for _ in range(size)] + [[starts[k][1] * count + k] for k in order] + [[]] * (size - count)
     for v in range(size - 1, 0, -1):
         tree[v] = sorted(tree[2 * v] + tree[2 * v + 1])
+    met = []
     step = int(count**0.5) or 1  # boxes far apart in the list first: a crowd anywhere in it meets the cap at once
     for a in chain.from_iterable(range(first, count, step) for first in range(step)):
         (x, y), (x_end, y_end) = starts[a], ends[a]
@@ -278,7 +287,9 @@ def _ascendfix_corners(starts, ends, found, cap):
             cap -= last - first
             if cap < 0:
                 return cap
-            _ascendfix_meets(node[first:last], a, count, found)
+            met.append((node, first, last, a))
+    for node, first, last, a in met:  # as in _ascendfix_crossings
+        _ascendfix_meets(node[first:last], a, count, found)
     return cap
 
 
@@ -304,17 +315,97 @@ def _ascendfix_planar(boxes, d, e, cap):
     return found
 
 
-def _ascendfix_swept(boxes, few=4, planar=128, cap=None):
-    """The overlapping pairs, by a sweep or a planar search (see the comments); None where neither is cheap enough."""
-    # A sweep over the cheapest dimension where it compares at most `few` boxes per box. Where every sweep would
-    # compare more than `planar` per box (torch's scan too), the pairs overlapping in the two cheapest dimensions,
-    # searched in O(n log^2 n) (some 30 comparisons' time per box), when they are at most `cap` (1/128 of that
-    # sweep's comparisons). Else torch's own scan finds them: an attempt costs a fraction of what that scan compares.
+def _ascendfix_tallies(boxes, ndims):
+    """Per dimension, per box, the boxes overlapping it there (itself too; every size positive), by bisection."""
+    from bisect import bisect_left, bisect_right
+    from itertools import repeat
+    from operator import sub
+
+    tallies = []
+    for d in range(ndims):
+        starts = [offsets[d] for offsets, _ in boxes]
+        ends = [offsets[d] + sizes[d] for offsets, sizes in boxes]
+        # a overlaps b in d when a starts before b ends and ends after b starts; one that ends at or before b's start
+        # also starts before b's end (sizes are positive), so the second count is a part of the first
+        before_end = map(bisect_left, repeat(sorted(starts)), ends)
+        tallies.append(list(map(sub, before_end, map(bisect_right, repeat(sorted(ends)), starts))))
+    return tallies
+
+
+def _ascendfix_least(boxes, tallies, fewest):
+    """The overlapping pairs (i < j), each box searching the dimension where the fewest boxes overlap it (tallies)."""
+    from bisect import bisect_left
+
+    count, ndims = len(boxes), len(tallies)
+    ends = [tuple(o + s for o, s in zip(offsets, sizes)) for offsets, sizes in boxes]
+    searching = {}  # dimension -> the boxes searching it: the first of each box's fewest
+    for b, d in enumerate(map(tuple.index, zip(*tallies), fewest)):
+        searching.setdefault(d, []).append(b)
+    found = set()
+    for d, searchers in searching.items():
+        order = sorted(range(count), key=lambda k: boxes[k][0][d])
+        starts = [boxes[k][0][d] for k in order]
+        size = 1
+        while size < count:
+            size *= 2
+        # the latest end in d below each node of a tree over the boxes in start order
+        top = [0] * size + [ends[k][d] for k in order] + [starts[0]] * (size - count)
+        for v in range(size - 1, 0, -1):
+            top[v] = max(top[2 * v], top[2 * v + 1])
+        for b in searchers:
+            start, end = boxes[b][0][d], ends[b][d]
+            low = bisect_left(starts, start)
+            high = bisect_left(starts, end, low)
+            others = order[low:high]  # those starting within b in d
+            left = tallies[d][b] - (high - low)  # and those starting before b that reach past its start
+            nodes = []
+            first, last = size, low + size
+            while first < last:  # the tree's nodes over the boxes starting before b
+                if first & 1:
+                    nodes.append(first)
+                    first += 1
+                if last & 1:
+                    last -= 1
+                    nodes.append(last)
+                first, last = first // 2, last // 2
+            while left and nodes:
+                v = nodes.pop()
+                if top[v] > start:
+                    if v >= size:
+                        others.append(order[v - size])
+                        left -= 1
+                    else:
+                        nodes += (2 * v, 2 * v + 1)
+            offsets_b, ends_b = boxes[b][0], ends[b]
+            for a in others:
+                if a != b and all(boxes[a][0][k] < ends_b[k] and offsets_b[k] < ends[a][k] for k in range(ndims)):
+                    found.add((a, b) if a < b else (b, a))
+    return list(found)
+
+
+def _ascendfix_swept(boxes, few=4, fewest=4, planar=128, cap=None):
+    """The overlapping pairs, by a sweep or a search (see the comments); None where none is cheap enough."""
+    # A sweep over the cheapest dimension where it compares at most `few` boxes per box. Else, where every size is
+    # positive, each box may search the dimension where the fewest boxes overlap it (a bisection for those starting
+    # within it, a tree for those reaching past its start), when that is at most a `fewest`th of the cheapest
+    # sweep's comparisons (a box's search costs some 3 comparisons' time). Where every sweep would compare more than
+    # `planar` per box (torch's scan too), the pairs overlapping in the two cheapest dimensions, searched in
+    # O(n log^2 n) (some 30 comparisons' time per box), when they are at most `cap` (1/128 of that sweep's
+    # comparisons). Else torch's own scan finds them: an attempt costs a fraction of what that scan compares.
     count, ndims = len(boxes), len(boxes[0][0])
-    costs = sorted((_ascendfix_sweep_cost(boxes, k), k) for k in range(ndims))
+    positive = ndims > 0 and min(min(sizes) for _, sizes in boxes) > 0
+    if positive:  # a sweep over d compares each pair overlapping in d once: each box's tally there but itself, halved
+        tallies = _ascendfix_tallies(boxes, ndims)
+        costs = sorted(((sum(tally) - count) // 2, k) for k, tally in enumerate(tallies))
+    else:
+        costs = sorted((_ascendfix_sweep_cost(boxes, k), k) for k in range(ndims))
     cost, d = costs[0]
     if cost <= few * count + 64:
         return list(_ascendfix_sweep(boxes, ndims, d))
+    if positive:
+        least = list(map(min, zip(*tallies)))
+        if fewest * (sum(least) + 3 * count) <= cost:
+            return _ascendfix_least(boxes, tallies, least)
     if ndims < 2 or cost <= planar * count + 64:  # the planar search costs about 30 comparisons per box
         return None
     found = _ascendfix_planar(boxes, d, costs[1][1], cost // 128 if cap is None else cap)
