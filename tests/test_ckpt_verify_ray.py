@@ -238,7 +238,7 @@ def test_a_split_save_is_proven_from_each_nodes_part_and_the_metadata_it_was_sen
     metadata = (head_disk / ".metadata").read_bytes()  # what the head's node sends
     alone = run.verify(built["moe"], built["moe-mcore-pp2"])
 
-    def both(held: set[str], worker_metadata: bytes = metadata) -> dict:
+    def both(held: set[str], worker_metadata: bytes | None = metadata) -> dict:
         head = check.Split(None, frozenset(rank0) & held, True, frozenset(held))
         worker = check.Split(worker_metadata, frozenset(rank1) & held, False, frozenset(held))
         answers = [
@@ -258,6 +258,9 @@ def test_a_split_save_is_proven_from_each_nodes_part_and_the_metadata_it_was_sen
 
     bad = both(set(rank0 + rank1), metadata[: len(metadata) // 2])  # what arrives is read as the file would be
     assert [(p["kind"], p["file"], p["node"]) for p in bad["problems"]] == [("unreadable", ".metadata", "worker")]
+    none = both(set(rank0 + rank1), None)  # the node of .metadata could not send it
+    assert [(p["kind"], p["file"], p["node"]) for p in none["problems"]] == [("missing-file", ".metadata", "worker")]
+    assert "not on this node" in none["problems"][0]["detail"]
 
 
 @pytest.mark.slow

@@ -110,7 +110,8 @@ def checked(
         try:
             metadata = _metadata(folder, split)
         except FileNotFoundError:
-            problems.insert(0, Problem("missing-file", "file", layout.METADATA, _NO_METADATA))
+            missing = _NO_METADATA if whole else _NOT_SENT
+            problems.insert(0, Problem("missing-file", "file", layout.METADATA, missing))
             if whole:
                 problems += megatron.layout_problems(folder, megatron_expected=model is not None, quick=quick)
             return CheckReport(str(folder), 0, 0, 0, 0, problems, warnings), None
@@ -160,6 +161,7 @@ def _expected(metadata: layout.Layout) -> list[proof.Chunk | None]:
 
 
 _NO_METADATA = "no .metadata: the save did not finish (rank 0 writes it last), or this is not a DCP checkpoint"
+_NOT_SENT = "not on this node, and the node that holds the split save's .metadata sent none (its own report says why)"
 
 
 def _names(folder: Path) -> list[str]:
