@@ -5,7 +5,10 @@ and the report is the one ``ckpt verify`` gives alone; a damaged value is named 
 compared it. Node-local storage: the worker node runs in a mount namespace of its own where the
 converted folder's path holds another copy (a bind mount), so the two nodes hold different files at
 the same path, as two machines' local disks do; each verifies its own copy, and the file one copy
-lacks is named with that copy's node.
+lacks is named with that copy's node. A save split across the nodes' disks (rank 0's files, ``.metadata``
+and Megatron's own files on the head's, rank 1's on the worker's, at the same path) is proven as one
+save: each node compares the files it holds, ``.metadata`` sent to the worker through the tasks'
+arguments.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from ascendfix.checkpoint.verify import nodes
+from ascendfix.checkpoint import check
+from ascendfix.checkpoint.verify import nodes, run
 
 from tests import conversion
 from tests.cluster import REPO, one_ray_start, ours
@@ -208,3 +212,118 @@ def test_nodes_that_see_the_same_files_share_the_work_and_a_copy_of_its_own_is_i
         ("missing-tensor", "n1, n3"),
         ("value-mismatch", "n1"),
     ]
+
+
+def _split(full: Path, head_disk: Path, worker_disk: Path) -> tuple[list[str], list[str]]:
+    """``full`` split as a PP=2 save lies on two nodes' own disks: rank 1's data files on the worker's, the rest
+    (rank 0's data files, ``.metadata``, ``metadata.json``, ``common.pt``) on the head's; (rank 0's, rank 1's)."""
+    rank1 = sorted(p.name for p in full.glob("__1_*.distcp"))
+    rank0 = sorted(p.name for p in full.glob("__0_*.distcp"))
+    assert rank0 and rank1
+    for path in head_disk.iterdir():
+        if path.name in rank1:
+            path.unlink()
+    for path in worker_disk.iterdir():
+        if path.name not in rank1:
+            path.unlink()
+    return rank0, rank1
+
+
+@pytest.mark.slow
+@pytest.mark.upstream
+def test_a_split_save_is_proven_from_each_nodes_part_and_the_metadata_it_was_sent(built, tmp_path):
+    head_disk = conversion.copy(built["moe-mcore-pp2"], tmp_path / "head")
+    worker_disk = conversion.copy(built["moe-mcore-pp2"], tmp_path / "worker")
+    rank0, rank1 = _split(built["moe-mcore-pp2"], head_disk, worker_disk)
+    metadata = (head_disk / ".metadata").read_bytes()  # what the head's node sends
+    alone = run.verify(built["moe"], built["moe-mcore-pp2"])
+
+    def both(held: set[str], worker_metadata: bytes | None = metadata) -> dict:
+        head = check.Split(None, frozenset(rank0) & held, True, frozenset(held))
+        worker = check.Split(worker_metadata, frozenset(rank1) & held, False, frozenset(held))
+        answers = [
+            ("head", {**run.verify_part(built["moe"], head_disk, None, head), "part": [0, 2, 0]}),
+            ("worker", {**run.verify_part(built["moe"], worker_disk, None, worker), "part": [1, 2, 0]}),
+        ]
+        return nodes.merge(answers)
+
+    merged = both(set(rank0 + rank1))
+    assert merged["problems"] == []
+    assert (merged["tensors"], merged["proven_bytes"]) == (alone.tensors, alone.proven_bytes)
+
+    merged = both(set(rank0[1:] + rank1))  # a file no node holds: named once, by the node of .metadata
+    assert [(p["kind"], p["file"], p["node"]) for p in merged["problems"]] == [("missing-file", rank0[0], "head")]
+    assert merged["problems"][0]["detail"].startswith("no node holds it")
+    assert 0 < merged["tensors"] < alone.tensors and 0 < merged["proven_bytes"] < alone.proven_bytes
+
+    bad = both(set(rank0 + rank1), metadata[: len(metadata) // 2])  # what arrives is read as the file would be
+    assert [(p["kind"], p["file"], p["node"]) for p in bad["problems"]] == [("unreadable", ".metadata", "worker")]
+    none = both(set(rank0 + rank1), None)  # the node of .metadata could not send it
+    assert [(p["kind"], p["file"], p["node"]) for p in none["problems"]] == [("missing-file", ".metadata", "worker")]
+    assert "not on this node" in none["problems"][0]["detail"]
+
+
+@pytest.mark.slow
+@pytest.mark.upstream
+def test_on_node_local_storage_a_save_split_across_the_nodes_is_proven_as_one(built, ascendfix_cli, tmp_path):
+    converted = conversion.copy(built["moe-mcore-pp2"], tmp_path / "mcore")  # the head's disk
+    other = conversion.copy(built["moe-mcore-pp2"], tmp_path / "worker-disk")  # the worker's, at the same path
+    record = conversion.Record(other, FC1, (2, 3, 0, 0))  # layer 2, expert 3's gate half: rank 1's
+    rank0, rank1 = _split(built["moe-mcore-pp2"], converted, other)
+    assert record.path.name in rank1
+    alone = verify(ascendfix_cli, built["moe"], built["moe-mcore-pp2"])[1]
+    with _head() as (head, temp), _worker_with_its_own_copy(head, temp, other, converted):
+        code, report = verify(ascendfix_cli, built["moe"], converted, "--ray", head.address)
+        assert code == 0, report["problems"]
+        assert report["ok"] and report["problems"] == []
+        for field in ("direction", "architecture", "tensors", "proven_bytes", "ignored"):
+            assert report[field] == alone[field], field  # every byte once, by the node that holds it
+        files = {n["node"]: n["files"] for n in report["nodes"]}
+        worker = next(node for node, names in files.items() if names == rank1)
+        (head_node,) = set(files) - {worker}
+        assert files[head_node] == rank0
+        human = ascendfix_cli("ckpt", "verify", built["moe"], converted, "--ray", head.address)
+        assert human.returncode == 0 and "proven byte for byte" in human.stdout
+        assert "its 2 file(s) of the split save" in human.stdout
+
+        original = record.read()
+        data = bytearray(original)
+        data[100] ^= 1  # one bit on the worker's disk, its CRC-32 rewritten
+        record.write(bytes(data))
+        code, report = verify(ascendfix_cli, built["moe"], converted, "--ray", head.address)
+        assert code == 1 and not report["ok"]
+        (problem,) = report["problems"]
+        assert problem["kind"] == "value-mismatch" and problem["file"] == record.path.name
+        assert problem["region"] == f"{FC1}[2, 3, 0:64] (gate)" and problem["node"] == worker
+        record.write(original)
+
+        (converted / rank0[0]).unlink()  # a file neither node holds
+        code, report = verify(ascendfix_cli, built["moe"], converted, "--ray", head.address)
+        assert code == 1 and not report["ok"]
+        assert [(p["kind"], p["file"], p["node"]) for p in report["problems"]] == [
+            ("missing-file", rank0[0], head_node)
+        ]
+
+
+def test_a_save_split_across_the_nodes_disks_is_told_from_full_copies():
+    meta = {".metadata": "9:1:1:1", "metadata.json": "1:2:1:1", "common.pt": "1:3:1:1"}
+    hf = {"model.safetensors": "5:4:1:1", "config.json": "1:5:1:1"}
+    head = {"hf": hf, "mc": {**meta, "__0_0.distcp": "7:6:1:1", "__0_1.distcp": "7:7:1:1"}}
+    worker = {"hf": hf, "mc": {"__1_0.distcp": "7:8:1:1", "__1_1.distcp": "7:9:1:1"}}
+    planned = nodes.plan({"n2": worker, "n1": head})
+    assert planned["parts"] == {"n1": [0, 2, 0], "n2": [1, 2, 0]}  # one save, each node its part
+    assert planned["split"] == {
+        "whole": "n1",
+        "held": ["__0_0.distcp", "__0_1.distcp", "__1_0.distcp", "__1_1.distcp"],
+        "files": {"n1": ["__0_0.distcp", "__0_1.distcp"], "n2": ["__1_0.distcp", "__1_1.distcp"]},
+    }
+    # __1_0.distcp on storage both nodes mount (one identity): compared once
+    shared = nodes.plan({"n1": {**head, "mc": {**head["mc"], "__1_0.distcp": "7:8:1:1"}}, "n2": worker})
+    assert shared["split"] is not None
+    files = shared["split"]["files"]
+    assert sorted(f for names in files.values() for f in names) == shared["split"]["held"]
+    assert set(files["n2"]) <= set(worker["mc"]) and "__1_1.distcp" in files["n2"]
+    lacking = {**head, "mc": {k: v for k, v in head["mc"].items() if k != "__0_1.distcp"}}
+    assert nodes.plan({"n1": head, "n2": lacking})["split"] is None  # a full copy and one lacking a file
+    no_metadata = {"hf": hf, "mc": {"__0_0.distcp": "7:6:1:1"}}
+    assert nodes.plan({"n1": no_metadata, "n2": worker})["split"] is None  # nothing says what the save holds

@@ -11,6 +11,7 @@ and reading ``common.pt``.
 
 from __future__ import annotations
 
+import base64
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
@@ -60,15 +61,45 @@ def _check_json(folder: str, shape: list | None, quick: bool, prove: bool, share
     return checked(Path(folder), model, quick, prove, None if share is None else frozenset(share))[0].to_json()
 
 
+class Split(NamedTuple):
+    """A save split across the nodes' own disks (``ckpt verify --ray``): what this node checks of it.
+
+    ``metadata``: the save's ``.metadata`` as the node that holds it read it (at most
+    :data:`pickles.MAX_PICKLE_BYTES`), parsed here when this folder has none, as that file would be;
+    ``files``: the data files this node checks; ``whole``: this node holds the save's own files
+    (Megatron's ``metadata.json`` and ``common.pt``, written by rank 0) and checks them; ``held``: the
+    data files some node holds."""
+
+    metadata: bytes | None
+    files: frozenset[str]
+    whole: bool
+    held: frozenset[str]
+
+    def as_args(self) -> list:
+        """As JSON values (the metadata in base64), for :meth:`from_args` (a bounded child's arguments)."""
+        data = None if self.metadata is None else base64.b64encode(self.metadata).decode()
+        return [data, sorted(self.files), self.whole, sorted(self.held)]
+
+    @classmethod
+    def from_args(cls, value: list) -> Split:
+        """The split :meth:`as_args` made."""
+        data, files, whole, held = value
+        metadata = None if data is None else base64.b64decode(data)
+        return cls(metadata, frozenset(files), bool(whole), frozenset(held))
+
+
 def checked(
     folder: Path,
     model: ModelShape | None = None,
     quick: bool = False,
     prove: bool = False,
     share: frozenset | None = None,
+    split: Split | None = None,
 ) -> tuple[CheckReport, layout.Layout | None]:
     """:func:`check`, run in this process, which must be a bounded child already (``ckpt verify``'s); with the
-    ``.metadata`` it read (None when it read none), for the caller to use rather than read again."""
+    ``.metadata`` it read (None when it read none), for the caller to use rather than read again. With
+    ``split``, only this node's part of a save split across nodes (:class:`Split`)."""
+    whole = split is None or split.whole
     with pickles.no_collection():
         names = _names(folder)
         problems = leftovers.partial_copies(names)
@@ -77,22 +108,27 @@ def checked(
         warnings = tuple(leftovers.stray_mtimes(folder, names, {p.subject for p in mixed}))
         bounded.note(layout.METADATA)
         try:
-            metadata = layout.read(folder)
+            metadata = _metadata(folder, split)
         except FileNotFoundError:
-            problems.insert(0, Problem("missing-file", "file", layout.METADATA, _NO_METADATA))
-            problems += megatron.layout_problems(folder, megatron_expected=model is not None, quick=quick)
+            missing = _NO_METADATA if whole else _NOT_SENT
+            problems.insert(0, Problem("missing-file", "file", layout.METADATA, missing))
+            if whole:
+                problems += megatron.layout_problems(folder, megatron_expected=model is not None, quick=quick)
             return CheckReport(str(folder), 0, 0, 0, 0, problems, warnings), None
         except (OSError, pickles.UnsafePickle, pickles.Unreadable, layout.Malformed) as e:
             kind = "unsafe-pickle" if isinstance(e, pickles.UnsafePickle) else "unreadable"
             problems.insert(0, Problem(kind, "file", layout.METADATA, str(e)))
-            problems += megatron.layout_problems(folder, megatron_expected=model is not None, quick=quick)
+            if whole:
+                problems += megatron.layout_problems(folder, megatron_expected=model is not None, quick=quick)
             return CheckReport(str(folder), 0, 0, 0, 0, problems, warnings), None
         expected = model is not None or metadata.megatron
-        problems += megatron.layout_problems(folder, megatron_expected=expected, quick=quick)
+        if whole:
+            problems += megatron.layout_problems(folder, megatron_expected=expected, quick=quick)
         bounded.step(layout.METADATA)  # its tensors' geometry: bounded in time like the pickle
         tensor_problems, readable = _tensors(metadata, with_geometry=not quick)
         records = _expected(metadata) if prove else None
-        file_problems, files, size, proven, unproven = _files(folder, metadata.entries, records, share)
+        only = None if split is None else split.files
+        file_problems, files, size, proven, unproven = _files(folder, metadata.entries, records, share, only)
         problems += tensor_problems + file_problems
         warnings += tuple(leftovers.extra_files(names, set(metadata.entries.paths)))
         if model is not None:
@@ -102,6 +138,16 @@ def checked(
             str(folder), len(metadata.tensors), chunks, files, size, problems, warnings + tuple(unproven)
         )
         return (report._replace(proven_bytes=proven) if prove else report), metadata
+
+
+def _metadata(folder: Path, split: Split | None) -> layout.Layout:
+    """``folder``'s ``.metadata``; in a split save on a node that lacks it, the bytes the split brought, read
+    alike (the same cap, the same reader)."""
+    if split is None or split.metadata is None or os.path.lexists(folder / layout.METADATA):
+        return layout.read(folder)
+    if len(split.metadata) > pickles.MAX_PICKLE_BYTES:
+        raise pickles.Unreadable(f"more than {pickles.MAX_PICKLE_BYTES:,} bytes")
+    return layout.parse(split.metadata)
 
 
 def _expected(metadata: layout.Layout) -> list[proof.Chunk | None]:
@@ -115,6 +161,7 @@ def _expected(metadata: layout.Layout) -> list[proof.Chunk | None]:
 
 
 _NO_METADATA = "no .metadata: the save did not finish (rank 0 writes it last), or this is not a DCP checkpoint"
+_NOT_SENT = "not on this node, and the node that holds the split save's .metadata sent none (its own report says why)"
 
 
 def _names(folder: Path) -> list[str]:
@@ -180,11 +227,16 @@ def _stored_once(name: str, chunks: list, offsets: list) -> list[Problem]:
 
 
 def _files(
-    folder: Path, entries: layout.Entries, expected: list | None = None, share: frozenset | None = None
+    folder: Path,
+    entries: layout.Entries,
+    expected: list | None = None,
+    share: frozenset | None = None,
+    only: frozenset | None = None,
 ) -> tuple[list[Problem], int, int, int, list]:
-    """Each entry's file: inside the folder, a plain file, long enough; no shared bytes;
-    each entry's zip frame there (:mod:`ascendfix.checkpoint.frames`), and with ``expected`` (each entry's
-    chunk) its bytes proven (of the files in ``share`` only, when given); the files read in parallel.
+    """Each entry's file (of the files in ``only``, when given): inside the folder, a plain file, long enough;
+    no shared bytes; each entry's zip frame there (:mod:`ascendfix.checkpoint.frames`), and with ``expected``
+    (each entry's chunk) its bytes proven (of the files in ``share`` only, when given); the files read in
+    parallel.
     Returns the problems, the file count, their bytes, the bytes proven and the warnings of records saved
     without CRC-32s."""
     by_file: dict[str, list[tuple[int, int]]] = {}  # file -> its entries, as runs (first index, count)
@@ -193,7 +245,7 @@ def _files(
         count = len(list(run))
         by_file.setdefault(path, []).append((at, at + count))
         at += count
-    paths = sorted(by_file)
+    paths = sorted(by_file if only is None else set(by_file) & only)
     with ThreadPoolExecutor(min(_READERS, max(1, len(paths)))) as pool:  # reads release the GIL
         found = list(
             pool.map(
@@ -207,7 +259,7 @@ def _files(
     total = sum(f.size for f in found)
     proven = sum(f.proven for f in found)
     unproven = [w for f in found if f.unproven for w in [_no_crc(f.path, f.unproven)]]
-    return problems, len(by_file), total, proven, unproven
+    return problems, len(paths), total, proven, unproven
 
 
 _READERS = min(8, os.cpu_count() or 1)  # short reads: more threads than cores only trade the GIL

@@ -83,7 +83,9 @@ def verify_command(source: Path, converted: Path, ray_address: str | None, ray_t
 
     With --ray each alive node verifies at the same paths: the nodes that see the same files (shared
     storage) each compare a share of the bytes; a node with its own copy (node-local storage) verifies
-    all of it. One report; each problem names its node.
+    all of it; a save split over the nodes' own disks (each its ranks' files, .metadata on rank 0's) is
+    verified as one, each node comparing the files it holds, .metadata sent to the others (never a
+    weight byte). One report; each problem names its node.
     """
     from ascendfix.checkpoint.verify import run
 
@@ -96,14 +98,20 @@ def verify_command(source: Path, converted: Path, ray_address: str | None, ray_t
 
 
 def _verify_on_cluster(source: Path, converted: Path, address: str | None, timeout: float, as_json: bool) -> int:
-    """Round one: what each node holds; round two: each node verifies its part; one report, problems by node."""
+    """Round one: what each node holds; for a save split across the nodes' disks, its ``.metadata`` from the node
+    that holds it; then each node verifies its part; one report, problems by node."""
     from ascendfix.checkpoint.verify import nodes
     from ascendfix.cluster import fanout
 
     argv = [os.path.abspath(source), os.path.abspath(converted)]  # a node's task runs in a folder of its own
     listed = {a.node_id: a for a in fanout.run(argv, address, timeout, local=nodes.node_files)}
-    plan = nodes.parts({i: a.data["held"] for i, a in listed.items() if not a.failed and isinstance(a.data, dict)})
-    answers = fanout.run([*argv, json.dumps(plan)], address, timeout, local=nodes.node_verify)
+    plan = nodes.plan({i: a.data["held"] for i, a in listed.items() if not a.failed and isinstance(a.data, dict)})
+    metadata = ""
+    if plan["split"] is not None:
+        sent = fanout.run([*argv, plan["split"]["whole"]], address, timeout, local=nodes.node_metadata)
+        metadata = next((a.data["metadata"] for a in sent if not a.failed and a.node_id == plan["split"]["whole"]
+                         and isinstance(a.data, dict) and isinstance(a.data.get("metadata"), str)), "")  # fmt: skip
+    answers = fanout.run([*argv, json.dumps(plan), metadata], address, timeout, local=nodes.node_verify)
     verified = [(a, a.data) for a in answers if isinstance(a.data, dict) and a.data.get("part") is not None]
     seen = {a.label: a.data["held"] for a in listed.values() if not a.failed and isinstance(a.data, dict)}
     result = nodes.merge([(a.label, data) for a, data in verified], seen)
@@ -121,6 +129,7 @@ def _verify_on_cluster(source: Path, converted: Path, address: str | None, timeo
                 "returncode": shown.returncode,
                 "error": shown.error,
                 "part": data.get("part"),
+                "files": data.get("files"),
                 "proven_bytes": data.get("proven_bytes"),
             }
         )
@@ -136,7 +145,12 @@ def _render_verify_cluster(result: dict[str, Any]) -> None:
     table = [("node", "host", "part", "proven", "exit")]
     for n in result["nodes"]:
         part = n["part"]
-        share = "-" if part is None else f"{part[0] + 1}/{part[1]} of copy {part[2] + 1}"
+        if part is None:
+            share = "-"
+        elif n.get("files") is not None:
+            share = f"its {len(n['files'])} file(s) of the split save"
+        else:
+            share = f"{part[0] + 1}/{part[1]} of copy {part[2] + 1}"
         proven = "-" if n["proven_bytes"] is None else _size(n["proven_bytes"])
         table.append((n["node"], n["hostname"], share, proven, clean(n["error"]) or str(n["returncode"])))
     widths = [max(len(clean(row[i])) for row in table) for i in range(len(table[0]))]

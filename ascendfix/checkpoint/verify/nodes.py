@@ -1,26 +1,39 @@
 """``ckpt verify --ray``: the nodes that see the same files, each one's share of the comparisons, one report.
 
-Two rounds, each a Ray task pinned to every alive node (the command line runs them). First
+Each round is a Ray task pinned to every alive node (the command line runs them). First
 :func:`node_files`: the identity (size, inode, mtime, ctime) of every file of both sides as that node
 sees them. :func:`parts` groups the nodes that see the same files with the same identities: on shared
 storage, every node in one group; with node-local storage, each node alone with its own copy (or
 with the nodes it shares a mount with). Each node of a group of ``n`` gets its part ``(i, n, group)``:
 every node of the group reads the metadata and locates every chunk (small reads), and compares share
 ``i`` of the group's byte runs, in the converted side's file order, cut into ``n`` shares of about
-equal bytes; a node alone verifies everything it holds. Then :func:`node_verify`: ``ckpt verify`` with
-that part. :func:`merge` makes one report, each problem naming the node(s) that found it: a file one
-node lacks is that node's ``missing-file``. The bytes never travel between nodes.
+equal bytes; a node alone verifies everything it holds.
+
+A Megatron save split across the nodes' own disks (each rank's ``.distcp`` files on its node's disk,
+``.metadata``, ``metadata.json`` and ``common.pt`` on rank 0's only; :func:`split`: no node holds every
+data file the nodes hold together) is verified as one save: each data file (each copy of it: each
+identity) is compared by one node that holds it (:func:`views.shares`), and the node that holds
+``.metadata`` also checks ``metadata.json`` and ``common.pt`` and names each data file no node holds.
+A round between the two, :func:`node_metadata`, brings that node's ``.metadata`` (at most
+:data:`pickles.MAX_PICKLE_BYTES`, read as a plain file, never loaded there) to the others through the
+tasks' arguments; each node reads it as it would read the file, in its bounded child. Only
+``.metadata`` travels: never a weight byte.
+
+Then :func:`node_verify`: ``ckpt verify`` with that part. :func:`merge` makes one report, each problem
+naming the node(s) that found it: a file one node lacks is that node's ``missing-file``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import socket
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from ascendfix.checkpoint import verl, views
+from ascendfix.checkpoint import check, layout, pickles, verl, views
 from ascendfix.checkpoint.verify import run
 from ascendfix.checkpoint.verify.sides import Found
 from ascendfix.errors import AscendfixError, error_object
@@ -53,18 +66,75 @@ def parts(seen: dict[str, dict]) -> dict[str, list[int]]:
     return found
 
 
+def split(seen: dict[str, dict]) -> dict | None:
+    """A save split across the nodes' disks, from each node's :func:`held` (node id -> it): when no node holds
+    every data file (``*.distcp``) the nodes hold together and one holds ``.metadata``, ``{"whole": the first
+    such node, "held": every data file some node holds, "files": node id -> the data files it compares}``
+    (each copy of a file by one node that holds it: :func:`views.shares`); else None."""
+    data = {node: {n: i for n, i in sides["mc"].items() if n.endswith(".distcp")} for node, sides in seen.items()}
+    names = set().union(*data.values()) if data else set()
+    holders = sorted(node for node, sides in seen.items() if layout.METADATA in sides["mc"])
+    if not names or not holders or any(set(files) == names for files in data.values()):
+        return None
+    return {"whole": holders[0], "held": sorted(names), "files": views.shares(data)}
+
+
+def plan(seen: dict[str, dict]) -> dict:
+    """What each node verifies, from each node's :func:`held`: ``{"parts": node id -> [i, n, group], "split":
+    :func:`split`}``; the nodes of a split save are one group, each its own part."""
+    shared = split(seen)
+    if shared is None:
+        return {"parts": parts(seen), "split": None}
+    nodes = sorted(seen)
+    return {"parts": {node: [i, len(nodes), 0] for i, node in enumerate(nodes)}, "split": shared}
+
+
+def node_metadata(argv: list[str], _timeout: float) -> dict:
+    """Inside a node's Ray task: ``argv`` is ``[SOURCE, CONVERTED, node id]``; on that node, its JSON is
+    ``{"metadata": the Megatron side's .metadata in base64}``, read as a plain file of at most
+    :data:`pickles.MAX_PICKLE_BYTES` (no link followed, nothing loaded here); elsewhere ``{"metadata": null}``."""
+
+    def read() -> tuple[int, dict]:
+        if views.node_id() != argv[2]:
+            return 0, {"metadata": None}
+        _, _, mc_given = run.folders(Path(argv[0]), Path(argv[1]))
+        path = verl.locate(mc_given).folder / layout.METADATA
+        try:
+            with os.fdopen(pickles.open_plain(path, pickles.MAX_PICKLE_BYTES), "rb") as f:
+                data = f.read(pickles.MAX_PICKLE_BYTES + 1)
+            if len(data) > pickles.MAX_PICKLE_BYTES:  # it grew since it was opened
+                raise pickles.Unreadable(f"more than {pickles.MAX_PICKLE_BYTES:,} bytes")
+        except (pickles.Unreadable, OSError) as e:
+            raise AscendfixError(f"{path}: {e}") from None
+        return 0, {"metadata": base64.b64encode(data).decode()}
+
+    return _answer(read)
+
+
 def node_verify(argv: list[str], _timeout: float) -> dict:
-    """Inside a node's Ray task: ``argv`` is ``[SOURCE, CONVERTED, parts]`` (:func:`parts`, JSON); this node's
-    share verified (:func:`run.verify_part`), answered as ``cluster.run_local`` does, with ``part`` in its JSON
-    (``null``: this node has no part, as one that joined after the first round)."""
-    source, converted, plan = argv
+    """Inside a node's Ray task: ``argv`` is ``[SOURCE, CONVERTED, plan, metadata]`` (:func:`plan`, JSON; the
+    split save's ``.metadata`` in base64 from :func:`node_metadata`, or ""); this node's share verified
+    (:func:`run.verify_part`), answered as ``cluster.run_local`` does, with ``part`` in its JSON (``null``:
+    this node has no part, as one that joined after the first round) and, in a split save, ``files``."""
+    source, converted, planned, metadata = argv
 
     def verify() -> tuple[int, dict]:
-        part = json.loads(plan).get(views.node_id())
+        node, found = views.node_id(), json.loads(planned)
+        part, shared = found["parts"].get(node), found["split"]
         if part is None:
             return 0, {"part": None}
-        data = run.verify_part(Path(source), Path(converted), (part[0], part[1]))
-        return (1 if data["problems"] else 0), {**data, "part": part}
+        if shared is None:
+            data = run.verify_part(Path(source), Path(converted), (part[0], part[1]))
+            return (1 if data["problems"] else 0), {**data, "part": part}
+        files = shared["files"].get(node, [])
+        mine = check.Split(
+            base64.b64decode(metadata) if metadata else None,
+            frozenset(files),
+            node == shared["whole"],
+            frozenset(shared["held"]),
+        )
+        data = run.verify_part(Path(source), Path(converted), None, mine)
+        return (1 if data["problems"] else 0), {**data, "part": part, "files": files}
 
     return _answer(verify)
 

@@ -83,11 +83,13 @@ def verify(source: Path, converted: Path) -> VerifyReport:
     return VerifyReport.from_json(verify_part(source, converted, None))
 
 
-def verify_part(source: Path, converted: Path, part: tuple[int, int] | None) -> dict:
+def verify_part(source: Path, converted: Path, part: tuple[int, int] | None, split: check.Split | None = None) -> dict:
     """:func:`verify`'s report as JSON, with ``failed`` (the source tensors whose bytes differ or were cut);
     with ``part`` ``(i, n)`` only share ``i`` of ``n`` of the byte comparisons is made (the runs, in the
     converted side's file order, cut into ``n`` shares of about equal bytes): ``ckpt verify --ray``'s nodes
-    that see the same files each make one share."""
+    that see the same files each make one share. With ``split`` (a Megatron save split across the nodes'
+    disks, :class:`check.Split`), only the runs whose Megatron chunk lies in this node's files; a source
+    tensor with bytes in a file no node holds is not proven, and counts as neither proven nor failed."""
     direction, hf_folder, mc_given = folders(source, converted)
     located = verl.locate(mc_given)
     config = hf_folder / "config.json"
@@ -96,7 +98,8 @@ def verify_part(source: Path, converted: Path, part: tuple[int, int] | None) -> 
     model = mapping.read_config(config)
     base = VerifyReport(str(source), str(converted), direction, model.architecture, 0, 0, [], [])
     mc_folder = located.folder
-    missing = [n for n in (layout.METADATA, MEGATRON_METADATA) if not os.path.lexists(mc_folder / n)]
+    needed = (layout.METADATA, MEGATRON_METADATA) if split is None or split.whole else ()  # else: another node's
+    missing = [n for n in needed if not os.path.lexists(mc_folder / n)]
     if missing:
         if mc_given == source and not os.listdir(mc_folder):
             raise UsageError(f"{mc_folder}: empty: SOURCE should be the Megatron checkpoint to merge")
@@ -105,7 +108,8 @@ def verify_part(source: Path, converted: Path, part: tuple[int, int] | None) -> 
         if direction == CONVERTER:
             detail += " (verl's converter skips a folder that is not empty)"
         return _with_failed(base._replace(problems=[Found("incomplete", str(mc_folder), "", "", "", detail)]))
-    args = [str(source), str(converted), direction, str(hf_folder), str(mc_given), list(model), part]
+    shared = None if split is None else split.as_args()
+    args = [str(source), str(converted), direction, str(hf_folder), str(mc_given), list(model), part, shared]
     try:
         return bounded.run(_verify_json, args, bounded.MEMORY, layout.METADATA)
     except bounded.Died as e:
@@ -130,20 +134,29 @@ def folders(source: Path, converted: Path) -> tuple[str, Path, Path]:
 
 
 def _verify_json(
-    source: str, converted: str, direction: str, hf: str, mc_given: str, fields: list, part: list | None
+    source: str,
+    converted: str,
+    direction: str,
+    hf: str,
+    mc_given: str,
+    fields: list,
+    part: list | None,
+    shared: list | None,
 ) -> dict:
     """Inside the bounded child: ``ckpt check`` of the Megatron side (its ``.metadata`` read once, here), then
-    the bijection; the report's JSON (``fields``: the :class:`mapping.Model`'s) with ``failed``."""
+    the bijection; the report's JSON (``fields``: the :class:`mapping.Model`'s) with ``failed``. ``shared``:
+    the :class:`check.Split`'s JSON, or None."""
     model = mapping.Model(*fields)
     base = VerifyReport(source, converted, direction, model.architecture, 0, 0, [], [])
     located = verl.locate(Path(mc_given))
-    report, metadata = check.checked(located.folder, verl.config_model(located))
+    split = None if shared is None else check.Split.from_args(shared)
+    report, metadata = check.checked(located.folder, verl.config_model(located), split=split)
     problems = verl.in_save(located, report).problems
     if problems or metadata is None:
         return _with_failed(base._replace(problems=[_checked(p) for p in problems]))
     try:
         hf_side = sides.read_hf(Path(hf))
-        mc_side = sides.read_mcore(located.folder, metadata)
+        mc_side = sides.read_mcore(located.folder, metadata, split)
         rules = mapping.load(model.architecture)
         proof = _Verify(direction, model, rules, hf_side, mc_side, None if part is None else (part[0], part[1]))
         return _with_failed(proof.report(base), proof.failed)
@@ -226,8 +239,9 @@ class _Verify:
         mismatched, proven = self._compare()
         self._diagnose(mismatched)
         failed = {self.regions[i].hf for i in mismatched} | {self.regions[r.region].hf for r in self._unread}
-        self.failed = failed - self._uncovered
-        done = {r.hf for r in self.regions} - self.failed - self._uncovered
+        unreached = {self.regions[r.region].hf for r in self.runs if r.mc.start == sides.NOWHERE}
+        self.failed = failed - self._uncovered - unreached
+        done = {r.hf for r in self.regions} - failed - self._uncovered - unreached
         return base._replace(
             tensors=len(done), proven_bytes=proven, ignored=ignored, problems=sorted(self.problems, key=order)
         )
@@ -336,7 +350,8 @@ class _Verify:
             length = (hi - lo) * row_bytes
             at = (lo - region.row) * row_bytes
             hf_piece = Piece(hf.bytes.file, hf.bytes.start + region.hf_row * row_bytes + at, length)
-            mc_piece = Piece(chunk.bytes.file, chunk.bytes.start + flat * item, length)
+            at_mc = chunk.bytes.start + flat * item if _here(chunk.bytes) else chunk.bytes.start  # else: its mark
+            mc_piece = Piece(chunk.bytes.file, at_mc, length)
             self.runs.append(_Run(i, at, hf_piece, mc_piece, o))
             covered += length
         if covered != region.rows * row_bytes:
@@ -354,7 +369,7 @@ class _Verify:
         ``memcmp`` release the GIL); the regions that differ (their first and last differing bytes noted) and
         the bytes proven."""
         key = (lambda r: (r.mc.file, r.mc.start)) if self.converter else (lambda r: (r.hf.file, r.hf.start))
-        runs = sorted(self.runs, key=key)
+        runs = sorted((r for r in self.runs if _here(r.mc)), key=key)  # with a split save: this node's
         if self.part is not None:
             parts = compare.shares(runs, lambda r: r.hf.length, self.part[1])
             runs = parts[self.part[0]] if self.part[0] < len(parts) else []
@@ -465,8 +480,11 @@ class _Verify:
         src_folder, dst_folder = (
             (self.hf.folder, self.mc.folder) if self.converter else (self.mc.folder, self.hf.folder)
         )
+        if not all(map(_here, converted)):
+            return None
         for j in ranked[:_CANDIDATES]:
-            if compare.equal_pieces(dst_folder, converted, src_folder, self._source_pieces(j)):
+            source = self._source_pieces(j)
+            if all(map(_here, source)) and compare.equal_pieces(dst_folder, converted, src_folder, source):
                 return j
         return None
 
@@ -489,6 +507,11 @@ _KINDS = [
     "unexpected-tensor",
     "value-mismatch",
 ]
+
+
+def _here(piece: Piece) -> bool:
+    """Bytes this node reads (not another node's file of a split save, nor a file no node holds)."""
+    return piece.start >= 0
 
 
 def _strides(sizes: tuple) -> list[int]:

@@ -16,7 +16,7 @@ import struct
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ascendfix.checkpoint import bounded, layout, pickles, proof, safetensors
+from ascendfix.checkpoint import bounded, check, layout, pickles, proof, safetensors
 
 DTYPES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
@@ -47,6 +47,9 @@ class Piece(NamedTuple):
     file: str
     start: int
     length: int
+
+
+ELSEWHERE, NOWHERE = -1, -2  # a Piece's start: in another node's file (ckpt verify --ray), in a file no node holds
 
 
 class HFTensor(NamedTuple):
@@ -182,9 +185,12 @@ def _index(folder: Path) -> dict[str, str] | None:
     return weights
 
 
-def read_mcore(folder: Path, metadata: layout.Layout) -> McSide:
+def read_mcore(folder: Path, metadata: layout.Layout, split: check.Split | None = None) -> McSide:
     """Every tensor of the DCP checkpoint in ``folder`` (``metadata``: its ``.metadata``, as ``ckpt check`` read
-    it), each chunk's raw bytes located in its record."""
+    it), each chunk's raw bytes located in its record. With ``split`` (a save split across nodes), only the
+    records of this node's files are read: a chunk in another node's file lies :data:`ELSEWHERE`, one in a
+    file no node holds :data:`NOWHERE` (that file's ``missing-file`` named by the node that holds the whole
+    save's files)."""
     entries = metadata.entries
     where: dict[tuple[str, tuple], int] = {}
     for i, (fqn, offsets) in enumerate(zip(entries.fqns, entries.offsets, strict=True)):
@@ -200,6 +206,13 @@ def read_mcore(folder: Path, metadata: layout.Layout) -> McSide:
                 by_file.setdefault(entries.paths[at], []).append((at, tensor.name, offsets, sizes, tensor.dtype))
     located: dict[tuple[str, tuple], Piece] = {}
     for path, items in sorted(by_file.items()):
+        if split is not None and path not in split.files:
+            at = ELSEWHERE if path in split.held else NOWHERE
+            located.update(((name, offsets), Piece(path, at, 0)) for _, name, offsets, _, _ in items)
+            if at == NOWHERE and split.whole:
+                detail = f"no node holds it; it holds {len(items)} chunk(s) of {len({i[1] for i in items})} tensor(s)"
+                problems.append(Found("missing-file", path, "", "", "", detail))
+            continue
         items.sort(key=lambda item: entries.starts[item[0]])
         found = _records(folder, path, items, entries, located)
         problems += found
