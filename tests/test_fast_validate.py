@@ -68,18 +68,20 @@ def _source(version: str, path: str) -> bytes:
 # the template's own; none (its fast path from the first position); a switch mid-scan; none, and every layout that
 # is not a grid answered by the planar search, or by each box's fewest dimension where every size is positive
 # (whatever its sweeps would cost, however many pairs it finds)
-BUDGETS = (None, -1, 3, "planar", "fewest")
+BUDGETS = (None, -1, 3, "planar", "fewest", "tight")
 INTERLEAVED = ("_ascendfix_pairwise", "_ascendfix_sweeping")  # the helpers that hand out stock's candidates first
 # _ascendfix_swept's thresholds, so it always takes the planar search; each box's fewest dimension (else, planar)
 PLANAR = {"few": -(2**40), "fewest": 2**40, "planar": -(2**40), "cap": 2**40}
 FEWEST = {**PLANAR, "fewest": 0}
+TIGHT = {**PLANAR, "planar": 2**40}  # no sweep, no search: stock's candidates, filtered
 
 
 def with_budget(namespace: dict, budget: int | str | None) -> dict:
     """``namespace`` with the stock-candidate budget of its interleaving helper set to ``budget`` (None: its own;
-    "planar" and "fewest": none, and that search wherever the boxes are not a grid)."""
-    if budget in ("planar", "fewest"):
-        forced = PLANAR if budget == "planar" else FEWEST
+    "planar", "fewest", "tight": none, and that search, or stock's candidates filtered, wherever the boxes are not a
+    grid)."""
+    if budget in ("planar", "fewest", "tight"):
+        forced = {"planar": PLANAR, "fewest": FEWEST, "tight": TIGHT}[budget]
         namespace["_ascendfix_swept"] = functools.partial(namespace["_ascendfix_swept"], **forced)
         budget = -1
     if budget is not None:
@@ -280,11 +282,12 @@ def test_realistic_layouts_with_damage(any_pair, damage):
 
 def _built(patched: dict, version: str, chunks: list, sweep_dim: int = 1):
     """The plan helper's fast answer for ``chunks`` (what it switches to once stock's candidates total its budget):
-    the later list (pairwise torch) or the {idx: earlier} dict (sweeping torch); None where it gives way to stock."""
+    the later list (pairwise torch) or the {idx: earlier} dict (sweeping torch); a filter of stock's candidates
+    where no sweep or search is cheap enough."""
     boxes = patched["_ascendfix_boxes"]([c.offsets for c in chunks], [c.sizes for c in chunks], None)
     if version in PAIRWISE:
         later = patched["_ascendfix_later"](boxes, chunks)
-        return None if later is None else [list(c) for c in later]
+        return later if callable(later) else [list(c) for c in later]
     return patched["_ascendfix_in_sweep_order"](boxes, list(range(len(chunks))), sweep_dim)
 
 
@@ -418,11 +421,12 @@ def test_three_crowds_are_answered_by_each_chunks_fewest_dimension(any_pair):
         assert found == {3 * m: [(11 * m + 7, m + 7)]}  # its end along the sweep: m long there
 
 
-def test_a_layout_no_sweep_nor_search_helps_gives_way_to_the_stock_scan(any_pair):
+def test_a_layout_no_sweep_nor_search_helps_is_stocks_candidates_filtered(any_pair):
     """Three interlocked crowds: no two chunks overlap, but every sweep, every two dimensions' search and every
     chunk's fewest dimension meet a quadratic number of pairs. The planar search stops once it has counted a 128th
-    of the cheapest sweep's comparisons (counted before any pair is kept) and torch's own scan runs unchanged (the
-    same answer: the equivalence tests), so the layout costs stock torch's time plus that."""
+    of the cheapest sweep's comparisons (counted before any pair is kept); then torch's loop keeps its own candidates
+    (a pairwise scan's later chunks, a sweep's active list), each position's filtered as it is asked for, compared
+    dimension by dimension in one pass each: here none is left for torch's own test."""
     version, loaded = any_pair
     (_, _), (patched, _) = loaded[upstream.DEFAULT_PLANNER]
     assert _brute_pairs(_as_boxes(_interlocked(40))) == set()
@@ -432,8 +436,13 @@ def test_a_layout_no_sweep_nor_search_helps_gives_way_to_the_stock_scan(any_pair
     cost = min((sum(t) - 3 * m) // 2 for t in tallies)
     assert cost >= 2 * m * m - m and min(_fewest(tallies)) >= m
     assert patched["_ascendfix_planar"](boxes, 0, 1, cost // 128) is None
-    assert _built(patched, version, _interlocked(m), sweep_dim=0) is None
+    assert patched["_ascendfix_swept"](boxes) is None
     assert len(patched["_ascendfix_planar"](boxes, 0, 1, 4 * m * m)) == m * (m - 1) // 2  # crowd 2's pairs, kept
+    keep = _built(patched, version, _interlocked(m), sweep_dim=0)
+    assert callable(keep)
+    assert [keep(k, range(3 * m)) for k in (0, m, 2 * m)] == [[0], [m], [2 * m]]  # each meets only itself
+    planted = [*boxes, ((0, 5 * m, 0), (1, 1, 1))]  # on crowd 0's first step
+    assert patched["_ascendfix_tight"](planted)(3 * m, range(3 * m + 1)) == [0, 3 * m]
 
 
 def _brute_pairs(boxes: list) -> set:

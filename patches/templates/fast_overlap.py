@@ -29,10 +29,11 @@ sweep's comparisons. Else, where every sweep would compare hundreds per box, the
 in its two cheapest dimensions are searched, in O(n log^2 n) (a corner in a rectangle: a range
 tree; an edge crossing an edge: a sweep), and every pair found is checked in every dimension.
 Where they too are many (a crowd in every two dimensions) the search stops once it has counted a
-128th of that sweep's comparisons, before keeping any, and stock's candidates stay in place, as
-they do for boxes that are not plain ints of one length (odd inputs raise exactly where torch
-raises them): where the fast answer cannot help, a layout costs stock torch's time plus that
-bounded attempt.
+128th of that sweep's comparisons, before keeping any, and stock's candidates stay, each position's
+filtered as the loop asks for it (a comprehension per dimension, cheaper than torch's test per pair,
+which then runs on what is left): such a layout costs stock torch's scan, at a fraction of its cost
+per pair, plus that bounded attempt. Boxes that are not plain ints of one length keep stock's
+candidates unfiltered: odd inputs raise exactly where torch raises them.
 
 Only this file's functions are inserted; ``REPLACES`` is read by the transform, never inserted.
 The inserted code uses nothing but builtins and the stdlib's bisect, heapq, itertools, operator and sys,
@@ -421,6 +422,24 @@ def _ascendfix_swept(boxes, few=4, fewest=4, planar=128, cap=None):
     ]
 
 
+def _ascendfix_tight(boxes):
+    """keep(k, others): the boxes of others (indices) overlapping box k, in their order, one dimension at a time."""
+    columns = [
+        ([offsets[d] for offsets, _ in boxes], [offsets[d] + sizes[d] for offsets, sizes in boxes])
+        for d in range(len(boxes[0][0]))
+    ]
+
+    def keep(k, others):
+        for starts, ends in columns:  # torch's test: neither starts at or past the other's end, in each dimension
+            start, end = starts[k], ends[k]
+            others = [j for j in others if starts[j] < end and start < ends[j]]
+            if not others:
+                break
+        return others
+
+    return keep
+
+
 def _ascendfix_overlapping_pairs(boxes):
     """Yield every (i, j), i < j, with a.off < b.off + b.size and b.off < a.off + a.size in each dimension."""
     groups = _ascendfix_groups(boxes)
@@ -441,8 +460,8 @@ def _ascendfix_later(boxes, items):
     groups = _ascendfix_groups(boxes)
     if groups is None:
         pairs = _ascendfix_swept(boxes)
-        if pairs is None:
-            return None
+        if pairs is None:  # stock's candidates, filtered as they are asked for
+            return _ascendfix_tight(boxes)
         for i, j in sorted(pairs):
             if not later[i]:
                 later[i] = []
@@ -463,8 +482,8 @@ def _ascendfix_in_sweep_order(boxes, sorted_indices, sweep_dim):
     earlier = {}
     if groups is None:
         pairs = _ascendfix_swept(boxes)
-        if pairs is None:
-            return None
+        if pairs is None:  # as in _ascendfix_later
+            return _ascendfix_tight(boxes)
         for i, j in pairs:
             a, b = (i, j) if position[i] < position[j] else (j, i)
             earlier.setdefault(b, []).append((boxes[a][0][sweep_dim] + boxes[a][1][sweep_dim], a))
@@ -496,7 +515,11 @@ def _ascendfix_pairwise(items, build, budget=None, _kind=[]):  # noqa: B006 (_ki
                     if self.spent <= self.budget:
                         return self.items[i + 1 :]
                     self.built, self.later = True, self.build()
-                return self.items[i + 1 :] if self.later is None else self.later[i]  # None: stock's to the end
+                if self.later is None:  # stock's to the end
+                    return self.items[i + 1 :]
+                if callable(self.later):  # stock's, filtered
+                    return [self.items[j] for j in self.later(i, range(i + 1, self.count))]
+                return self.later[i]
 
         _kind.append(_AscendfixLater)
     later = _kind[0]()
@@ -523,14 +546,14 @@ def _ascendfix_sweeping(sorted_indices, span, build, budget=None, _kind=[]):  # 
                 for k, idx in enumerate(self.order):
                     if not self.built and self.spent > self.budget:
                         self.built, self.earlier = True, self.build()
-                        if self.earlier is not None:  # None: stock's to the end
+                        if self.earlier is not None and not callable(self.earlier):  # else stock's to the end
                             done = set(self.order[:k])
                             yield from (b for b in self.earlier if b not in done)
                             return
                     yield idx
 
             def __missing__(self, idx):
-                if self.earlier is not None:
+                if self.earlier is not None and not callable(self.earlier):
                     return self.earlier[idx]
                 # stock's active list, replayed: span(idx) is the (start, end) torch reads for idx
                 if self.last is not None:
@@ -539,7 +562,9 @@ def _ascendfix_sweeping(sorted_indices, span, build, budget=None, _kind=[]):  # 
                 del self.active[: bisect_right(self.active, (start, sys.maxsize))]
                 self.last = (end, idx)
                 self.spent += len(self.active)
-                return self.active
+                if self.earlier is None:  # stock's (before the build, or for odd input)
+                    return self.active
+                return [(self.span(j)[1], j) for j in self.earlier(idx, [j for _, j in self.active])]  # filtered
 
         _kind.append(_AscendfixSweep)
     sweep = _kind[0]()
