@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import hashlib
 import os
 import stat
 from collections.abc import Callable
@@ -84,6 +83,8 @@ def _is_helper(stmt: ast.stmt) -> bool:
 
 
 def _digest(parts: list[str]) -> str:
+    import hashlib  # here, not at the top: status and a no-op apply import this module but never digest
+
     return hashlib.sha256("\n".join(_canonical_code(p) for p in parts).encode()).hexdigest()
 
 
