@@ -8,17 +8,26 @@ have their own primitives, inside the patching wing (:mod:`ascendfix.patching.tr
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import stat
+import sys
 from pathlib import Path
 
 from ascendfix.errors import RefusedError
 
+try:  # CPython's own sha256, for a command that hashes a few files: hashlib's import loads OpenSSL (3 ms)
+    from _sha256 import sha256 as _own_sha256  # type: ignore[import-not-found]
+except ImportError:  # a Python built without it (a FIPS build)
+    _own_sha256 = None
+
 
 def sha256_bytes(data: bytes) -> str:
-    """Hex sha256 of ``data``."""
-    return hashlib.sha256(data).hexdigest()
+    """Hex sha256 of ``data``: OpenSSL's (hashlib) where something loaded it already, else CPython's own."""
+    if _own_sha256 is None or "hashlib" in sys.modules:
+        import hashlib
+
+        return hashlib.sha256(data).hexdigest()
+    return str(_own_sha256(data).hexdigest())
 
 
 class Escape(RefusedError):

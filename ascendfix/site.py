@@ -19,12 +19,14 @@ import threading
 from collections.abc import Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ascendfix import resources
 from ascendfix.errors import UsageError
-from ascendfix.profile.jobenv import EnvSetting, job_environment, resolve_env
 from ascendfix.profile.records import Profile
+
+if TYPE_CHECKING:  # jobenv is imported where a job's environment is made (status and apply make none)
+    from ascendfix.profile.jobenv import EnvSetting
 
 REPORTED_ONLY = ("ray",)  # distributions doctor reports when installed; the guide pins no version
 _MAX_MARKED_BYTES = 1 << 20  # what a marker test reads of a module's file
@@ -360,8 +362,10 @@ class Site:
         return {(module, name): _has_marker(found[module].root, module, name) for module, name in pairs}
 
     @cached_property
-    def settings(self) -> list[EnvSetting]:
+    def settings(self) -> list["EnvSetting"]:
         """The profile's variables for the device, resolved against :attr:`environ` (yours win)."""
+        from ascendfix.profile.jobenv import resolve_env
+
         if self.device is None:
             raise UsageError("no device: pass --device npu or --device cuda")
         return resolve_env(self.profile, self.device, self.environ)
@@ -369,6 +373,8 @@ class Site:
     @cached_property
     def job_env(self) -> dict[str, str]:
         """The environment the job runs in: :attr:`environ` with :attr:`settings` added."""
+        from ascendfix.profile.jobenv import job_environment
+
         return job_environment(self.settings, self.environ)
 
     @property

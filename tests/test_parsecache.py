@@ -213,3 +213,30 @@ def test_the_temp_file_is_never_followed_through_a_leftover_symlink(cache, tmp_p
     assert [p.name for p in cache.iterdir()] == [f"{digest}.json"]
     mode = (cache / f"{digest}.json").stat().st_mode
     assert stat.S_IMODE(mode) == 0o600 and stat.S_IMODE(cache.stat().st_mode) == 0o700
+
+
+def test_the_digest_is_sha256_before_and_after_hashlib_is_loaded(monkeypatch):
+    """fsutil hashes with CPython's own sha256 until something loads hashlib (OpenSSL), then with hashlib's:
+    the same digests either way, the cache's keys and the journals' records alike."""
+    import hashlib
+
+    from ascendfix import fsutil
+
+    samples = [b"", b"abc", bytes(range(256)) * 300, "verl \u00e9\n".encode()]
+    expected = [hashlib.sha256(data).hexdigest() for data in samples]
+    assert [fsutil.sha256_bytes(data) for data in samples] == expected  # hashlib loaded: OpenSSL's
+    monkeypatch.delitem(sys.modules, "hashlib")
+    assert fsutil._own_sha256 is not None  # CPython 3.10 and 3.11 build their own
+    assert [fsutil.sha256_bytes(data) for data in samples] == expected
+    assert "hashlib" not in sys.modules  # CPython's own answered
+
+
+def test_status_loads_no_hashlib(ascendfix_cli):
+    """The modules status and apply import, and a digest taken, load no OpenSSL through hashlib (3 ms of every
+    start): a status hashes a few small files (the profile's, the patched ones) with CPython's own sha256."""
+    code = (
+        "import sys\nfrom ascendfix.cli import patches\nfrom ascendfix.transforms import registry\n"
+        "from ascendfix.fsutil import sha256_bytes\nsha256_bytes(b'x')\nprint('hashlib' in sys.modules)"
+    )
+    result = ascendfix_cli(code=code)
+    assert result.returncode == 0 and result.stdout.strip() == "False", result.stderr

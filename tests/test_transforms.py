@@ -480,3 +480,24 @@ def test_real_torch_region_path_is_the_whole_file_path(monkeypatch, version, pid
     (func,) = [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == transform.function]
     (node,) = [s for s in lines.tree.body if getattr(s, "name", None) == transform.function]
     assert source_fingerprint(lines, node) == fingerprint(module, func)
+
+
+def test_a_template_function_a_marker_would_change_is_refused_for_every_patch_that_inserts_it():
+    """The markers land only in comments: a template function with a line inside a multi-line string is
+    refused, whichever patch inserts it (checked once per function); any other is inserted with every
+    non-blank line carrying the patch's own marker."""
+    from ascendfix.transforms import fast_overlap
+    from ascendfix.transforms.base import marker
+    from ascendfix.transforms.cst_util import code_of
+
+    text = 'def _ascendfix_doc():\n    return """one\n    two"""'
+    spread = "def _ascendfix_sum(x):\n    return (x +\n            1)\n\n    # a comment"
+    functions = {"_ascendfix_doc": text, "_ascendfix_sum": spread}
+    template = fast_overlap._Template({}, functions, {name: set() for name in functions})
+    for pid in ("verl-a", "torch-b"):
+        with pytest.raises(TransformError, match=r"_ascendfix_doc\(\) has a multi-line string a marker would land"):
+            fast_overlap._helper_defs(template, "_ascendfix_doc", pid)
+        (inserted,) = fast_overlap._helper_defs(template, "_ascendfix_sum", pid)
+        lines = code_of(inserted).strip("\n").splitlines()
+        assert [line.endswith(f"  {marker(pid)}") for line in lines] == [True, True, True, False, True]
+        assert "\n".join(line.replace(f"  {marker(pid)}", "") for line in lines) == spread

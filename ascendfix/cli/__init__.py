@@ -76,10 +76,11 @@ def _resume_collector() -> None:
 
 
 def entry() -> None:
-    """The ``ascendfix`` command (console script and ``python -m ascendfix``): :func:`main`, as a process.
+    """The ``ascendfix`` command (console script and ``python -m ascendfix``, through
+    :func:`ascendfix.__main__.run`, which pauses the collector before click's import): :func:`main`, as a process.
 
     The imports make thousands of objects that live as long as the process and hold no garbage, and
-    the collector would walk them again and again while they are made (4% of what ``status`` executes):
+    the collector would walk them again and again while they are made (7% of what ``status`` executed):
     it is paused until the command's module is in (:func:`_resume_collector`). When the
     command is done the process exits, and the interpreter's final garbage collection would walk
     every object again; frozen, they are left to the exit. Tests call :func:`main` directly, where

@@ -1,7 +1,5 @@
 """``apply``, ``revert``, ``status``, ``diff``: the patch engine's commands."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Any, NamedTuple
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from ascendfix.errors import RefusedError, UsageError
 from ascendfix.patching import journal
-from ascendfix.patching import revert as reverting
 from ascendfix.patching.evaluate import Evaluation, PatchStatus, Plan, Selection
 from ascendfix.patching.proof import restorer
 from ascendfix.site import Site
@@ -150,6 +149,8 @@ def revert(selection: Selection, on_wait: journal.OnWait | None = None) -> list[
     if selection.patches and not selection.roots():
         found = "; ".join(sorted({t.how for t in selection.targets.values()}))
         raise RefusedError(f"revert: none of the profile's packages was found ({found}); nothing to revert")
+    from ascendfix.patching import revert as reverting  # here: status and apply never need it
+
     with _session(selection, on_wait) as session:
         planned = reverting.plan(Evaluation(selection))
         session.write("revert", planned.writes)

@@ -7,8 +7,6 @@ form's forward on that original reproduces the file byte for byte. Anything shor
 an edit at some sites only, or the edit and something else (with what else differs).
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import NamedTuple
 

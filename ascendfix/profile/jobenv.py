@@ -5,8 +5,6 @@ variables from here, so every one of them decides alike which value wins (yours 
 profile's; path lists such as LD_LIBRARY_PATH are prepended to, never replaced).
 """
 
-from __future__ import annotations
-
 import resource
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple

@@ -4,8 +4,6 @@ Transforms import libcst (and ``cst_util``) on first use, inside their methods: 
 engine's fast paths (status, a no-op apply) never parse a file, and must start fast.
 """
 
-from __future__ import annotations
-
 from typing import ClassVar, NamedTuple
 
 MARKER_PREFIX = "# ascendfix: "

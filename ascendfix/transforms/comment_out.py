@@ -1,7 +1,5 @@
 """Comment a module-level assignment out and assign another value below it, as a hand edit does."""
 
-from __future__ import annotations
-
 import ast
 
 from ascendfix.transforms.base import MARKER_PREFIX, Outcome, Transform, TransformError

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import hashlib
 import os
 import stat
 from collections.abc import Callable
@@ -84,6 +83,8 @@ def _is_helper(stmt: ast.stmt) -> bool:
 
 
 def _digest(parts: list[str]) -> str:
+    import hashlib  # here, not at the top: status and a no-op apply import this module but never digest
+
     return hashlib.sha256("\n".join(_canonical_code(p) for p in parts).encode()).hexdigest()
 
 
@@ -147,12 +148,25 @@ def _helper_defs(template: _Template, helper: str, patch_id: str) -> list[Statem
     for name, code in template.functions.items():
         if name not in needed:
             continue
-        marked = "\n".join(f"{line}  {marker(patch_id)}" if line.strip() else line for line in code.splitlines())
-        if _canonical_code(marked) != _canonical_code(code):
+        if not _markable(code):
             raise TransformError(f"template function {name}() has a multi-line string a marker would land in")
-        (func,) = cst.parse_module(marked + "\n").body
+        (func,) = cst.parse_module(_marked(code, patch_id) + "\n").body
         defs.append(func.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
     return defs
+
+
+def _marked(code: str, patch_id: str) -> str:
+    """``code`` with ``patch_id``'s marker at the end of every line that is not blank."""
+    return "\n".join(f"{line}  {marker(patch_id)}" if line.strip() else line for line in code.splitlines())
+
+
+@functools.lru_cache(maxsize=256)
+def _markable(code: str) -> bool:
+    """Whether ``code`` means the same with a marker at the end of each line (no line ends inside a multi-line
+    string): asked once per template function, not once per patch that inserts it (a cold apply of the two
+    fast-validate patches parsed each shared function twice), as a patch id (letters, digits and dashes,
+    :data:`~ascendfix.profile.schema.ID`) cannot change what a comment is."""
+    return _canonical_code(_marked(code, "patch")) == _canonical_code(code)
 
 
 def _parts(

@@ -1,7 +1,5 @@
 """Make a function return right after its docstring, and tell a hand-written early return."""
 
-from __future__ import annotations
-
 import ast
 
 from ascendfix.transforms.base import MARKER_PREFIX, HandEditError, Outcome, Transform, TransformError, marker

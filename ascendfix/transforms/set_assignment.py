@@ -1,7 +1,5 @@
 """Set the value of a module-level assignment."""
 
-from __future__ import annotations
-
 from ascendfix.transforms.base import Outcome, Transform
 
 
