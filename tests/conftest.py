@@ -49,7 +49,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 # in seconds (ray smoke's --timeout, ray wait's, a stuck rank's gloo timeout, watch's learned bound) run on one
 # worker, one after another, as the "jobs" group: two of them side by side on this project's 2-core machine
 # overran those bounds. The other worker takes the rest, ray smoke's fault fabric (tests/test_ray_faults.py,
-# mostly waiting on its dropped links) first.
+# mostly waiting on its dropped links) first. A slow test marked ``beside_jobs`` (a real job that proves no bound in
+# seconds and shares no module fixture: a refusal in one line, say) runs on the other worker, beside the group.
 JOBS = "jobs"
 JOB_MODULES = tuple(
     f"tests/test_{name}.py" for name in ("cluster", "ray", "ray_smoke", "ray_start", "triage", "triage_jobs", "watch")
@@ -66,11 +67,14 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
 
 
 def _group(item: pytest.Item) -> str:
-    """The test's xdist group (its own node id: none): ``JOBS`` for the slow tests of ``JOB_MODULES`` and the
-    tests there sharing a module fixture, its module for another test sharing a module fixture."""
+    """The test's xdist group (its own node id: none): ``JOBS`` for the slow tests of ``JOB_MODULES`` (those
+    marked ``beside_jobs`` aside) and the tests there sharing a module fixture, its module for another test sharing
+    a module fixture."""
     module = item.nodeid.split("::", 1)[0]
     shares = _shares_a_module_fixture(item)
-    if module in JOB_MODULES and (shares or item.get_closest_marker("slow")):
+    if module in JOB_MODULES and (
+        shares or (item.get_closest_marker("slow") and not item.get_closest_marker("beside_jobs"))
+    ):
         return JOBS
     return module if shares else item.nodeid
 

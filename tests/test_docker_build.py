@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -106,7 +107,11 @@ def standin_site(dest: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def standin_stack(tmp_path_factory):
-    """A stand-in stack image in buildah's storage; removed afterwards."""
+    """A stand-in stack image in buildah's storage; removed afterwards, with every image the module's builds left.
+
+    The builds' step images stay until then: with ``--layers``, a later build of the same first steps takes
+    them from that cache (on the vfs driver every committed step copies the whole rootfs, about 10 s each).
+    """
     context = tmp_path_factory.mktemp("standin")
     shutil.copy(rootfs_tar(), context / "rootfs.tar")
     shutil.copy(CA_BUNDLE, context / "ca-certificates.crt")  # this network's trust roots, for pip inside the build
@@ -117,20 +122,25 @@ def standin_stack(tmp_path_factory):
     image = f"localhost/ascendfix-standin:{uuid.uuid4().hex[:12]}"
     buildah("bud", "--isolation", "chroot", "-q", "-t", image, str(context))
     shutil.rmtree(context)
-    yield image
-    buildah("rmi", "-f", image, check=False)
+    before = _image_ids()
+    try:
+        yield image
+    finally:
+        if new := _image_ids() - before:
+            buildah("rmi", "-f", *new, check=False)
+        buildah("rmi", "-f", image, check=False)
 
 
 def _image_ids() -> set[str]:
     return {image["id"] for image in json.loads(buildah("images", "-a", "--json").stdout or "[]")}
 
 
-@contextlib.contextmanager
-def build_patched(stack_image: str, context: Path):
-    """docker/Dockerfile's ``patched`` stage on ``stack_image``: the result, and each step's image by command.
+def build_patched(stack_image: str, context: Path) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    """docker/Dockerfile's ``patched`` stage on ``stack_image``: the result, and the image of each step this build
+    ran (not one it took from the cache), by command.
 
     ``--layers`` keeps every finished step as an image, so a build that stops at a later step still
-    shows what the earlier ones left; all of them are removed afterwards.
+    shows what the earlier ones left; :func:`standin_stack` removes them all at the module's end.
     """
     before = _image_ids()
     args = ["--isolation", "chroot", "--layers", "--target", "patched", "--build-arg", f"STACK_IMAGE={stack_image}"]
@@ -143,18 +153,16 @@ def build_patched(stack_image: str, context: Path):
         )
         created = history.stdout.strip().splitlines()[-1]  # "|1 STACK_PATH= /bin/sh -c CMD" with build args
         steps[re.sub(r"^\|\d+ (?:\S+=\S* )*", "", created).removeprefix("/bin/sh -c ")] = image
-    try:
-        yield result, steps
-    finally:
-        if new:
-            buildah("rmi", "-f", *new, check=False)
+    return result, steps
 
 
-def run_in(image: str, *command: str) -> subprocess.CompletedProcess:
-    """Run a command in a container of ``image``; the container is removed afterwards."""
+@contextlib.contextmanager
+def container_of(image: str) -> Iterator[Callable[..., subprocess.CompletedProcess]]:
+    """One container of ``image`` (made once: on vfs that copies the rootfs), and a function running a command
+    in it; the container is removed afterwards."""
     container = buildah("from", "--pull=never", image).stdout.strip()
     try:
-        return buildah("run", "--isolation", "chroot", container, "--", *command, check=False)
+        yield lambda *command: buildah("run", "--isolation", "chroot", container, "--", *command, check=False)
     finally:
         buildah("rm", container, check=False)
 
@@ -177,15 +185,16 @@ def test_build_step_patches_the_stack(standin_stack, tmp_path):
     digest = hashlib.sha256((upstream.verl_tree("0.5.0") / RAY_TRAINER).read_bytes()).hexdigest()
     with open(context / "patches" / f"{GRPO}.toml", "a") as f:
         f.write(f'\n[[files.preimages]]\nsha256 = "{digest}"\nlabel = "verl 0.5.0 wheel (stand-in stack)"\n')
-    with build_patched(standin_stack, context) as (result, steps):
-        log = result.stdout + result.stderr
-        for pid in ("verl-cuda-probe-off", GRPO):
-            assert f"applied         {pid} (applied)" in log, log[-3000:]
-        for pid in ("torch-shard-overlap-check", "torch-global-plan-check"):  # torch keeps validating
-            assert f"applied         {pid} [fast-validate] (applied)" in log, log[-3000:]
-        assert "4 patch(es) applied" in log
-        # What the apply step left in the image: every NPU patch applied, the DAPO recipe absent from a wheel.
-        status = run_in(steps[APPLY], "ascendfix", "status", "--profile", "verl-796871d", "--device", "npu", "--json")
+    result, steps = build_patched(standin_stack, context)
+    log = result.stdout + result.stderr
+    for pid in ("verl-cuda-probe-off", GRPO):
+        assert f"applied         {pid} (applied)" in log, log[-3000:]
+    for pid in ("torch-shard-overlap-check", "torch-global-plan-check"):  # torch keeps validating
+        assert f"applied         {pid} [fast-validate] (applied)" in log, log[-3000:]
+    assert "4 patch(es) applied" in log
+    # What the apply step left in the image: every NPU patch applied, the DAPO recipe absent from a wheel.
+    with container_of(steps[APPLY]) as run_in:
+        status = run_in("ascendfix", "status", "--profile", "verl-796871d", "--device", "npu", "--json")
         assert status.returncode == 0, status.stdout + status.stderr
         states = {p["id"]: p["state"] for p in json.loads(status.stdout)["patches"]}
         assert states == {
@@ -195,8 +204,7 @@ def test_build_step_patches_the_stack(standin_stack, tmp_path):
             GRPO: "applied",
             "verl-dapo-no-interleave": "not-applicable",
         }
-        device_py = run_in(steps[APPLY], "cat", f"/{SITE}/verl/utils/device.py").stdout
-        assert "# ascendfix: verl-cuda-probe-off" in device_py
+        assert "# ascendfix: verl-cuda-probe-off" in run_in("cat", f"/{SITE}/verl/utils/device.py").stdout
     # The stand-in carries only what the patches edit, so the stage then stops at its doctor step: vllm,
     # torch-npu, transformers... are not installed in it, and its Python is 3.11 (doctor --strict failing on
     # a stack that is not the manifest's is the point).
@@ -206,9 +214,9 @@ def test_build_step_patches_the_stack(standin_stack, tmp_path):
 
 
 def test_a_drifted_stack_fails_the_build(standin_stack, tmp_path):
-    with build_patched(standin_stack, repo_context(tmp_path / "context")) as (result, steps):
-        log = result.stdout + result.stderr
-        assert APPLY not in steps  # the apply step left no image
+    result, steps = build_patched(standin_stack, repo_context(tmp_path / "context"))
+    log = result.stdout + result.stderr
+    assert APPLY not in steps  # the apply step left no image
     assert result.returncode != 0
     assert "error: refused, nothing was changed" in log
     assert f"{GRPO}: {RAY_TRAINER} is not a known original (sha256 differs) and --strict is set" in log

@@ -161,6 +161,18 @@ def test_a_port_slower_than_the_clusters_usual_speed_is_named_and_the_usual_spee
     assert job._floor(None) is None
 
 
+def test_the_placement_waits_only_for_the_groups_the_nodes_totals_can_hold():
+    class _Ray:
+        @staticmethod
+        def nodes():
+            big, one, small = {"CPU": 16.0, "NPU": 16.0}, {"CPU": 8.0, "NPU": 8.0}, {"CPU": 2.0, "NPU": 8.0}
+            alive = [{"Alive": True, "Resources": r} for r in (big, one, small)]  # big holds two groups of 8
+            return [*alive, {"Alive": False, "Resources": big}]
+
+    assert raysmoke._groups_held(_Ray(), 8, {"CPU": 1, "NPU": 1}) == 3  # the small node and the dead one hold none
+    assert raysmoke._groups_held(_Ray(), 8, {"CPU": 1, "GPU": 1}) == 0  # no GPU anywhere: nothing to wait for
+
+
 ETH0 = Interface("eth0", 2, True, "up", ("10.0.0.5",), 1500)
 
 
@@ -934,6 +946,7 @@ def test_smoke_for_a_script_names_the_node_whose_cpus_cannot_hold_the_jobs_place
 
 
 @pytest.mark.slow
+@pytest.mark.beside_jobs  # each command refuses at once (no bound in seconds); its own namespace and head
 def test_a_cluster_that_wants_a_token_refuses_in_one_line_with_the_fix(tmp_path):
     """The head started where ~/.ray/auth_token exists (Ray turns token authentication on by itself); ray smoke,
     ray wait and a --ray command from a home without the token each say so in one line, with the fix."""

@@ -290,9 +290,10 @@ def test_run_watches_the_job_and_on_stall_abort_ends_it_and_triage_names_the_sam
 @pytest.mark.slow
 def test_run_beside_a_command_that_is_no_ray_job_stops_its_watch_and_no_watch_starts_none(cluster, tmp_path):
     base = ["run", "--device", "cuda", "--no-preflight"]
-    for flags, folder in (((), "watched"), (("--no-watch",), "unwatched")):
+    # the watched command runs long enough for its watch to start; with no watch there is nothing to wait for
+    for flags, folder, command in (((), "watched", "sleep 8; echo done"), (("--no-watch",), "unwatched", "echo done")):
         proc = cli.run(
-            *base, *flags, "--log-dir", tmp_path / folder, "sh", "-c", "sleep 8; echo done",
+            *base, *flags, "--log-dir", tmp_path / folder, "sh", "-c", command,
             prefix=cluster.netns.prefix, env=cluster.env, clean_env=True, cwd=REPO, timeout=120,
         )  # fmt: skip
         assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr

@@ -210,8 +210,10 @@ class _Job:
         ray, by_id, bundle = self.ray, self.by_id, {"CPU": 1, self.unit: 1}
         bound = self.budget.share(0.2, 60.0)
         groups = [placement_group([dict(bundle) for _ in range(count)], strategy="STRICT_PACK") for _ in by_id]
+        possible = min(len(groups), _groups_held(ray, count, bundle))  # no wait places the others anywhere
         try:
-            ready, _ = ray.wait([g.ready() for g in groups], num_returns=len(groups), timeout=bound)
+            if possible:
+                ray.wait([g.ready() for g in groups], num_returns=possible, timeout=bound)
             placed = {}
             for g in groups:
                 nodes = set(placement_group_table(g).get("bundles_to_node_id", {}).values())
@@ -228,9 +230,10 @@ class _Job:
             if nid in placed:
                 node.checks.append(Check("placement", shape, OK, f"verl's STRICT_PACK group of {shape} fits here"))
             else:
+                when = f"within {bound:.0f} s" if possible == len(groups) else f"(the nodes hold {possible} in all)"
                 why = (
-                    f"verl's STRICT_PACK group of {shape} (one per node) could not be placed here within "
-                    f"{bound:.0f} s: free here {left} (the job would hang in pg.ready())"
+                    f"verl's STRICT_PACK group of {shape} (one per node) could not be placed here {when}: "
+                    f"free here {left} (the job would hang in pg.ready())"
                 )
                 node.checks.append(Check("placement", f"free {left}", FAIL, why))
 
@@ -398,6 +401,17 @@ def _compare_speed(speed: Mapping[str, Mapping[str, int]], by_id: Mapping[str, N
                 why = f"hccn_tool -i {npu} -speed -g: {mbps} Mb/s here, {usual} on most NPU ports (cable or optics?)"
                 by_id[nid].checks.append(Check(f"npu {npu} speed", f"{mbps} Mb/s", WARN, why))
     return usual
+
+
+def _groups_held(ray: ModuleType, count: int, bundle: Mapping[str, float]) -> int:
+    """How many STRICT_PACK groups of ``count`` × ``bundle`` the alive nodes' total resources hold at most (a
+    group lands on one node): the placement waits for no more than these, the others never fit."""
+    held = 0
+    for node in ray.nodes():
+        if node.get("Alive"):
+            total = node.get("Resources", {})
+            held += min(int(total.get(key, 0) // (need * count)) for key, need in bundle.items())
+    return held
 
 
 def _free_resources(ray: ModuleType) -> dict[str, dict[str, float]]:
