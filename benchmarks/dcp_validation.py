@@ -37,7 +37,8 @@ keeps its candidates, filtered one dimension at a time before torch's own test. 
 side by side, per torch version, for those layouts and for the big grid ones (the expert tensors, the whole
 checkpoint).
 
-Times are this process's CPU time (``time.process_time``): the figures hold on a machine others share.
+Times are this process's CPU time (``time.process_time``), each run's after the garbage of the runs before it is
+collected: the figures hold on a machine others share.
 
 ``--equivalence 10000`` also runs the hypothesis equivalence properties of
 tests/test_fast_validate.py with that many examples per function and torch version.
@@ -46,6 +47,7 @@ tests/test_fast_validate.py with that many examples per function and torch versi
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shlex
 import subprocess
@@ -182,12 +184,20 @@ def speedups(times: dict[str, float]) -> str:
     return " ".join(f"{times[f'stock {v}'] / times[f'fast {v}']:10.0f}x" for v in VERSIONS[:2])
 
 
+def clocked(func, logger, args) -> tuple[float, tuple]:
+    """CPU seconds of one run and its outcome, the garbage of earlier runs collected first (so a run does not pay
+    for the collection another run's garbage brings on; its own garbage it pays for)."""
+    gc.collect()
+    start = CLOCK()
+    result = outcome(func, logger, *args)
+    return CLOCK() - start, result
+
+
 def timed(func, logger, args, runs: int) -> tuple[float, tuple]:
     best, result = float("inf"), None
     for _ in range(runs):
-        start = CLOCK()
-        result = outcome(func, logger, *args)
-        best = min(best, CLOCK() - start)
+        seconds, result = clocked(func, logger, args)
+        best = min(best, seconds)
     return best, result
 
 
@@ -249,9 +259,8 @@ def paired(stock: tuple, fast: tuple, args: tuple, runs: int) -> tuple[float, tu
     results: list = [None, None]
     for _ in range(runs):
         for k, (func, logger) in enumerate((stock, fast)):
-            start = CLOCK()
-            results[k] = outcome(func, logger, *args)
-            best[k] = min(best[k], CLOCK() - start)
+            seconds, results[k] = clocked(func, logger, args)
+            best[k] = min(best[k], seconds)
     return best[0], results[0], best[1], results[1]
 
 
