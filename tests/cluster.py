@@ -358,3 +358,27 @@ def local_cluster(base: Path, netns: Netns, names: tuple[str, ...], **node) -> I
     finally:
         left = c.stop()
         assert not left, f"Ray processes still running after SIGTERM to ray start --block: {left}"
+
+
+SMALL_NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "env_vars": {"PYTHONPATH": str(REPO)}}
+
+
+@contextmanager
+def local_head(prefix: str) -> Iterator[tuple[object, str]]:
+    """A ``ray.cluster_utils.Cluster`` whose head (:data:`SMALL_NODE`, this checkout on PYTHONPATH) runs on loopback
+    in a temp folder of its own, named from ``prefix`` (short: it holds sockets): (the cluster, that folder). Shut
+    down afterwards, what it left killed and the folder removed."""
+    cluster_utils = pytest.importorskip("ray.cluster_utils")
+    temp = tempfile.mkdtemp(prefix=prefix)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_TMPDIR", temp)  # Cluster writes ray_current_cluster there, not into the host's /tmp/ray
+        os.mkdir(os.path.join(temp, "ray"))
+        with one_ray_start():
+            c = cluster_utils.Cluster(True, head_node_args={**SMALL_NODE, "temp_dir": temp, "include_dashboard": False})
+        try:
+            yield c, temp
+        finally:
+            c.shutdown()
+            for pid in ours(f"RAY_TMPDIR={temp}"):  # what this cluster started and left
+                os.kill(pid, signal.SIGKILL)
+            shutil.rmtree(temp, ignore_errors=True)

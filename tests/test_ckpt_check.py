@@ -29,7 +29,7 @@ from ascendfix.resources import data_dir
 from click.testing import CliRunner
 
 from tests import cli, upstream
-from tests.cluster import one_ray_start
+from tests.cluster import SMALL_NODE, local_head, one_ray_start
 
 REPO = Path(__file__).resolve().parent.parent
 NO_TORCH = "torch is not installed (pip install torch==2.13.0: the CPU build is enough)"
@@ -622,24 +622,12 @@ def test_a_symlinked_metadata_or_common_pt_is_not_followed(tmp_path):
 @pytest.fixture(scope="module")
 def two_ray_nodes():
     """A head and a worker on this machine, bound to loopback, each with this checkout on PYTHONPATH."""
-    cluster_utils = pytest.importorskip("ray.cluster_utils")
-    temp = tempfile.mkdtemp(prefix="ckray")  # the cluster's own session folder (short: it holds sockets)
-    small = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "env_vars": {"PYTHONPATH": str(REPO)}}
-    small["temp_dir"] = temp
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RAY_TMPDIR", temp)  # Cluster writes ray_current_cluster there, not into the host's /tmp/ray
-        os.mkdir(os.path.join(temp, "ray"))
+    with local_head("ckray") as (c, temp):
         with one_ray_start():
-            c = cluster_utils.Cluster(True, head_node_args={**small, "temp_dir": temp, "include_dashboard": False})
-        try:
-            with one_ray_start():
-                worker = c.add_node(**small)
-            c.wait_for_nodes()
-            assert {c.head_node.node_ip_address, worker.node_ip_address} == {"127.0.0.1"}  # loopback only
-            yield c
-        finally:
-            c.shutdown()
-            shutil.rmtree(temp, ignore_errors=True)
+            worker = c.add_node(**SMALL_NODE, temp_dir=temp)
+        c.wait_for_nodes()
+        assert {c.head_node.node_ip_address, worker.node_ip_address} == {"127.0.0.1"}  # loopback only
+        yield c
 
 
 @pytest.mark.slow

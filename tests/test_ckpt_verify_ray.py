@@ -14,12 +14,10 @@ arguments.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,10 +28,9 @@ from ascendfix.checkpoint import check
 from ascendfix.checkpoint.verify import nodes, run
 
 from tests import conversion
-from tests.cluster import REPO, one_ray_start, ours
+from tests.cluster import REPO, SMALL_NODE, local_head, one_ray_start
 
 FC1 = "decoder.layers.mlp.experts.experts.linear_fc1.weight"
-SMALL = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "env_vars": {"PYTHONPATH": str(REPO)}}
 
 
 @pytest.fixture(scope="module")
@@ -42,31 +39,12 @@ def built():
     return conversion.built()
 
 
-@contextmanager
-def _head() -> Iterator[tuple[object, str]]:
-    """A Ray head on loopback in a temp folder of its own: (the cluster, its temp folder)."""
-    cluster_utils = pytest.importorskip("ray.cluster_utils")
-    temp = tempfile.mkdtemp(prefix="cvray")  # short: it holds sockets
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RAY_TMPDIR", temp)  # Cluster writes ray_current_cluster there, not into the host's /tmp/ray
-        os.mkdir(os.path.join(temp, "ray"))
-        with one_ray_start():
-            c = cluster_utils.Cluster(True, head_node_args={**SMALL, "temp_dir": temp, "include_dashboard": False})
-        try:
-            yield c, temp
-        finally:
-            c.shutdown()
-            for pid in ours(f"RAY_TMPDIR={temp}"):  # what this cluster started and left
-                os.kill(pid, signal.SIGKILL)
-            shutil.rmtree(temp, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def shared_nodes():
     """A head and a worker on this machine: both see the same files, as nodes on shared storage do."""
-    with _head() as (c, temp):
+    with local_head("cvray") as (c, temp):
         with one_ray_start():
-            c.add_node(**SMALL, temp_dir=temp)
+            c.add_node(**SMALL_NODE, temp_dir=temp)
         c.wait_for_nodes()
         yield c
 
@@ -167,7 +145,7 @@ def _worker_with_its_own_copy(head, temp: str, copy: Path, at: Path) -> Iterator
 def test_on_node_local_storage_each_node_verifies_its_own_copy(built, ascendfix_cli, tmp_path):
     converted = conversion.copy(built["moe-mcore-pp2"], tmp_path / "mcore")  # the head's copy
     other = conversion.copy(built["moe-mcore-pp2"], tmp_path / "worker-disk")  # the worker's, at the same path
-    with _head() as (head, temp), _worker_with_its_own_copy(head, temp, other, converted):
+    with local_head("cvray") as (head, temp), _worker_with_its_own_copy(head, temp, other, converted):
         alone = verify(ascendfix_cli, built["moe"], converted)[1]
         code, report = verify(ascendfix_cli, built["moe"], converted, "--ray", head.address)
         assert code == 0, report
@@ -272,7 +250,7 @@ def test_on_node_local_storage_a_save_split_across_the_nodes_is_proven_as_one(bu
     rank0, rank1 = _split(built["moe-mcore-pp2"], converted, other)
     assert record.path.name in rank1
     alone = verify(ascendfix_cli, built["moe"], built["moe-mcore-pp2"])[1]
-    with _head() as (head, temp), _worker_with_its_own_copy(head, temp, other, converted):
+    with local_head("cvray") as (head, temp), _worker_with_its_own_copy(head, temp, other, converted):
         code, report = verify(ascendfix_cli, built["moe"], converted, "--ray", head.address)
         assert code == 0, report["problems"]
         assert report["ok"] and report["problems"] == []
