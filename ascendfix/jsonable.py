@@ -2,14 +2,13 @@
 and one way to read JSON from a file ascendfix did not just write (:func:`loads`, nesting bounded).
 
 :func:`jsonable` knows the shapes the package builds its results from — an object's own
-``to_json()`` (a JSON contract), NamedTuples, dataclasses, enums, paths, sets, sequences and
+``to_json()`` (a JSON contract), NamedTuples, dataclasses, Names (:mod:`~ascendfix.states`), paths, sets, sequences and
 mappings — and refuses anything else, so nothing reaches a JSON file as a Python repr.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import Enum
 from pathlib import PurePath
 from typing import Any
 
@@ -39,10 +38,8 @@ def jsonable(obj: Any) -> Any:
     a value that has no JSON form."""
     if obj is None or isinstance(obj, (bool, int, float)):
         return obj
-    if isinstance(obj, Enum):
-        return jsonable(obj.value)
     if isinstance(obj, str):
-        return obj
+        return str(obj)  # a Name (ascendfix.states) as its plain spelling
     if callable(getattr(obj, "to_json", None)):
         return jsonable(obj.to_json())
     if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
@@ -63,8 +60,9 @@ def jsonable(obj: Any) -> Any:
 
 
 def _key(key: Any) -> Any:
-    """A mapping's key as JSON takes it: a string or number (an enum by its value)."""
-    key = key.value if isinstance(key, Enum) else key
-    if key is None or isinstance(key, (str, int, float, bool)):
+    """A mapping's key as JSON takes it: a string (a Name by its spelling) or number."""
+    if isinstance(key, str):
+        return str(key)
+    if key is None or isinstance(key, (int, float, bool)):
         return key
     raise TypeError(f"a {type(key).__name__} key has no JSON form")

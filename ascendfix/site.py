@@ -12,6 +12,8 @@ locates a top-level package) and ``importlib.metadata``. The probe runs in-proce
 when the target is the interpreter ascendfix itself runs in.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
@@ -19,11 +21,12 @@ import threading
 from collections.abc import Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from ascendfix import resources
 from ascendfix.errors import UsageError
 from ascendfix.profile.records import Profile
+from ascendfix.tuples import NamedTuple
 
 if TYPE_CHECKING:  # jobenv is imported where a job's environment is made (status and apply make none)
     from ascendfix.profile.jobenv import EnvSetting
@@ -127,7 +130,7 @@ class Probe(NamedTuple):
     installed: tuple[Installed, ...]  # every installed distribution ("everything" only)
 
     @classmethod
-    def from_json(cls, data: dict) -> "Probe":
+    def from_json(cls, data: dict) -> Probe:
         """The probe's JSON answer as a Probe."""
         dists = {n: Distribution(**d) if d else None for n, d in data["distributions"].items()}
         installed = tuple(Installed(d["name"], d["version"], tuple(d["requires"])) for d in data.get("installed", ()))
@@ -362,7 +365,7 @@ class Site:
         return {(module, name): _has_marker(found[module].root, module, name) for module, name in pairs}
 
     @cached_property
-    def settings(self) -> list["EnvSetting"]:
+    def settings(self) -> list[EnvSetting]:
         """The profile's variables for the device, resolved against :attr:`environ` (yours win)."""
         from ascendfix.profile.jobenv import resolve_env
 

@@ -38,6 +38,7 @@ def test_records_become_plain_data():
         "note": {"state": "drifted", "pins": [{"name": "verl", "where": "/opt/verl"}], "tags": ["a", "b"]},
         "applied": [{"shown": "only this"}],
     }
+    assert {type(data["note"]["state"]), *map(type, data)} == {str}  # a State as its plain spelling
     assert json.loads(json.dumps(data)) == data
 
 

@@ -41,7 +41,7 @@ def _declared(wing: str) -> set[str]:
 
 def test_every_sub_package_is_a_known_wing_and_few_modules_are_loose():
     assert {p.parent.name for p in PACKAGE.glob("*/__init__.py")} == set(WINGS)
-    assert len(LOOSE - {"__init__", "__main__"}) <= 8, sorted(LOOSE)
+    assert len(LOOSE - {"__init__", "__main__"}) <= 9, sorted(LOOSE)
 
 
 def test_each_wing_imports_only_what_its_docstring_names():

@@ -486,6 +486,7 @@ def test_a_template_function_a_marker_would_change_is_refused_for_every_patch_th
     """The markers land only in comments: a template function with a line inside a multi-line string is
     refused, whichever patch inserts it (checked once per function); any other is inserted with every
     non-blank line carrying the patch's own marker."""
+    import libcst as cst
     from ascendfix.transforms import fast_overlap
     from ascendfix.transforms.base import marker
     from ascendfix.transforms.cst_util import code_of
@@ -496,8 +497,11 @@ def test_a_template_function_a_marker_would_change_is_refused_for_every_patch_th
     template = fast_overlap._Template({}, functions, {name: set() for name in functions})
     for pid in ("verl-a", "torch-b"):
         with pytest.raises(TransformError, match=r"_ascendfix_doc\(\) has a multi-line string a marker would land"):
-            fast_overlap._helper_defs(template, "_ascendfix_doc", pid)
-        (inserted,) = fast_overlap._helper_defs(template, "_ascendfix_sum", pid)
+            fast_overlap._helper_texts(template, "_ascendfix_doc", pid)
+        (marked,) = fast_overlap._helper_texts(template, "_ascendfix_sum", pid)
+        (inserted,) = fast_overlap._helper_defs([marked])
+        # what an apply on the region path writes without libcst is what libcst regenerates
+        assert cst.Module(body=[inserted]).bytes == fast_overlap._helpers_as_written([marked])
         lines = code_of(inserted).strip("\n").splitlines()
         assert [line.endswith(f"  {marker(pid)}") for line in lines] == [True, True, True, False, True]
         assert "\n".join(line.replace(f"  {marker(pid)}", "") for line in lines) == spread

@@ -8,5 +8,5 @@ template's own scan; ``check`` checks the files and runs the whole ``ckpt check`
 holds Megatron's files and the HF config's layer and expert counts; ``views`` is one node's file
 view for ``--ray``.
 
-May import: the loose modules ``errors``, ``states``, ``resources``, ``fsutil``, ``jsonable``. Never torch.
+May import: the loose modules ``errors``, ``states``, ``resources``, ``fsutil``, ``jsonable``, ``tuples``. Never torch.
 """

@@ -30,9 +30,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
 
 from ascendfix.errors import AscendfixError
+from ascendfix.tuples import NamedTuple
 
 MEMORY = 4 << 30  # a check's memory, whatever its files: a 235B save's 6 MB .metadata takes about 120 MB
 STEP_SECONDS = 120.0  # the most one step may take (a 235B save's 6 MB .metadata loads in 0.1 s)

@@ -18,12 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
 from operator import add, lt
 from pathlib import Path
-from typing import NamedTuple
 
 from ascendfix.checkpoint import bounded, frames, geometry, layout, leftovers, megatron, pickles, proof
 from ascendfix.checkpoint.megatron import ModelShape
 from ascendfix.checkpoint.report import CheckReport, Problem
 from ascendfix.errors import AscendfixError, UsageError
+from ascendfix.tuples import NamedTuple
 
 _SHOWN = 3
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 from itertools import repeat
 from operator import add
-from typing import NamedTuple
+
+from ascendfix.tuples import NamedTuple
 
 LOCAL_HEADER = b"PK\x03\x04"
 END_RECORD = b"PK\x05\x06"

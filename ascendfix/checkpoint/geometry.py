@@ -15,9 +15,9 @@ import math
 from collections.abc import Sequence
 from itertools import chain, islice, product
 from operator import add
-from typing import NamedTuple
 
 from ascendfix.resources import data_dir
+from ascendfix.tuples import NamedTuple
 
 TEMPLATE = "templates/fast_overlap.py"
 _SHOWN = 3  # overlapping pairs named per tensor

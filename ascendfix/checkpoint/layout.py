@@ -11,10 +11,11 @@ from collections.abc import Iterable, Mapping
 from itertools import chain, repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, TypeGuard
 
 from ascendfix.checkpoint import bounded, pickles
 from ascendfix.errors import AscendfixError
+from ascendfix.tuples import NamedTuple
 
 METADATA = ".metadata"
 

@@ -21,13 +21,13 @@ import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
 
 from ascendfix.checkpoint import bounded, pickles
 from ascendfix.checkpoint.layout import Tensor
 from ascendfix.checkpoint.report import Problem
 from ascendfix.errors import UsageError
 from ascendfix.jsonable import loads
+from ascendfix.tuples import NamedTuple
 
 CONFIG = "metadata.json"
 COMMON = "common.pt"

@@ -26,11 +26,12 @@ import pickle
 import posixpath
 import stat
 import zipfile
-from typing import Any, NamedTuple
+from typing import Any
 
 from ascendfix.checkpoint import prescan
 from ascendfix.checkpoint.prescan import Unreadable
 from ascendfix.errors import AscendfixError
+from ascendfix.tuples import NamedTuple
 
 _DCP = "torch.distributed.checkpoint.metadata"
 _FS = "torch.distributed.checkpoint.filesystem"

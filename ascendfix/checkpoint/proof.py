@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 import os
 import struct
-from typing import NamedTuple
 
 from ascendfix.checkpoint import bounded, pickles
+from ascendfix.tuples import NamedTuple
 
 try:
     from isal.isal_zlib import crc32

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from ascendfix.tuples import NamedTuple
 
 
 class Problem(NamedTuple):

@@ -11,7 +11,9 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
+
+from ascendfix.tuples import NamedTuple
 
 if TYPE_CHECKING:
     from ascendfix.checkpoint.megatron import ModelShape

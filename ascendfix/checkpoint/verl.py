@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from ascendfix.checkpoint.report import Problem
 from ascendfix.checkpoint.saves import DEFAULT, DIST, HF, LAYOUTS, is_dir, listing
+from ascendfix.tuples import NamedTuple
 
 if TYPE_CHECKING:
     from ascendfix.checkpoint.megatron import ModelShape

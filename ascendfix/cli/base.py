@@ -74,7 +74,10 @@ _CONTROL = (
 
 def clean(text: object) -> str:
     """Text from a file made safe for a terminal: escape sequences and control characters removed."""
-    return re.sub(_CONTROL, "", str(text))
+    text = str(text)
+    if text.isprintable():  # no control or format character at all (most text): nothing to remove
+        return text
+    return re.sub(_CONTROL, "", text)
 
 
 def escape(text: str) -> str:

@@ -1,7 +1,9 @@
 """``apply``, ``revert``, ``status``, ``diff``: the patch engine's commands."""
 
+from __future__ import annotations
+
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import click
 
@@ -24,6 +26,7 @@ from ascendfix.profile import manifest, records
 from ascendfix.profile.device import require_device
 from ascendfix.site import Site, parse_roots
 from ascendfix.states import Action, State
+from ascendfix.tuples import NamedTuple
 
 STATE_STYLE: dict[str, dict[str, Any]] = {
     State.APPLIED: {"fg": "green"},

@@ -8,5 +8,5 @@ collectives across the nodes (torch only inside its Ray actors) and names the no
 belongs to. Ray itself is imported only when one of them runs.
 
 May import: ``profile``, ``doctor`` (npu-smi's parser, the NIC grammar, the status values) and the
-loose modules ``errors``, ``states``, ``resources``, ``fsutil``.
+loose modules ``errors``, ``states``, ``resources``, ``fsutil``, ``tuples``.
 """

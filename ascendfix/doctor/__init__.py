@@ -4,5 +4,5 @@ One small function per check (see ``registry``), each given a shared ``Context``
 returning a ``Finding``; ``runner.run`` runs them concurrently, isolated, with a timeout.
 
 May import: ``profile``, ``patching``, ``transforms`` and the loose modules ``site`` (what the
-command acts on), ``errors``, ``states``, ``resources``, ``fsutil``.
+command acts on), ``errors``, ``states``, ``resources``, ``fsutil``, ``tuples``.
 """

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding, fail, ok, skip, warn
+from ascendfix.tuples import NamedTuple
 
 NO_STACK = "no Ascend stack found"
 HEALTHY = "OK"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from ascendfix.states import Status
+from ascendfix.tuples import NamedTuple
 
 
 class Finding(NamedTuple):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -31,6 +31,7 @@ from ascendfix.patching.journal import Record, Store
 from ascendfix.profile import rl_plugin
 from ascendfix.profile.records import AcceptedConflict, Component
 from ascendfix.site import REPORTED_ONLY, Distribution, Installed
+from ascendfix.tuples import NamedTuple
 
 if TYPE_CHECKING:
     import git

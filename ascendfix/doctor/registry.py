@@ -7,11 +7,11 @@ driver or host to check); ``run``'s preflight runs every check whose ``preflight
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 from ascendfix.doctor import ascend, host, patches, pyenv
 from ascendfix.doctor.context import Context
 from ascendfix.doctor.model import Finding
+from ascendfix.tuples import NamedTuple
 
 
 class Check(NamedTuple):

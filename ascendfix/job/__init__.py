@@ -7,5 +7,5 @@ into the guide's throughput figures, and compares two runs; ``triage`` names the
 in a job's logs and counts what followed.
 
 May import: ``profile``, ``patching``, ``doctor``, ``cluster``, ``checkpoint`` and the loose
-modules ``site``, ``errors``, ``states``, ``resources``, ``fsutil``, ``jsonable``.
+modules ``site``, ``errors``, ``states``, ``resources``, ``fsutil``, ``jsonable``, ``tuples``.
 """

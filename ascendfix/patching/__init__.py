@@ -14,5 +14,5 @@ them (``scan_probe``: torch's own overlap check run on stand-in types in a jaile
 torch patches' probe).
 
 May import: ``profile``, ``transforms`` and the loose modules ``site`` (where the packages are),
-``errors``, ``states``, ``resources``, ``fsutil``.
+``errors``, ``states``, ``resources``, ``fsutil``, ``tuples``.
 """

@@ -7,10 +7,12 @@ ask for another with ``--variant``: only an explicit ``--variant`` switches it. 
 of backups built once, for every file it looks at.
 """
 
+from __future__ import annotations
+
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ascendfix.errors import RefusedError
 from ascendfix.patching import hand_edits
@@ -20,6 +22,7 @@ from ascendfix.profile.records import Patch, PatchFile, Profile, Variant
 from ascendfix.site import Target, distinct_folders, reinstall_spec
 from ascendfix.states import Action, ReasonCode, State
 from ascendfix.transforms.base import MARKER_PREFIX, Outcome, TransformError, marker
+from ascendfix.tuples import NamedTuple
 
 
 class FileStatus(NamedTuple):

@@ -7,13 +7,15 @@ form's forward on that original reproduces the file byte for byte. Anything shor
 an edit at some sites only, or the edit and something else (with what else differs).
 """
 
+from __future__ import annotations
+
 from pathlib import Path
-from typing import NamedTuple
 
 from ascendfix.patching.journal import digest
 from ascendfix.profile.records import HandEdit, Patch, PatchFile
 from ascendfix.states import ReasonCode, State
 from ascendfix.transforms.base import HandEditError, TransformError, marker
+from ascendfix.tuples import NamedTuple
 
 EXCERPT_CHANGES = 3  # the most changes a refusal quotes
 

@@ -2,11 +2,13 @@
 every one of them read from disk must pass (an untrusted folder: each path a plain relative one, each hash 64 hex
 digits, each field of the type ascendfix writes)."""
 
+from __future__ import annotations
+
 from pathlib import Path
-from typing import NamedTuple
 
 from ascendfix.errors import RefusedError
 from ascendfix.fsutil import Escape, check_rel, sha256_bytes
+from ascendfix.tuples import NamedTuple
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -27,7 +29,7 @@ class Record(NamedTuple):
     profile: str = ""  # unknown in folders written before schema 2
 
     @classmethod
-    def of(cls, patch: str, variant: str, original: bytes, written: bytes, profile: str) -> "Record":
+    def of(cls, patch: str, variant: str, original: bytes, written: bytes, profile: str) -> Record:
         """The record of writing ``written`` over ``original``."""
         return cls(patch, variant, digest(original), digest(written), profile)
 
@@ -71,7 +73,7 @@ class Journal(NamedTuple):
     previous: dict[str, Record | None]
 
     @classmethod
-    def parse(cls, path: Path, data: dict, root: Path) -> "Journal":
+    def parse(cls, path: Path, data: dict, root: Path) -> Journal:
         """Check every field of an untrusted journal; a RefusedError names what is wrong."""
         op = data.get("op", "write")
         txid = data.get("txid", "")

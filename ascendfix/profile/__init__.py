@@ -7,5 +7,5 @@ helper; ``parsecache`` keeps a TOML file's parse; ``rules`` parses and evaluates
 ``rl_plugin`` re-derives the edits MindSpeed-RL's rl-plugin installer makes.
 
 May import: ``transforms`` (a patch file's parameters are checked against its transform) and
-the loose modules ``errors``, ``states``, ``resources``, ``fsutil``. Nothing else.
+the loose modules ``errors``, ``states``, ``resources``, ``fsutil``, ``tuples``. Nothing else.
 """

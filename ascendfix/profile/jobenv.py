@@ -5,11 +5,13 @@ variables from here, so every one of them decides alike which value wins (yours 
 profile's; path lists such as LD_LIBRARY_PATH are prepended to, never replaced).
 """
 
+from __future__ import annotations
+
 import resource
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 from ascendfix.profile.records import Profile
+from ascendfix.tuples import NamedTuple
 
 ASCENDFIX_ENV = {"PYTHONUNBUFFERED": ("1", "Python output reaches the log (and the live progress) as it is printed.")}
 

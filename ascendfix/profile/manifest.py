@@ -8,7 +8,6 @@ What the records are is :mod:`~ascendfix.profile.records`; each field is read th
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 from typing import Any
 
@@ -32,20 +31,19 @@ from ascendfix.profile.records import (
 )
 from ascendfix.profile.rules import parse_rule
 from ascendfix.profile.schema import (
-    HINT_OVERRIDE,
-    ID,
     Table,
     check_relative_path,
     contained_file,
     devices_field,
+    is_hex,
+    is_id,
+    is_override,
     read_toml,
     type_name,
 )
 
 COMPONENT_KINDS = ("python", "pypi", "git", "system")
 ENV_CHECKS = ("interface",)
-COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
 MAX_EXTENDS = 16  # profiles in an extends chain
 # Checks of a patch's drop_when that upgrade-check runs on a candidate release (``drop_probe``).
 DROP_PROBES = {
@@ -59,7 +57,7 @@ def load_patch(path: Path) -> Patch:
     """Read and validate one patch file."""
     top = Table(path, read_toml(path), "")
     pid = top.text("id")
-    if not ID.match(pid):
+    if not is_id(pid):
         top.fail("id", f"{pid!r} is not a patch id (lowercase letters, digits and '-')")
     if path.stem != pid:
         top.fail("id", f"{pid!r} does not match the file name {path.name!r}; name the file {pid}.toml")
@@ -74,7 +72,7 @@ def load_patch(path: Path) -> Patch:
         preimages = []
         for ptable in ftable.tables("preimages", required=False):
             digest = ptable.text("sha256").lower()
-            if not SHA256.match(digest):
+            if not is_hex(digest, 64, 64):
                 ptable.fail(ptable.field("sha256"), "expected 64 hex digits")
             preimages.append((digest, ptable.text("label")))
             ptable.done()
@@ -92,7 +90,7 @@ def load_patch(path: Path) -> Patch:
             top.fail("transform", "a patch has either [transform] or [variants.<name>], not both")
         variants = []
         for vname, vtable in variants_table.children():
-            if not ID.match(vname) or vname == DEFAULT_VARIANT:
+            if not is_id(vname) or vname == DEFAULT_VARIANT:
                 vtable.fail(vtable.where, f"{vname!r} is not a variant name (lowercase letters, digits and '-')")
             variants.append(_variant(vtable.table("transform"), vname, vtable.text("why"), path.parent))
             vtable.done()
@@ -291,7 +289,7 @@ def _component(name: str, t: Table) -> Component:
     if kind == "git":
         if (c.commit is None) == (c.tag is None):
             t.fail(t.field("commit"), "a git component needs exactly one of 'commit' or 'tag'")
-        if c.commit is not None and not COMMIT.match(c.commit):
+        if c.commit is not None and not is_hex(c.commit, 7, 40):
             t.fail(t.field("commit"), f"{c.commit!r} is not a git commit (7 to 40 lowercase hex digits)")
     t.done()
     return c
@@ -416,7 +414,7 @@ def _patches_of(top: Table, devices: dict[str, Device], dirs: tuple[Path, ...]) 
             if pid in patches:
                 patch = patches[pid]
             else:
-                if not isinstance(pid, str) or not ID.match(pid):  # a path would leave the patches/ folders
+                if not isinstance(pid, str) or not is_id(pid):  # a path would leave the patches/ folders
                     top.fail(f"devices.{dname}.patches", f"{str(pid)[:80]!r} is not a patch id (a-z, 0-9 and '-')")
                 patch_path = _find_patch(pid, dirs)
                 if patch_path is None:
@@ -454,7 +452,7 @@ def _variant_choices(vtable: Table, patches: dict[str, Patch], own: dict[str, An
 
 def _hint(t: Table) -> Hint:
     override = t.text("override")
-    if not HINT_OVERRIDE.match(override):
+    if not is_override(override):
         t.fail(t.field("override"), f"{override!r} is not a Hydra override (key.sub=value, or key.sub)")
     hint = Hint(override, t.text("why"), t.text("guide", required=False), devices_field(t))
     t.done()

@@ -7,12 +7,15 @@ parameters, and why. :mod:`~ascendfix.profile.manifest` loads them; nothing in e
 is ever evaluated as code.
 """
 
+from __future__ import annotations
+
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from ascendfix.errors import UsageError
 from ascendfix.profile.device import DEVICES
 from ascendfix.profile.rules import Rule
+from ascendfix.tuples import NamedTuple
 
 if TYPE_CHECKING:
     from ascendfix.transforms.base import Transform
@@ -119,7 +122,7 @@ class Variant(NamedTuple):
     params: tuple[tuple[str, Any], ...]
     why: str = ""
 
-    def build(self) -> "Transform":
+    def build(self) -> Transform:
         """The transform instance, built once per variant (a transform holds only its parameters)."""
         key = (self.transform, repr(self.params))
         built = _BUILT.get(key)
@@ -131,7 +134,7 @@ class Variant(NamedTuple):
         return built
 
 
-_BUILT: "dict[tuple[str, str], Transform]" = {}  # (transform, its parameters) -> the instance
+_BUILT: dict[tuple[str, str], Transform] = {}  # (transform, its parameters) -> the instance
 
 
 DEFAULT_VARIANT = "default"

@@ -11,12 +11,14 @@ command (doctor, which sees none, leaves it undecided). Nothing here prints, imp
 package or reads a file.
 """
 
+from __future__ import annotations
+
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
 
 from ascendfix.profile.device import DEVICES
-from ascendfix.profile.schema import COMMAND, HINT_OVERRIDE, ID, Table, devices_field
+from ascendfix.profile.schema import Table, devices_field, is_command, is_id, is_override
 from ascendfix.states import Name, State
+from ascendfix.tuples import NamedTuple
 
 
 class RuleAction(Name):
@@ -269,7 +271,7 @@ CONDITION_SUBJECTS = ("env", "override", "command", "module", "patch")
 def parse_rule(t: Table) -> Rule:
     """One ``[[rules]]`` table of a profile, validated."""
     rid = t.text("id")
-    if not ID.match(rid):
+    if not is_id(rid):
         t.fail(t.field("id"), f"{rid!r} is not a rule id (lowercase letters, digits and '-')")
     action = t.text("action")
     if action not in tuple(RuleAction):
@@ -292,9 +294,9 @@ def _condition(t: Table) -> Condition:
         keys = t.get(subject, (str, list))
         keys = (keys,) if isinstance(keys, str) else t.strings(subject)
         for i, key in enumerate(keys):
-            if subject == "override" and (not HINT_OVERRIDE.match(key) or "=" in key or key[0] in "+~"):
+            if subject == "override" and (not is_override(key) or "=" in key or key[0] in "+~"):
                 t.fail(f"{t.field('override')}[{i}]", f"{key!r} is not a Hydra key (key.sub)")
-            if subject == "command" and not COMMAND.match(key):
+            if subject == "command" and not is_command(key):
                 t.fail(f"{t.field('command')}[{i}]", f"{key!r} is not a module (a.b) or a script path (dir/x.py)")
     else:
         keys = (t.text(subject),)

@@ -6,7 +6,6 @@ Every loader of :mod:`~ascendfix.profile` (profiles, patches, rules) reads its T
 
 from __future__ import annotations
 
-import re
 import stat
 import sys
 from pathlib import Path, PurePosixPath
@@ -16,9 +15,45 @@ from ascendfix.errors import UsageError
 from ascendfix.profile import parsecache
 from ascendfix.profile.device import DEVICES
 
-ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")  # a patch's, rule's or variant's id
-HINT_OVERRIDE = re.compile(r"^\+{0,2}[A-Za-z_][\w-]*(\.[\w-]+)+(=\S.*)?$")
-COMMAND = re.compile(r"^[A-Za-z_][\w-]*([./][\w-]+)*(\.py)?$")
+# The shapes of names a profile spells, as plain string tests: every command validates its profile, and a compiled
+# regular expression costs each command's start-up about 0.5 M instructions.
+_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+_ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+
+
+def is_id(text: str) -> bool:
+    """A patch's, rule's or variant's id: lowercase ASCII letters, digits and dashes, not starting with a dash."""
+    return text[:1] not in ("", "-") and set(text) <= _ID_CHARS
+
+
+def is_hex(text: str, shortest: int, longest: int) -> bool:
+    """Lowercase hexadecimal digits, ``shortest`` to ``longest`` of them (a commit, a sha256)."""
+    return shortest <= len(text) <= longest and not text.lstrip("0123456789abcdef")
+
+
+def _is_word(part: str, first: bool = False) -> bool:
+    """Letters, digits, ``_`` and ``-`` (a regular expression's ``[\\w-]+``); ``first``: starting with an ASCII
+    letter or ``_``."""
+    if not part or (first and part[0] not in _ASCII_LETTERS):
+        return False
+    return all(c.isalnum() or c in "_-" for c in part)
+
+
+def is_override(text: str) -> bool:
+    """A Hydra override: ``key.sub`` or ``key.sub=value`` (dotted words, the first starting with a letter; a value
+    that starts with no space and holds no line break), after at most two ``+``."""
+    key, equals, value = text.removeprefix("+").removeprefix("+").partition("=")
+    if equals and (not value or value[0].isspace() or "\n" in value or "\r" in value):
+        return False
+    first, *rest = key.split(".")
+    return bool(rest) and _is_word(first, first=True) and all(_is_word(part) for part in rest)
+
+
+def is_command(text: str) -> bool:
+    """A module (``a.b``) or a script path (``dir/x.py``): words joined by ``.`` or ``/``, the first starting with a
+    letter."""
+    first, *rest = text.replace("/", ".").split(".")
+    return _is_word(first, first=True) and all(_is_word(part) for part in rest)
 
 
 class Table:

@@ -4,7 +4,11 @@ Transforms import libcst (and ``cst_util``) on first use, inside their methods: 
 engine's fast paths (status, a no-op apply) never parse a file, and must start fast.
 """
 
-from typing import ClassVar, NamedTuple
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ascendfix.tuples import NamedTuple
 
 MARKER_PREFIX = "# ascendfix: "
 MAX_FILE_BYTES = 256 * 1024  # the cap on a file a transform reads (a patch's template)

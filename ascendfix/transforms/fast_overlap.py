@@ -8,10 +8,11 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ascendfix.resources import data_dir
 from ascendfix.transforms.base import MAX_FILE_BYTES, Outcome, Transform, TransformError, marker
+from ascendfix.tuples import NamedTuple
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -132,10 +133,8 @@ def _load_template(name: str) -> _Template:
     return _Template(replaces, functions, uses)
 
 
-def _helper_defs(template: _Template, helper: str, patch_id: str) -> list[Statements]:
+def _helper_texts(template: _Template, helper: str, patch_id: str) -> list[str]:
     """``helper`` and every template function it needs, in template order, each line marked."""
-    import libcst as cst
-
     needed, todo = set[str](), [helper]
     while todo:
         name = todo.pop()
@@ -144,15 +143,31 @@ def _helper_defs(template: _Template, helper: str, patch_id: str) -> list[Statem
         if name not in needed:
             needed.add(name)
             todo.extend(template.uses[name])
-    defs = []
+    texts = []
     for name, code in template.functions.items():
         if name not in needed:
             continue
         if not _markable(code):
             raise TransformError(f"template function {name}() has a multi-line string a marker would land in")
-        (func,) = cst.parse_module(_marked(code, patch_id) + "\n").body
+        texts.append(_marked(code, patch_id))
+    return texts
+
+
+def _helper_defs(texts: list[str]) -> list[Statements]:
+    """The marked helpers (:func:`_helper_texts`) as libcst statements, each after two blank lines."""
+    import libcst as cst
+
+    defs = []
+    for text in texts:
+        (func,) = cst.parse_module(text + "\n").body
         defs.append(func.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
     return defs
+
+
+def _helpers_as_written(texts: list[str]) -> bytes:
+    """What :func:`_helper_defs` regenerates to in a module with the template's own newline (LF) and indent (four
+    spaces): each text after two blank lines, as it is (libcst gives back the bytes it parsed)."""
+    return "".join(f"\n\n{text}\n" for text in texts).encode("utf-8")
 
 
 def _marked(code: str, patch_id: str) -> str:
@@ -165,7 +180,7 @@ def _markable(code: str) -> bool:
     """Whether ``code`` means the same with a marker at the end of each line (no line ends inside a multi-line
     string): asked once per template function, not once per patch that inserts it (a cold apply of the two
     fast-validate patches parsed each shared function twice), as a patch id (letters, digits and dashes,
-    :data:`~ascendfix.profile.schema.ID`) cannot change what a comment is."""
+    :func:`~ascendfix.profile.schema.is_id`) cannot change what a comment is."""
     return _canonical_code(_marked(code, "patch")) == _canonical_code(code)
 
 
@@ -260,7 +275,8 @@ class FastOverlapScan(Transform):
 
     def _narrow(
         self, func: cst.FunctionDef, patch_id: str, digest: Callable[[], str]
-    ) -> tuple[cst.FunctionDef, list[Statements]]:
+    ) -> tuple[cst.FunctionDef, list[str]]:
+        """The function with the scan narrowed, and the marked helpers to insert before it."""
         import libcst as cst
 
         from ascendfix.transforms.cst_util import add_marker, edit
@@ -295,7 +311,7 @@ class FastOverlapScan(Transform):
         edits: dict[int, _Edit] = {id(inner): wrap(f"{RESULT}[{form['index']}]"), id(block): insert}
         if form["narrow_outer"]:
             edits[id(outer)] = wrap(RESULT)
-        return edit(func, edits), _helper_defs(_load_template(self.template), form["helper"], patch_id)
+        return edit(func, edits), _helper_texts(_load_template(self.template), form["helper"], patch_id)
 
     @staticmethod
     def _restore(
@@ -333,21 +349,30 @@ class FastOverlapScan(Transform):
         found = self._find(located[1].module) if located is not None else None
         if located is not None and found is not None:
             lines, region, func = located
+            # the function first in a region of the template's own newline and indent: the helpers are inserted
+            # as the bytes libcst would regenerate them to, neither parsed nor regenerated (most of an apply's work)
+            as_written = (
+                found[0] == 0
+                and not region.wrapper
+                and not region.module.header
+                and (region.module.default_newline, region.module.default_indent) == ("\n", "    ")
+            )
             try:  # a refusal is left to the whole-file path, which says it in its own words
-                module, pending, done = self._edit(
-                    region.module, *found, lambda: source_fingerprint(lines, func), patch_id, forward
+                module, pending, done, inserted = self._edit(
+                    region.module, *found, lambda: source_fingerprint(lines, func), patch_id, forward, as_written
                 )
             except TransformError:
                 pass
             else:
-                code = splice(lines, [(region, region.code(module))]) if module is not None else source
-                return Outcome(code, pending, done)
+                if module is None:
+                    return Outcome(source, pending, done)
+                return Outcome(splice(lines, [(region, inserted + region.code(module))]), pending, done)
         whole = parse(source)
         found = self._find(whole)
         if found is None:
             return Outcome(source, 0, 0)
         index, function = found
-        module, pending, done = self._edit(
+        module, pending, done, _ = self._edit(
             whole, index, function, lambda: fingerprint(whole, function), patch_id, forward
         )
         return Outcome(module.bytes if module is not None else source, pending, done)
@@ -392,18 +417,27 @@ class FastOverlapScan(Transform):
         digest: Callable[[], str],
         patch_id: str,
         forward: bool,
-    ) -> tuple[cst.Module | None, int, int]:
-        """``(edited module or None when unchanged, pending, done)`` for ``module.body[index]``, ``func``."""
+        as_written: bool = False,
+    ) -> tuple[cst.Module | None, int, int, bytes]:
+        """``(edited module or None when unchanged, pending, done, inserted)`` for ``module.body[index]``, ``func``.
+
+        ``as_written``: the helpers an apply inserts are returned as bytes to put before the module's code
+        (:func:`_helpers_as_written`), not inserted into it; only for a module with no header whose first statement
+        is ``func``, with the template's newline and indent.
+        """
         helpers, calls, loops = _parts(module, func, patch_id)
         if (helpers or calls or loops) and not (helpers and len(calls) == 1 and loops):
             raise TransformError(f"{self.function}() carries only part of this patch; restore the file and apply again")
         is_done = bool(helpers)
         if forward == is_done:
-            return None, int(not is_done), int(is_done)
-        if forward:
-            new_func, inserted = self._narrow(func, patch_id, digest)
-            body = [*module.body[:index], *inserted, new_func, *module.body[index + 1 :]]
-        else:
+            return None, int(not is_done), int(is_done), b""
+        if not forward:
             new_func = self._restore(func, calls, loops, patch_id)
             body = [new_func if s is func else s for s in module.body if not any(s is h for h in helpers)]
-        return module.with_changes(body=body), int(not is_done), int(is_done)
+            return module.with_changes(body=body), int(not is_done), int(is_done), b""
+        new_func, texts = self._narrow(func, patch_id, digest)
+        if as_written:
+            body = [*module.body[:index], new_func, *module.body[index + 1 :]]
+            return module.with_changes(body=body), 1, 0, _helpers_as_written(texts)
+        body = [*module.body[:index], *_helper_defs(texts), new_func, *module.body[index + 1 :]]
+        return module.with_changes(body=body), 1, 0, b""

@@ -17,7 +17,9 @@ import ast
 import io
 import tokenize
 import warnings
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
+
+from ascendfix.tuples import NamedTuple
 
 if TYPE_CHECKING:
     import libcst as cst

@@ -18,11 +18,11 @@ import re
 import stat
 import sys
 from pathlib import Path
-from typing import NamedTuple
 
 from ascendfix import resources
 from ascendfix.errors import UsageError
 from ascendfix.jsonable import loads
+from ascendfix.tuples import NamedTuple
 
 if sys.version_info >= (3, 11):
     import tomllib  # novermin (guarded: Python 3.10 reads tomli, the same parser)

@@ -17,13 +17,13 @@ import threading
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
 
 from ascendfix.checkpoint import bounded, check, layout, verl
 from ascendfix.checkpoint.report import Problem
 from ascendfix.checkpoint.verify import compare, mapping, sides
 from ascendfix.checkpoint.verify.sides import Found, Piece
 from ascendfix.errors import AscendfixError, UsageError
+from ascendfix.tuples import NamedTuple
 
 CONVERTER, MERGER = "hf-to-mcore", "mcore-to-hf"
 MEGATRON_METADATA = "metadata.json"

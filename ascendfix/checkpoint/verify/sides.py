@@ -14,9 +14,10 @@ import os
 import stat
 import struct
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ascendfix.checkpoint import bounded, check, layout, pickles, proof, safetensors
+from ascendfix.tuples import NamedTuple
 
 DTYPES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",

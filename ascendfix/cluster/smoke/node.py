@@ -16,10 +16,10 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from ascendfix.cluster.smoke.report import FAIL, OK, WARN, Check
 from ascendfix.doctor import nic
+from ascendfix.tuples import NamedTuple
 
 HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
 VISIBLE = "ASCEND_RT_VISIBLE_DEVICES"
