@@ -309,7 +309,10 @@ def test_the_innermost_exception_of_a_ray_task_chain_is_named_with_its_task_and_
 def test_a_clean_ray_job_that_logged_and_retried_an_exception_is_no_failure(short_tmp):
     proc, logs = ray_job(short_tmp, RETRIED_JOB)
     assert proc.returncode == 0 and "tries 2" in proc.stdout, proc.stderr[-3000:]
-    assert "TimeoutError: read timed out (hub)" in proc.stderr  # relayed from the actor's worker-*.err
+    # in the actor's own log (the driver's relay of it races the job's exit: it once came after the driver ended)
+    assert any(
+        "TimeoutError: read timed out (hub)" in p.read_text("utf-8", "replace") for p in logs.glob("worker-*.err")
+    )
     result = CliRunner().invoke(cli.main, ["triage", str(logs), "--json"])
     data = json.loads(result.stdout)
     assert result.exit_code == 0 and data["first"] is None, data
