@@ -150,3 +150,19 @@ def test_no_test_module_imports_another():
     for path in sorted(tests.glob("*.py")):
         borrowed = sorted(m for m in _test_module_imports(path) if m.split(".")[1].startswith("test_"))
         assert not borrowed, f"tests/{path.name} imports {borrowed}: move what it shares into a support module"
+
+
+def test_named_tuples_and_enumerations_are_the_packages_own():
+    """Every named tuple is an ``ascendfix.tuples.NamedTuple`` and every enumeration an ``ascendfix.states.Name``:
+    ``typing.NamedTuple`` and ``enum.Enum`` cost each command's start-up several times as much to define
+    (docs/explanation/layout.md, "Start-up")."""
+    stock = {"typing": "NamedTuple", "enum": "Enum"}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name in ("tuples.py", "states.py"):
+            continue  # the two stand-ins, which give mypy the stock classes
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in stock:
+                names = {alias.name for alias in node.names}
+                assert stock[node.module] not in names, f"{path.relative_to(PACKAGE.parent)} imports {node.module}"
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                assert (node.value.id, node.attr) not in stock.items(), f"{path.relative_to(PACKAGE.parent)}"
