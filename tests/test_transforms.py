@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from ascendfix.profile import manifest
@@ -373,6 +374,11 @@ DECORATED = SCAN_MODULE.replace(b"def scan", b"@decorate\ndef scan")
 def scan_transform(tmp_path):
     """A fast-overlap-scan of ``scan()`` above (plain or decorated), with a template of our own whose
     helper changes nothing."""
+    return FastOverlapScan("scan", str(_scan_template(tmp_path / "scan_template.py")))
+
+
+def _scan_template(template: Path) -> Path:
+    """A template at ``template`` that knows ``scan()`` above (plain or decorated), whose helper changes nothing."""
     import libcst as cst
 
     form = {"loop": "for i in range(len(xs))", "helper": "_ascendfix_pairs", "args": "xs", "index": "i"}
@@ -381,13 +387,12 @@ def scan_transform(tmp_path):
         module = cst.parse_module(known)
         func = next(s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == "scan")
         replaces[fingerprint(module, func)] = {**form, "narrow_outer": False}
-    template = tmp_path / "scan_template.py"
     template.write_text(
         f"REPLACES = {replaces!r}\n\n\n"
         "def _ascendfix_pairs(xs):\n    return _ascendfix_none()\n\n\n"
         "def _ascendfix_none():\n    return None\n"
     )
-    return FastOverlapScan("scan", str(template))
+    return template
 
 
 def _tabs(source: bytes) -> bytes:
@@ -416,6 +421,24 @@ def test_fast_overlap_scan_region_path_is_the_whole_file_path(monkeypatch, scan_
     assert b"def _ascendfix_pairs(xs):  # ascendfix: p" in applied[0]
     if b"\t" in source:
         assert b"\n\treturn _ascendfix_none()  # ascendfix: p" in applied[0]  # the file's own indent
+
+
+def test_fast_overlap_scan_with_a_template_indented_otherwise_is_the_whole_file_path(monkeypatch, tmp_path):
+    """A template whose functions are indented with tabs (or two spaces): libcst re-indents its helpers to the
+    file's four spaces, and the region path writes what libcst writes, not the template's own bytes."""
+    from ascendfix.transforms import fast_overlap
+
+    (tmp_path / "t").mkdir()
+    for indent in ("\t", "  "):
+        four = _scan_template(tmp_path / "t" / "four.py")
+        text = four.read_text().replace("\n    return", f"\n{indent}return")
+        other = tmp_path / "t" / f"other-{len(indent)}.py"
+        other.write_text(text)
+        assert fast_overlap._load_template(str(four)).four_spaces
+        assert not fast_overlap._load_template(str(other)).four_spaces
+        transform = FastOverlapScan("scan", str(other))
+        applied, *_ = assert_same_on_both_paths(monkeypatch, transform, SCAN_MODULE)
+        assert b"\n    return _ascendfix_none()  # ascendfix: p" in applied[0]
 
 
 @pytest.mark.parametrize(

@@ -93,6 +93,7 @@ class _Template(NamedTuple):
     replaces: dict[str, dict]
     functions: dict[str, str]  # name -> source, in file order
     uses: dict[str, set[str]]  # name -> the template functions it calls
+    four_spaces: bool = False  # every function's body indented four spaces: libcst's default indent for each alone
 
 
 def read_template(path: Path, limit: int) -> str:
@@ -130,7 +131,11 @@ def _load_template(name: str) -> _Template:
         name: {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name) and n.id in functions} - {name}
         for name, code in functions.items()
     }
-    return _Template(replaces, functions, uses)
+    from ascendfix.transforms.regions import first_line
+
+    bodies = [n.body[0] for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in functions]
+    four_spaces = all(lines[first_line(b) - 1][: b.col_offset] == "    " for b in bodies)
+    return _Template(replaces, functions, uses, four_spaces)
 
 
 def _helper_texts(template: _Template, helper: str, patch_id: str) -> list[str]:
@@ -165,8 +170,9 @@ def _helper_defs(texts: list[str]) -> list[Statements]:
 
 
 def _helpers_as_written(texts: list[str]) -> bytes:
-    """What :func:`_helper_defs` regenerates to in a module with the template's own newline (LF) and indent (four
-    spaces): each text after two blank lines, as it is (libcst gives back the bytes it parsed)."""
+    """What :func:`_helper_defs` regenerates to in a module with LF newlines and a four-space indent, from a template
+    whose functions are indented four spaces too: each text after two blank lines, as it is (libcst gives back the
+    bytes it parsed)."""
     return "".join(f"\n\n{text}\n" for text in texts).encode("utf-8")
 
 
@@ -349,8 +355,9 @@ class FastOverlapScan(Transform):
         found = self._find(located[1].module) if located is not None else None
         if located is not None and found is not None:
             lines, region, func = located
-            # the function first in a region of the template's own newline and indent: the helpers are inserted
-            # as the bytes libcst would regenerate them to, neither parsed nor regenerated (most of an apply's work)
+            # the function first in a region with LF newlines and a four-space indent (a template's, where its own are
+            # four spaces): the helpers are inserted as the bytes libcst would regenerate them to, neither parsed nor
+            # regenerated (most of an apply's work)
             as_written = (
                 found[0] == 0
                 and not region.wrapper
@@ -422,8 +429,9 @@ class FastOverlapScan(Transform):
         """``(edited module or None when unchanged, pending, done, inserted)`` for ``module.body[index]``, ``func``.
 
         ``as_written``: the helpers an apply inserts are returned as bytes to put before the module's code
-        (:func:`_helpers_as_written`), not inserted into it; only for a module with no header whose first statement
-        is ``func``, with the template's newline and indent.
+        (:func:`_helpers_as_written`), not inserted into it, when the template's functions are indented four spaces;
+        only for a module with no header whose first statement is ``func``, with LF newlines and a four-space
+        indent.
         """
         helpers, calls, loops = _parts(module, func, patch_id)
         if (helpers or calls or loops) and not (helpers and len(calls) == 1 and loops):
@@ -436,7 +444,7 @@ class FastOverlapScan(Transform):
             body = [new_func if s is func else s for s in module.body if not any(s is h for h in helpers)]
             return module.with_changes(body=body), int(not is_done), int(is_done), b""
         new_func, texts = self._narrow(func, patch_id, digest)
-        if as_written:
+        if as_written and _load_template(self.template).four_spaces:
             body = [*module.body[:index], new_func, *module.body[index + 1 :]]
             return module.with_changes(body=body), 1, 0, _helpers_as_written(texts)
         body = [*module.body[:index], *_helper_defs(texts), new_func, *module.body[index + 1 :]]
