@@ -414,8 +414,8 @@ def test_what_a_run_that_exited_0_logged_is_no_failure(tmp_path, ascendfix_cli, 
     strict=False,
     reason="a known triage defect, 1 run in 4 to 5: the driver ends on the gloo timeout, Ray force-kills the actors, "
     "and the GCS logs their exit ('SYSTEM_ERROR ... connection error code 2. End of file', the words of a SIGKILL) "
-    "about 30 ms later; the timeout's traceback is only in the driver's unstamped log, timed from a later neighbour, "
-    "so triage names the teardown (gcs_server.out) first",
+    "about 30 ms later; the timeout's traceback is only in the driver's log, whose stamped lines are no findings, so "
+    "it stays untimed, after every timed burst, and triage names the teardown (gcs_server.out) first",
 )
 def test_a_rank_that_never_joins_a_collective_leaves_the_waiting_ranks_timeout_named(short_tmp):
     pytest.importorskip("torch")
